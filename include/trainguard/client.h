@@ -1,0 +1,40 @@
+// The trainguard client: what a training process links to report progress.
+//
+// Every call is cheap and never blocks: it writes a few atomics into this
+// rank's shared-memory status page (docs/status_page.md), which the node agent
+// reads on its own schedule. Without an agent (TRAINGUARD_STATUS_PAGE unset)
+// every call is a no-op. Nothing here allocates after Init(), and nothing
+// here can crash the training process: a bad page makes Init() return false.
+// Thread safety: all functions may be called from any thread; Step() from
+// several threads at once leaves the page with one of the values written.
+#pragma once
+
+#include <cstdint>
+
+namespace trainguard::client {
+
+// Environment variable naming the status page file the agent created.
+inline constexpr const char* kStatusPageEnv = "TRAINGUARD_STATUS_PAGE";
+
+// Maps the status page. Returns true if attached to an agent, false if this
+// process runs without one (or the page is unusable; a warning goes to stderr).
+// Idempotent.
+bool Init();
+bool Attached();
+
+// Records that the training loop finished step `step` (any non-decreasing
+// counter the user chooses; the agent watches it advance).
+void Step(std::int64_t step);
+
+// Names the phase the loop is in now ("forward", "allreduce", "checkpoint",
+// ...); at most 63 bytes are kept. Pass "" for none.
+void SetPhase(const char* name);
+
+// Records that a checkpoint of step `step` is durable; the controller uses it
+// to count lost work after a failure.
+void CheckpointCommitted(std::int64_t step);
+
+// Unmaps the page. Further calls are no-ops until Init() again.
+void Shutdown();
+
+}  // namespace trainguard::client

@@ -1,0 +1,77 @@
+"""trainguard client for training scripts.
+
+Report progress to the trainguard agent that launched this process::
+
+    import trainguard
+    trainguard.init()
+    for step in range(start, steps):
+        with trainguard.phase("forward"):
+            ...
+        trainguard.step(step)
+
+Every call is a cheap write into shared memory and never blocks. Without an
+agent (the script runs under plain torchrun or python) every call is a no-op.
+"""
+
+import contextlib
+import faulthandler
+import os
+import signal
+
+from . import _core
+
+__all__ = ["init", "attached", "step", "phase", "checkpoint_committed", "shutdown"]
+
+_STACKS_READY_MARKER = "trainguard-stacks-ready"
+_stacks_file = None
+_step_counter = -1
+
+
+def init():
+    """Attach to the agent. Returns True under trainguard, False otherwise.
+
+    Also registers a faulthandler on SIGUSR1 that dumps the Python stacks of
+    all threads into the file the agent reads before it kills a hung rank.
+    """
+    global _stacks_file
+    attached = _core.init()
+    path = os.environ.get("TRAINGUARD_STACKS_FILE")
+    if attached and path and _stacks_file is None:
+        try:
+            _stacks_file = open(path, "a", buffering=1)
+            faulthandler.register(signal.SIGUSR1, file=_stacks_file, all_threads=True)
+            _stacks_file.write("%s pid=%d\n" % (_STACKS_READY_MARKER, os.getpid()))
+            _stacks_file.flush()
+        except OSError:
+            _stacks_file = None  # stacks are a nicety; training goes on
+    return attached
+
+
+def attached():
+    return _core.attached()
+
+
+def step(n=None):
+    """Record that step `n` finished (default: one more than the last call)."""
+    global _step_counter
+    _step_counter = _step_counter + 1 if n is None else int(n)
+    _core.step(_step_counter)
+
+
+@contextlib.contextmanager
+def phase(name):
+    """Name the phase the training loop is in while the block runs."""
+    _core.set_phase(name)
+    try:
+        yield
+    finally:
+        _core.set_phase("")
+
+
+def checkpoint_committed(step):
+    """Record that the checkpoint of `step` is durable (lost work is counted from it)."""
+    _core.checkpoint_committed(int(step))
+
+
+def shutdown():
+    _core.shutdown()

@@ -1,0 +1,523 @@
+#include "agent/agent.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "agent/process.h"
+#include "common/status_page.h"
+
+namespace trainguard {
+
+namespace fs = std::filesystem;
+
+// Written by the Python module's init() at the top of the stacks file once
+// faulthandler is registered for SIGUSR1; without it SIGUSR1 would kill the rank.
+constexpr const char* kStacksReadyMarker = "trainguard-stacks-ready";
+
+namespace {
+
+std::mutex g_stdout_mu;  // one line at a time on the agent's stdout
+
+// Copies a rank's output to its log file and (prefixed) to stdout, keeping
+// the last lines for failure reports.
+class OutputPump {
+ public:
+  OutputPump(int fd, const std::string& log_path, std::string prefix, bool echo, size_t tail)
+      : fd_(fd), prefix_(std::move(prefix)), echo_(echo), tail_max_(tail) {
+    log_ = std::fopen(log_path.c_str(), "ae");
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~OutputPump() { Finish(0); }
+
+  // Waits up to `wait` for the writer side to close, then stops reading.
+  void Finish(Nanos wait) {
+    if (!thread_.joinable()) return;
+    Nanos deadline = MonotonicNowNanos() + wait;
+    while (!eof_.load() && MonotonicNowNanos() < deadline) usleep(5000);
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+    if (log_ != nullptr) std::fclose(log_);
+    log_ = nullptr;
+  }
+
+  std::vector<std::string> Tail() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> out(tail_.begin(), tail_.end());
+    if (!partial_.empty()) out.push_back(partial_);
+    return out;
+  }
+
+ private:
+  void Loop() {
+    char buf[8192];
+    while (!stop_.load()) {
+      pollfd p{fd_, POLLIN, 0};
+      int r = poll(&p, 1, 50);
+      if (r <= 0) continue;
+      ssize_t n = read(fd_, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        eof_ = true;
+        // Flush a last line without newline.
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!partial_.empty()) Line(partial_), partial_.clear();
+        return;
+      }
+      if (log_ != nullptr) {
+        std::fwrite(buf, 1, static_cast<size_t>(n), log_);
+        std::fflush(log_);
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      partial_.append(buf, static_cast<size_t>(n));
+      size_t pos;
+      while ((pos = partial_.find('\n')) != std::string::npos) {
+        Line(partial_.substr(0, pos));
+        partial_.erase(0, pos + 1);
+      }
+    }
+  }
+  void Line(const std::string& line) {  // mu_ held
+    tail_.push_back(line);
+    while (tail_.size() > tail_max_) tail_.pop_front();
+    if (echo_) {
+      std::lock_guard<std::mutex> lock(g_stdout_mu);
+      std::fprintf(stdout, "%s%s\n", prefix_.c_str(), line.c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  int fd_;
+  std::FILE* log_ = nullptr;
+  std::string prefix_;
+  bool echo_;
+  size_t tail_max_;
+  std::mutex mu_;
+  std::deque<std::string> tail_;
+  std::string partial_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> eof_{false};
+  std::thread thread_;
+};
+
+off_t FileSize(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? st.st_size : -1;
+}
+
+std::string ReadFrom(const std::string& path, off_t offset) {
+  std::ifstream f(path, std::ios::binary);
+  f.seekg(offset);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string RunCapture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0 && out.size() < (1 << 20)) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+}  // namespace
+
+struct Agent::Rank {
+  int local_rank = 0;
+  int global_rank = 0;
+  pid_t pid = -1;
+  Nanos launch_mono = 0;
+  MappedStatusPage page;
+  std::string stacks_path;
+  std::unique_ptr<OutputPump> output;
+  bool running = false;
+  ExitInfo exit;
+};
+
+Agent::Agent(AgentConfig config, Clock* clock, ControllerLink* link)
+    : config_(std::move(config)), clock_(clock), link_(link) {}
+
+Agent::~Agent() { StopRanks(generation_, {}, 0, false); }
+
+void Agent::OnCommand(const v1::ControllerMessage& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  commands_.push_back(Command{msg, ""});
+  cv_.notify_all();
+}
+
+void Agent::OnLinkLost(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mu_);
+  commands_.push_back(Command{std::nullopt, why.empty() ? "session ended" : why});
+  cv_.notify_all();
+}
+
+std::string Agent::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+std::vector<int> Agent::RankPids() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pids_;
+}
+
+void Agent::Send(const v1::AgentMessage& msg) { link_->Send(msg); }
+
+int Agent::Run() {
+  std::error_code ec;
+  fs::create_directories(config_.run_dir + "/logs", ec);
+  fs::create_directories(config_.run_dir + "/stacks", ec);
+  if (ec) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = "cannot create run directory " + config_.run_dir + ": " + ec.message();
+    return 1;
+  }
+  v1::AgentMessage reg;
+  v1::Register* r = reg.mutable_register_();
+  r->set_protocol_version(config_.protocol_version);
+  r->set_node_id(config_.node_id);
+  r->set_hostname(config_.hostname);
+  r->set_address(config_.address);
+  r->set_free_port(FindFreePort());
+  r->set_pid(getpid());
+  Send(reg);
+
+  bool welcomed = false;
+  for (;;) {
+    std::deque<Command> batch;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return !commands_.empty(); });
+      batch.swap(commands_);
+    }
+    for (auto& cmd : batch) {
+      if (!cmd.msg) {
+        StopRanks(generation_, {}, 0, false);
+        std::lock_guard<std::mutex> lock(mu_);
+        if (error_.empty()) error_ = "lost the controller: " + cmd.link_lost;
+        return 1;
+      }
+      const v1::ControllerMessage& m = *cmd.msg;
+      if (m.has_welcome()) {
+        if (!m.welcome().error().empty()) {
+          std::lock_guard<std::mutex> lock(mu_);
+          error_ = "controller refused registration: " + m.welcome().error();
+          return 1;
+        }
+        welcomed = true;
+        if (m.welcome().heartbeat_interval_ms() > 0) {
+          heartbeat_interval_ = m.welcome().heartbeat_interval_ms() * kMillisecond;
+        }
+      } else if (m.has_start() && welcomed) {
+        StopRanks(generation_, {}, 0, false);  // a start while ranks run replaces them
+        StartRanks(m.start());
+        next_heartbeat_ = 0;
+      } else if (m.has_stop()) {
+        std::vector<int> capture(m.stop().capture_stacks_of().begin(),
+                                 m.stop().capture_stacks_of().end());
+        StopRanks(m.stop().generation(), capture, m.stop().grace_ms() * kMillisecond, true);
+      } else if (m.has_shutdown()) {
+        StopRanks(generation_, {}, 0, false);
+        return 0;
+      }
+    }
+    ReapExited();
+    if (welcomed && clock_->MonotonicNanos() >= next_heartbeat_) {
+      SendHeartbeat();
+      next_heartbeat_ = clock_->MonotonicNanos() + heartbeat_interval_;
+    }
+  }
+}
+
+void Agent::StartRanks(const v1::Start& start) {
+  generation_ = start.generation();
+  std::map<std::string, std::string> base = CurrentEnvironment();
+  for (const auto& [k, v] : start.env()) base[k] = v;
+  base["WORLD_SIZE"] = std::to_string(start.world_size());
+  base["LOCAL_WORLD_SIZE"] = std::to_string(start.nproc_per_node());
+  base["GROUP_RANK"] = std::to_string(start.group_rank());
+  base["GROUP_WORLD_SIZE"] = std::to_string(start.nnodes());
+  base["ROLE_NAME"] = "default";
+  base["ROLE_WORLD_SIZE"] = std::to_string(start.world_size());
+  base["MASTER_ADDR"] = start.master_addr();
+  base["MASTER_PORT"] = std::to_string(start.master_port());
+  base["TORCHELASTIC_RESTART_COUNT"] = std::to_string(start.generation());
+  base["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(start.max_restarts());
+  base["TORCHELASTIC_RUN_ID"] = start.run_id();
+  base["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  base["TORCHELASTIC_ERROR_FILE"] = "";
+  base.erase("TORCHELASTIC_ERROR_FILE");
+  base["TRAINGUARD_NODE_ID"] = config_.node_id;
+  base["TRAINGUARD_JOB_ID"] = start.run_id();
+  if (!base.count("OMP_NUM_THREADS") && start.nproc_per_node() > 1) base["OMP_NUM_THREADS"] = "1";
+  if (!base.count("PYTHONUNBUFFERED")) base["PYTHONUNBUFFERED"] = "1";
+  if (!config_.python_dir.empty()) {
+    auto it = base.find("PYTHONPATH");
+    base["PYTHONPATH"] = config_.python_dir +
+                         (it != base.end() && !it->second.empty() ? ":" + it->second : "");
+  }
+
+  v1::AgentMessage started;
+  started.mutable_started()->set_generation(generation_);
+  for (int local = 0; local < start.nproc_per_node(); ++local) {
+    auto rank = std::make_unique<Rank>();
+    rank->local_rank = local;
+    rank->global_rank = start.group_rank() * start.nproc_per_node() + local;
+    std::string tag = start.run_id() + "-" + config_.node_id + "-r" +
+                      std::to_string(rank->global_rank);
+    std::string page_path = config_.shm_dir + "/trainguard-" + tag;
+    auto page = MappedStatusPage::Create(page_path);
+    std::string log_path = config_.run_dir + "/logs/rank" + std::to_string(rank->global_rank) +
+                           ".log";
+    rank->stacks_path = config_.run_dir + "/stacks/rank" + std::to_string(rank->global_rank) +
+                        ".gen" + std::to_string(generation_) + ".txt";
+    std::ofstream(rank->stacks_path, std::ios::trunc).close();
+    {
+      std::ofstream log(log_path, std::ios::app);
+      log << "==== trainguard: generation " << generation_ << " of job " << start.run_id()
+          << " ====\n";
+    }
+    std::map<std::string, std::string> env = base;
+    env["RANK"] = std::to_string(rank->global_rank);
+    env["LOCAL_RANK"] = std::to_string(local);
+    env["ROLE_RANK"] = std::to_string(rank->global_rank);
+    env["TRAINGUARD_STACKS_FILE"] = rank->stacks_path;
+    if (page.ok()) {
+      rank->page = std::move(page.value());
+      env["TRAINGUARD_STATUS_PAGE"] = page_path;
+    } else {
+      std::fprintf(stderr, "trainguard agent %s: rank %d runs without a status page: %s\n",
+                   config_.node_id.c_str(), rank->global_rank, page.status().ToString().c_str());
+    }
+    SpawnSpec spec{std::vector<std::string>(start.argv().begin(), start.argv().end()), env, ""};
+    rank->launch_mono = clock_->MonotonicNanos();
+    auto proc = Spawn(spec);
+    if (!proc.ok()) {
+      // Report it as an exit with the conventional "cannot execute" code.
+      rank->running = false;
+      rank->exit = ExitInfo{127, 0};
+      v1::AgentMessage m;
+      m.mutable_rank_exited()->set_generation(generation_);
+      *m.mutable_rank_exited()->mutable_rank() = Describe(*rank);
+      m.mutable_rank_exited()->add_log_tail(proc.status().message());
+      m.mutable_rank_exited()->set_exit_unix_ms(clock_->WallNanos() / kMillisecond);
+      Send(m);
+      ranks_.push_back(std::move(rank));
+      continue;
+    }
+    rank->pid = proc->pid;
+    rank->running = true;
+    rank->output = std::make_unique<OutputPump>(
+        proc->output_fd, log_path, "[rank" + std::to_string(rank->global_rank) + "]: ",
+        config_.stream_output, static_cast<size_t>(config_.log_tail_lines));
+    *started.mutable_started()->add_ranks() = Describe(*rank);
+    ranks_.push_back(std::move(rank));
+  }
+  started.mutable_started()->set_started_unix_ms(clock_->WallNanos() / kMillisecond);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pids_.clear();
+    for (const auto& r : ranks_) pids_.push_back(r->pid);
+  }
+  Send(started);
+}
+
+v1::RankStatus Agent::Describe(const Rank& rank) const {
+  v1::RankStatus s;
+  s.set_local_rank(rank.local_rank);
+  s.set_global_rank(rank.global_rank);
+  s.set_running(rank.running);
+  s.set_pid(rank.pid);
+  s.set_exit_code(rank.exit.exit_code);
+  s.set_term_signal(rank.exit.signal);
+  Nanos now_mono = MonotonicNowNanos();  // the client stamps CLOCK_MONOTONIC
+  Nanos now_wall = WallNowNanos();
+  auto to_unix_ms = [&](Nanos mono) { return mono == 0 ? 0 : (now_wall - (now_mono - mono)) / kMillisecond; };
+  s.set_step(kNoStep);
+  s.set_checkpoint_step(kNoStep);
+  Nanos since = rank.launch_mono;
+  if (rank.page.get() != nullptr) {
+    StatusSnapshot snap = ReadStatusPage(*rank.page.get());
+    s.set_attached(snap.attached);
+    s.set_step(snap.step);
+    s.set_step_count(snap.step_count);
+    s.set_first_step_unix_ms(to_unix_ms(snap.first_step_mono_ns));
+    s.set_last_step_unix_ms(to_unix_ms(snap.last_step_mono_ns));
+    s.set_checkpoint_step(snap.checkpoint_step);
+    s.set_phase(snap.phase);
+    if (snap.phase_mono_ns > 0) s.set_phase_age_ms((now_mono - snap.phase_mono_ns) / kMillisecond);
+    if (snap.last_step_mono_ns > 0) since = snap.last_step_mono_ns;
+  }
+  s.set_progress_age_ms(std::max<Nanos>(0, now_mono - since) / kMillisecond);
+  if (rank.running) s.set_proc_state(ProcState(rank.pid));
+  return s;
+}
+
+void Agent::ReapExited() {
+  for (auto& rank : ranks_) {
+    if (!rank->running) continue;
+    auto exit = TryReap(rank->pid);
+    if (!exit) continue;
+    Nanos exit_wall = clock_->WallNanos();
+    rank->running = false;
+    rank->exit = *exit;
+    SignalGroup(rank->pid, SIGKILL);  // whatever the rank left behind in its group
+    if (rank->output) rank->output->Finish(500 * kMillisecond);
+    v1::AgentMessage m;
+    v1::RankExited* e = m.mutable_rank_exited();
+    e->set_generation(generation_);
+    *e->mutable_rank() = Describe(*rank);
+    if (rank->output) {
+      for (const auto& line : rank->output->Tail()) e->add_log_tail(line);
+    }
+    e->set_exit_unix_ms(exit_wall / kMillisecond);
+    Send(m);
+  }
+}
+
+void Agent::SendHeartbeat() {
+  v1::AgentMessage m;
+  v1::Heartbeat* hb = m.mutable_heartbeat();
+  hb->set_generation(generation_);
+  for (const auto& rank : ranks_) *hb->add_ranks() = Describe(*rank);
+  double load1 = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &load1) != 1) load1 = 0;
+    std::fclose(f);
+  }
+  hb->mutable_metrics()->set_load1(load1);
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  std::int64_t value;
+  std::string unit;
+  while (meminfo >> key >> value >> unit) {
+    if (key == "MemTotal:") hb->mutable_metrics()->set_mem_total_kb(value);
+    if (key == "MemAvailable:") hb->mutable_metrics()->set_mem_available_kb(value);
+  }
+  struct statvfs vfs;
+  if (statvfs(config_.run_dir.c_str(), &vfs) == 0) {
+    hb->mutable_metrics()->set_disk_free_kb(
+        static_cast<std::int64_t>(vfs.f_bavail) * vfs.f_frsize / 1024);
+  }
+  hb->set_sent_unix_ms(clock_->WallNanos() / kMillisecond);
+  Send(m);
+}
+
+void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, Nanos grace,
+                      bool report) {
+  v1::AgentMessage reply;
+  v1::Stopped* stopped = reply.mutable_stopped();
+  stopped->set_generation(generation);
+
+  // 1. Stacks of the ranks the controller asked about, in parallel.
+  std::vector<Rank*> to_capture;
+  for (auto& rank : ranks_) {
+    if (rank->running &&
+        std::find(capture.begin(), capture.end(), rank->global_rank) != capture.end()) {
+      to_capture.push_back(rank.get());
+    }
+  }
+  std::vector<v1::RankStacks> stacks(to_capture.size());
+  std::vector<std::thread> workers;
+  for (size_t i = 0; i < to_capture.size(); ++i) {
+    workers.emplace_back([this, rank = to_capture[i], out = &stacks[i]] {
+      out->set_global_rank(rank->global_rank);
+      std::string state = ProcState(rank->pid);
+      out->set_proc_state(state);
+      std::string head = ReadFrom(rank->stacks_path, 0);
+      if (head.rfind(kStacksReadyMarker, 0) == 0) {
+        off_t before = FileSize(rank->stacks_path);
+        kill(rank->pid, SIGUSR1);
+        if (state == "T" || state == "t") kill(rank->pid, SIGCONT);
+        Nanos deadline = MonotonicNowNanos() + config_.stack_timeout;
+        off_t last = before;
+        Nanos stable_since = 0;
+        while (MonotonicNowNanos() < deadline) {
+          usleep(20000);
+          off_t size = FileSize(rank->stacks_path);
+          if (size != last) {
+            last = size;
+            stable_since = MonotonicNowNanos();
+          } else if (size > before && MonotonicNowNanos() - stable_since > 150 * kMillisecond) {
+            break;
+          }
+        }
+        out->set_python(ReadFrom(rank->stacks_path, before));
+      }
+      if (config_.native_stacks) {
+        out->set_native(RunCapture("timeout 10 gdb -nx -batch -p " + std::to_string(rank->pid) +
+                                   " -ex 'thread apply all bt' 2>/dev/null"));
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  for (auto& s : stacks) *stopped->add_stacks() = s;
+
+  // 2. SIGTERM (and SIGCONT, so a stopped rank can act on it), then SIGKILL.
+  for (auto& rank : ranks_) {
+    if (!rank->running) continue;
+    SignalGroup(rank->pid, SIGTERM);
+    SignalGroup(rank->pid, SIGCONT);
+  }
+  Nanos deadline = MonotonicNowNanos() + grace;
+  auto any_running = [&] {
+    bool any = false;
+    for (auto& rank : ranks_) {
+      if (!rank->running) continue;
+      if (auto exit = TryReap(rank->pid)) {
+        rank->running = false;
+        rank->exit = *exit;
+      } else {
+        any = true;
+      }
+    }
+    return any;
+  };
+  while (any_running() && MonotonicNowNanos() < deadline) usleep(10000);
+  for (auto& rank : ranks_) {
+    if (rank->running) SignalGroup(rank->pid, SIGKILL);
+  }
+  // A SIGKILLed process dies unless it sits in uninterruptible sleep; wait for
+  // it, bounded, and report what could not be reaped.
+  Nanos kill_deadline = MonotonicNowNanos() + 10 * kSecond;
+  while (any_running() && MonotonicNowNanos() < kill_deadline) usleep(10000);
+  for (auto& rank : ranks_) {
+    if (rank->running) {
+      std::fprintf(stderr, "trainguard agent %s: rank %d (pid %d) survived SIGKILL (state %s)\n",
+                   config_.node_id.c_str(), rank->global_rank, rank->pid,
+                   ProcState(rank->pid).c_str());
+    }
+    SignalGroup(rank->pid, SIGKILL);  // leftovers of the group
+    if (rank->output) rank->output->Finish(200 * kMillisecond);
+    if (rank->page.get() != nullptr) unlink(rank->page.path().c_str());
+  }
+  ranks_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pids_.clear();
+  }
+  if (report) {
+    stopped->set_free_port(FindFreePort());
+    stopped->set_stopped_unix_ms(clock_->WallNanos() / kMillisecond);
+    Send(reply);
+  }
+}
+
+}  // namespace trainguard

@@ -1,0 +1,98 @@
+// Agent: the per-node executor. Registers with the controller, spawns the
+// node's ranks with the torchrun environment, watches them (exit status,
+// status pages, output), sends heartbeats, stops ranks on command (capturing
+// stacks first when asked) and never leaves a process behind.
+//
+// Threading: Run() is the control loop and the only thread that spawns,
+// signals and reaps ranks (see process.h on PDEATHSIG). OnCommand() and
+// OnLinkLost() may be called from any thread (the transport's); they queue
+// work for the control loop. One output thread per rank copies its output to
+// the rank's log file and, prefixed, to this process's stdout.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "proto/protocol.h"
+
+namespace trainguard {
+
+struct AgentConfig {
+  std::string node_id;
+  std::string hostname;
+  std::string address = "127.0.0.1";  // MASTER_ADDR when this node holds group rank 0
+  std::string run_dir;                // logs/ and stacks/ go below it
+  std::string shm_dir = "/dev/shm";   // status pages
+  std::string python_dir;             // prepended to PYTHONPATH ("" = none)
+  bool stream_output = true;          // copy rank output to stdout with a "[rankN]: " prefix
+  bool native_stacks = false;         // also capture gdb backtraces of hung ranks
+  Nanos stack_timeout = 3 * kSecond;  // per rank, for the Python dump
+  int log_tail_lines = 20;
+  std::uint32_t protocol_version = kProtocolVersion;  // only tests change it
+};
+
+// How the agent sends to the controller. Send must not block for long;
+// it returns false when the session is gone.
+class ControllerLink {
+ public:
+  virtual ~ControllerLink() = default;
+  virtual bool Send(const v1::AgentMessage& msg) = 0;
+};
+
+class Agent {
+ public:
+  Agent(AgentConfig config, Clock* clock, ControllerLink* link);
+  ~Agent();
+
+  void OnCommand(const v1::ControllerMessage& msg);
+  void OnLinkLost(const std::string& why);
+
+  // Registers and runs until the controller says Shutdown (returns 0) or
+  // refuses us / the session is lost (returns 1; error() says why). All ranks
+  // are stopped and reaped before it returns.
+  int Run();
+  std::string error() const;
+
+  // Test hooks.
+  std::vector<int> RankPids() const;
+
+ private:
+  struct Rank;
+  struct Command {
+    std::optional<v1::ControllerMessage> msg;
+    std::string link_lost;  // non-empty: the session ended
+  };
+
+  void StartRanks(const v1::Start& start);
+  void StopRanks(std::int64_t generation, const std::vector<int>& capture,
+                 Nanos grace, bool report);
+  void ReapExited();
+  void SendHeartbeat();
+  v1::RankStatus Describe(const Rank& rank) const;
+  void Send(const v1::AgentMessage& msg);
+
+  const AgentConfig config_;
+  Clock* const clock_;
+  ControllerLink* const link_;
+
+  mutable std::mutex mu_;  // guards commands_, error_, pids_
+  std::condition_variable cv_;
+  std::deque<Command> commands_;
+  std::string error_;
+  std::vector<int> pids_;
+
+  // Control-loop state (Run() thread only).
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::int64_t generation_ = -1;
+  Nanos heartbeat_interval_ = 1 * kSecond;
+  Nanos next_heartbeat_ = 0;
+};
+
+}  // namespace trainguard

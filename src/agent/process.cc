@@ -1,0 +1,141 @@
+#include "agent/process.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+extern char** environ;
+
+namespace trainguard {
+
+StatusOr<std::string> FindExecutable(const std::string& name) {
+  if (name.empty()) return InvalidArgument("empty command");
+  auto executable = [](const std::string& p) {
+    struct stat st;
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+  };
+  if (name.find('/') != std::string::npos) {
+    if (executable(name)) return name;
+    return NotFound("command not found or not executable: " + name);
+  }
+  const char* path = std::getenv("PATH");
+  std::stringstream ss(path ? path : "/usr/local/bin:/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(ss, dir, ':')) {
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    if (executable(candidate)) return candidate;
+  }
+  return NotFound("command not found in PATH: " + name);
+}
+
+std::map<std::string, std::string> CurrentEnvironment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq == nullptr) continue;
+    env[std::string(static_cast<const char*>(*e), eq)] = eq + 1;
+  }
+  return env;
+}
+
+StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec) {
+  if (spec.argv.empty()) return InvalidArgument("no command to run");
+  auto exe = FindExecutable(spec.argv[0]);
+  if (!exe.ok()) return exe.status();
+  // Everything the child needs is prepared before fork: after fork only
+  // async-signal-safe calls are allowed (the agent has other threads).
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> argv, envp;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const std::string& path = exe.value();
+  int pipefd[2];
+  if (pipe2(pipefd, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + std::strerror(errno));
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    int err = errno;
+    close(pipefd[0]);
+    close(pipefd[1]);
+    return IoError(std::string("fork: ") + std::strerror(err));
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // the agent died already
+    // Undo signal state the agent may have set up.
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    signal(SIGPIPE, SIG_DFL);
+    dup2(pipefd[1], STDOUT_FILENO);
+    dup2(pipefd[1], STDERR_FILENO);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) _exit(127);
+    execve(path.c_str(), argv.data(), envp.data());
+    const char msg[] = "trainguard: exec failed\n";
+    (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    _exit(127);
+  }
+  setpgid(pid, pid);  // also from the parent, so signals never race the child's setpgid
+  close(pipefd[1]);
+  return SpawnedProcess{pid, pipefd[0]};
+}
+
+std::optional<ExitInfo> TryReap(pid_t pid) {
+  int status = 0;
+  pid_t r = waitpid(pid, &status, WNOHANG);
+  if (r == 0) return std::nullopt;
+  if (r < 0) return ExitInfo{-1, 0};  // not our child any more: treat as gone
+  ExitInfo info;
+  if (WIFEXITED(status)) info.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) info.signal = WTERMSIG(status);
+  return info;
+}
+
+void SignalGroup(pid_t pgid, int sig) {
+  if (pgid > 0) kill(-pgid, sig);
+}
+
+std::string ProcState(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return "";
+  // comm may contain spaces and parentheses: the state follows the last ')'.
+  auto close_paren = line.rfind(')');
+  if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return "";
+  return std::string(1, line[close_paren + 2]);
+}
+
+int FindFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+}  // namespace trainguard

@@ -1,0 +1,308 @@
+#include "cli/commands.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "agent/agent.h"
+#include "agent/process.h"
+#include "cli/local_launcher.h"
+#include "controller/job_controller.h"
+#include "store/event_store.h"
+#include "transport/grpc_transport.h"
+
+namespace trainguard {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+Nanos Seconds(double s) { return static_cast<Nanos>(s * kSecond); }
+
+std::string SelfExe() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "trainguard";
+  buf[n] = '\0';
+  return buf;
+}
+
+// Where the Python package sits next to the binary (build tree or install).
+std::string PythonDir() {
+  fs::path exe = SelfExe();
+  for (const fs::path& candidate :
+       {exe.parent_path() / "python", exe.parent_path().parent_path() / "lib" / "trainguard" / "python"}) {
+    if (fs::exists(candidate / "trainguard" / "__init__.py")) return candidate.string();
+  }
+  return "";
+}
+
+std::string DefaultJobId() {
+  std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof(buf), "job-%Y%m%d-%H%M%S", std::gmtime(&t));
+  return std::string(buf) + "-" + std::to_string(getpid());
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+// Blocks SIGINT/SIGTERM in every thread created after this and returns a
+// thread that turns them into `on_signal` calls.
+class SignalWatcher {
+ public:
+  template <typename F>
+  explicit SignalWatcher(F on_signal) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGUSR2);  // used to wake the watcher on exit
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+    thread_ = std::thread([set, on_signal] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0) continue;
+        if (sig == SIGUSR2) return;
+        on_signal(sig);
+      }
+    });
+  }
+  ~SignalWatcher() {
+    pthread_kill(thread_.native_handle(), SIGUSR2);
+    thread_.join();
+  }
+
+ private:
+  std::thread thread_;
+};
+
+JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
+  JobConfig c;
+  c.job_id = job_id;
+  c.nnodes = o.nnodes;
+  c.nproc_per_node = o.nproc_per_node;
+  c.argv = o.command;
+  c.max_restarts = o.max_restarts;
+  c.hang_timeout = Seconds(o.hang_timeout_s);
+  c.startup_timeout = Seconds(o.startup_timeout_s);
+  c.heartbeat_interval = Seconds(o.heartbeat_interval_s);
+  c.missed_heartbeats = o.missed_heartbeats;
+  c.stop_grace = Seconds(o.stop_grace_s);
+  c.stop_timeout = Seconds(o.stop_timeout_s);
+  c.rendezvous_timeout = Seconds(o.rendezvous_timeout_s);
+  return c;
+}
+
+void PrintDowntime(EventStore* store, const std::string& job_id) {
+  auto events = store->Events(job_id);
+  if (!events.ok()) return;
+  for (const auto& e : *events) {
+    if (e.kind == "downtime") std::fprintf(stderr, "trainguard:   %s\n", e.message.c_str());
+  }
+}
+
+// Runs a controller until the job finishes; `launcher` may be null.
+int Supervise(const JobOptions& o, const std::string& listen, bool local) {
+  std::string error = ValidateJob(o);
+  if (!error.empty()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", error.c_str());
+    return 2;
+  }
+  auto store = OpenSqliteEventStore(o.store);
+  if (!store.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
+    return 2;
+  }
+  std::string job_id = o.job_id.empty() ? DefaultJobId() : o.job_id;
+  JobController controller(MakeConfig(o, job_id), RealClock::Get(), store->get(), nullptr);
+  std::unique_ptr<LocalLauncher> launcher;
+  std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
+
+  Status started = controller.Start();
+  if (!started.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", started.message().c_str());
+    return 2;
+  }
+  SignalWatcher signals([&](int sig) {
+    controller.Cancel(std::string("interrupted by signal ") + strsignal(sig));
+  });
+  GrpcControllerServer server(&controller);
+  Status listening = server.Start(listen);
+  if (!listening.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", listening.message().c_str());
+    controller.Cancel(listening.message());
+    return 2;
+  }
+  std::atomic<bool> ticking{true};
+  std::thread ticker([&] {
+    while (ticking.load() && !controller.finished()) {
+      controller.Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::fprintf(stderr, "trainguard: job %s: controller on port %d, %d node(s) x %d rank(s), store %s\n",
+               job_id.c_str(), server.port(), o.nnodes, o.nproc_per_node, o.store.c_str());
+  if (local) {
+    std::vector<std::string> args = {"--controller", "127.0.0.1:" + std::to_string(server.port()),
+                                     "--address", "127.0.0.1", "--run-dir-base", run_dir,
+                                     "--connect-timeout", "30"};
+    if (o.native_stacks) args.push_back("--native-stacks");
+    launcher = std::make_unique<LocalLauncher>(SelfExe(), args);
+    // The launcher is the controller's node provider from here on.
+    controller.SetNodeProvider(launcher.get());
+    for (int i = 0; i < o.nnodes; ++i) launcher->StartNode("node" + std::to_string(i));
+  }
+  controller.WaitFinished(std::chrono::hours(24 * 365));
+  ticking = false;
+  ticker.join();
+  if (launcher) {
+    controller.SetNodeProvider(nullptr);
+    launcher->StopAll(static_cast<int>(o.stop_grace_s * 1000) + 15000);
+  }
+  server.Shutdown(2000);
+  bool ok = controller.state() == JobState::kSucceeded;
+  std::fprintf(stderr, "trainguard: %s\n", controller.summary().c_str());
+  PrintDowntime(store->get(), job_id);
+  if (!ok) {
+    std::fprintf(stderr, "trainguard: rank logs are in %s; events: trainguard events --store %s %s\n",
+                 run_dir.c_str(), o.store.c_str(), job_id.c_str());
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+std::string ValidateJob(const JobOptions& o) {
+  if (o.command.empty()) return "no command given: trainguard run [options] -- COMMAND [ARGS...]";
+  if (o.nnodes < 1) return "--nnodes must be at least 1";
+  if (o.nproc_per_node < 1) return "--nproc-per-node must be at least 1";
+  if (o.max_restarts < 0) return "--max-restarts must not be negative";
+  if (o.hang_timeout_s <= 0 || o.startup_timeout_s <= 0) return "timeouts must be positive";
+  if (o.heartbeat_interval_s <= 0 || o.missed_heartbeats < 1) {
+    return "--heartbeat-interval must be positive and --missed-heartbeats at least 1";
+  }
+  auto exe = FindExecutable(o.command[0]);
+  if (!exe.ok()) return exe.status().message();
+  // `python SCRIPT ...`: a missing script fails every rank the same way; say so now.
+  std::string base = fs::path(o.command[0]).filename().string();
+  if (base.rfind("python", 0) == 0 && o.command.size() > 1 && o.command[1][0] != '-' &&
+      !fs::exists(o.command[1])) {
+    return "script not found: " + o.command[1];
+  }
+  return "";
+}
+
+int RunJob(const JobOptions& options) { return Supervise(options, "127.0.0.1:0", true); }
+
+int RunController(const ControllerOptions& options) {
+  return Supervise(options.job, options.listen, false);
+}
+
+int RunAgent(const AgentOptions& o) {
+  AgentConfig config;
+  config.node_id = o.node_id.empty() ? Hostname() : o.node_id;
+  config.hostname = Hostname();
+  std::string host = o.controller.substr(0, o.controller.rfind(':'));
+  if (o.controller.find(':') == std::string::npos) {
+    std::fprintf(stderr, "trainguard agent: error: --controller must be HOST:PORT, got '%s'\n",
+                 o.controller.c_str());
+    return 2;
+  }
+  bool loopback = host == "127.0.0.1" || host == "localhost" || host == "[::1]";
+  config.address = !o.address.empty() ? o.address : (loopback ? "127.0.0.1" : Hostname());
+  config.run_dir = o.run_dir.empty() ? o.run_dir_base + "/" + config.node_id : o.run_dir;
+  config.python_dir = PythonDir();
+  config.native_stacks = o.native_stacks;
+  config.stream_output = !o.quiet;
+  if (o.protocol_version != 0) config.protocol_version = o.protocol_version;
+
+  GrpcControllerLink link;
+  Agent agent(config, RealClock::Get(), &link);
+  SignalWatcher signals([&](int sig) {
+    agent.OnLinkLost(std::string("agent interrupted by signal ") + strsignal(sig));
+  });
+  Status connected = link.Connect(o.controller, static_cast<int>(o.connect_timeout_s * 1000));
+  if (!connected.ok()) {
+    std::fprintf(stderr, "trainguard agent %s: error: %s\n", config.node_id.c_str(),
+                 connected.message().c_str());
+    return 2;
+  }
+  link.Attach(&agent);
+  int rc = agent.Run();
+  if (rc != 0) {
+    std::fprintf(stderr, "trainguard agent %s: error: %s\n", config.node_id.c_str(),
+                 agent.error().c_str());
+  }
+  link.Close();
+  return rc;
+}
+
+int ShowEvents(const EventsOptions& o) {
+  if (!fs::exists(o.store)) {
+    std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", o.store.c_str());
+    return 2;
+  }
+  auto store = OpenSqliteEventStore(o.store);
+  if (!store.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
+    return 2;
+  }
+  std::string job_id = o.job_id;
+  if (job_id.empty()) {
+    auto jobs = (*store)->Jobs();
+    if (!jobs.ok() || jobs->empty()) {
+      std::fprintf(stderr, "trainguard: error: the store %s holds no jobs\n", o.store.c_str());
+      return 2;
+    }
+    job_id = jobs->back().job_id;
+  }
+  auto events = (*store)->Events(job_id);
+  if (!events.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", events.status().message().c_str());
+    return 2;
+  }
+  if (events->empty()) {
+    std::fprintf(stderr, "trainguard: error: no events for job %s in %s\n", job_id.c_str(),
+                 o.store.c_str());
+    return 2;
+  }
+  if (o.json) {
+    json out = json::array();
+    for (const auto& e : *events) {
+      json detail = json::parse(e.detail_json, nullptr, false);
+      out.push_back({{"id", e.id}, {"job_id", e.job_id}, {"time_unix_ns", e.wall_ns},
+                     {"kind", e.kind}, {"node", e.node}, {"rank", e.rank},
+                     {"generation", e.generation}, {"step", e.step}, {"message", e.message},
+                     {"detail", detail.is_discarded() ? json(e.detail_json) : detail}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("job %s (%zu events)\n", job_id.c_str(), events->size());
+  for (const auto& e : *events) {
+    std::time_t secs = static_cast<std::time_t>(e.wall_ns / kSecond);
+    char when[32];
+    std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", std::gmtime(&secs));
+    std::printf("%s.%03lld  gen %-2lld %-20s %s\n", when,
+                static_cast<long long>((e.wall_ns % kSecond) / kMillisecond),
+                static_cast<long long>(e.generation), e.kind.c_str(), e.message.c_str());
+  }
+  return 0;
+}
+
+}  // namespace trainguard

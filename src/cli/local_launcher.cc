@@ -1,0 +1,132 @@
+#include "cli/local_launcher.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "agent/process.h"
+
+namespace trainguard {
+
+LocalLauncher::LocalLauncher(std::string self_exe, std::vector<std::string> common_args)
+    : self_exe_(std::move(self_exe)), common_args_(std::move(common_args)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+LocalLauncher::~LocalLauncher() { StopAll(0); }
+
+void LocalLauncher::StartNode(const std::string& node_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_.push_back({node_id, false});
+  cv_.notify_all();
+}
+
+void LocalLauncher::ReplaceNode(const std::string& node_id, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return;
+  requests_.push_back({node_id, true});
+  cv_.notify_all();
+}
+
+pid_t LocalLauncher::AgentPid(const std::string& node_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = agents_.find(node_id);
+  return it == agents_.end() ? -1 : it->second;
+}
+
+int LocalLauncher::StopAll(int timeout_ms) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (done_ && !thread_.joinable()) return killed_;
+    stopping_ = true;
+    stop_timeout_ms_ = timeout_ms;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  return killed_;
+}
+
+void LocalLauncher::Launch(const std::string& node_id) {
+  SpawnSpec spec;
+  spec.argv.push_back(self_exe_);
+  spec.argv.push_back("agent");
+  for (const auto& a : common_args_) spec.argv.push_back(a);
+  spec.argv.push_back("--node-id");
+  spec.argv.push_back(node_id);
+  spec.env = CurrentEnvironment();
+  // The agent's output (its ranks' prefixed lines) goes to our stdout directly.
+  auto proc = Spawn(spec);
+  if (!proc.ok()) {
+    std::fprintf(stderr, "trainguard: cannot start agent for %s: %s\n", node_id.c_str(),
+                 proc.status().ToString().c_str());
+    return;
+  }
+  // Spawn gave the agent a pipe; forward it on a small thread so that output
+  // keeps its order per agent.
+  int fd = proc->output_fd;
+  std::thread([fd] {
+    char buf[8192];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+      if (fwrite(buf, 1, static_cast<size_t>(n), stdout) == 0) break;
+      fflush(stdout);
+    }
+    close(fd);
+  }).detach();
+  agents_[node_id] = proc->pid;
+}
+
+void LocalLauncher::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto reap = [&] {
+    for (auto it = agents_.begin(); it != agents_.end();) {
+      if (TryReap(it->second)) {
+        it = agents_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = dying_.begin(); it != dying_.end();) {
+      it = TryReap(*it) ? dying_.erase(it) : it + 1;
+    }
+  };
+  while (!stopping_) {
+    cv_.wait_for(lock, std::chrono::milliseconds(50),
+                 [&] { return stopping_ || !requests_.empty(); });
+    while (!requests_.empty() && !stopping_) {
+      Request r = requests_.front();
+      requests_.pop_front();
+      auto it = agents_.find(r.node_id);
+      if (it != agents_.end()) {
+        if (!r.kill_first) continue;  // already running
+        SignalGroup(it->second, SIGKILL);
+        dying_.push_back(it->second);
+        agents_.erase(it);
+      }
+      Launch(r.node_id);
+    }
+    reap();
+  }
+  // Let agents finish on their own (they were told to shut down), then kill.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(stop_timeout_ms_);
+  while ((!agents_.empty() || !dying_.empty()) && std::chrono::steady_clock::now() < deadline) {
+    lock.unlock();
+    usleep(10000);
+    lock.lock();
+    reap();
+  }
+  for (const auto& [id, pid] : agents_) {
+    SignalGroup(pid, SIGKILL);
+    dying_.push_back(pid);
+    ++killed_;
+  }
+  agents_.clear();
+  for (pid_t pid : dying_) {
+    for (int i = 0; i < 500 && !TryReap(pid); ++i) usleep(10000);
+  }
+  dying_.clear();
+  done_ = true;
+}
+
+}  // namespace trainguard

@@ -1,0 +1,61 @@
+// LocalLauncher: the `local` scheduler backend. Every "node" is an agent
+// process on this machine, started as `trainguard agent ...`. A lost node is
+// evicted (its agent SIGKILLed, which takes its ranks along through
+// PDEATHSIG) and replaced by a fresh agent with the same node id.
+//
+// Threading: one launcher thread forks, reaps and kills agents (so that
+// PDEATHSIG is tied to a thread that lives as long as the launcher);
+// ReplaceNode only queues a request and may be called from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "controller/job_controller.h"
+
+namespace trainguard {
+
+class LocalLauncher final : public NodeProvider {
+ public:
+  // `agent_argv(node_id)` gives the command line of the agent for a node.
+  LocalLauncher(std::string self_exe, std::vector<std::string> common_args);
+  ~LocalLauncher() override;
+
+  void StartNode(const std::string& node_id);
+  void ReplaceNode(const std::string& node_id, const std::string& reason) override;
+  // Waits up to `timeout_ms` for all agents to exit, then SIGKILLs the rest
+  // and reaps them. Returns the number that had to be killed.
+  int StopAll(int timeout_ms);
+  // Pid of the node's current agent, -1 if none (tests, benchmarks).
+  pid_t AgentPid(const std::string& node_id);
+
+ private:
+  struct Request {
+    std::string node_id;
+    bool kill_first;
+  };
+  void Loop();
+  void Launch(const std::string& node_id);
+
+  const std::string self_exe_;
+  const std::vector<std::string> common_args_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Request> requests_;
+  std::map<std::string, pid_t> agents_;  // live agents by node id
+  std::vector<pid_t> dying_;              // killed, not yet reaped
+  bool stopping_ = false;
+  int stop_timeout_ms_ = 0;
+  int killed_ = 0;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace trainguard

@@ -1,0 +1,85 @@
+#include "trainguard/client.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <utility>
+
+#include "common/clock.h"
+#include "common/status_page.h"
+#include "trainguard/c_api.h"
+
+namespace trainguard::client {
+namespace {
+
+std::mutex g_init_mu;                          // guards g_mapping
+MappedStatusPage* g_mapping = nullptr;         // owned; leaked at exit on purpose
+std::atomic<StatusPage*> g_page{nullptr};      // hot-path view of g_mapping
+
+}  // namespace
+
+bool Init() {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (g_page.load() != nullptr) return true;
+  const char* path = std::getenv(kStatusPageEnv);
+  if (path == nullptr || *path == '\0') return false;
+  auto mapped = MappedStatusPage::Open(path);
+  if (!mapped.ok()) {
+    std::fprintf(stderr, "trainguard: not reporting progress: %s\n",
+                 mapped.status().ToString().c_str());
+    return false;
+  }
+  g_mapping = new MappedStatusPage(std::move(mapped.value()));
+  StatusPage* page = g_mapping->get();
+  page->attach_mono_ns.store(MonotonicNowNanos(), std::memory_order_relaxed);
+  page->pid.store(getpid(), std::memory_order_release);
+  g_page.store(page, std::memory_order_release);
+  return true;
+}
+
+bool Attached() { return g_page.load(std::memory_order_acquire) != nullptr; }
+
+void Step(std::int64_t step) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr) return;
+  std::int64_t now = MonotonicNowNanos();
+  if (page->first_step_mono_ns.load(std::memory_order_relaxed) == 0) {
+    page->first_step_mono_ns.store(now, std::memory_order_relaxed);
+  }
+  page->last_step_mono_ns.store(now, std::memory_order_relaxed);
+  page->step_count.fetch_add(1, std::memory_order_relaxed);
+  page->step.store(step, std::memory_order_release);
+}
+
+void SetPhase(const char* name) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr) return;
+  WritePhase(page, name == nullptr ? "" : name, MonotonicNowNanos());
+}
+
+void CheckpointCommitted(std::int64_t step) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr) return;
+  page->checkpoint_mono_ns.store(MonotonicNowNanos(), std::memory_order_relaxed);
+  page->checkpoint_step.store(step, std::memory_order_release);
+}
+
+void Shutdown() {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  g_page.store(nullptr, std::memory_order_release);
+  // The mapping stays alive: another thread may still be inside Step() with
+  // the old pointer. One 4 KiB mapping per process is the price.
+}
+
+}  // namespace trainguard::client
+
+extern "C" {
+int tg_init(void) { return trainguard::client::Init() ? 1 : 0; }
+void tg_step(int64_t step) { trainguard::client::Step(step); }
+void tg_set_phase(const char* name) { trainguard::client::SetPhase(name); }
+void tg_checkpoint_committed(int64_t step) { trainguard::client::CheckpointCommitted(step); }
+void tg_shutdown(void) { trainguard::client::Shutdown(); }
+}

@@ -1,0 +1,129 @@
+#include "common/status_page.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+
+namespace trainguard {
+
+void InitStatusPage(StatusPage* page) {
+  std::memset(static_cast<void*>(page), 0, sizeof(StatusPage));
+  page->magic = kStatusPageMagic;
+  page->version = kStatusPageVersion;
+  page->size = static_cast<std::uint32_t>(kStatusPageSize);
+  page->step.store(kNoStep);
+  page->checkpoint_step.store(kNoStep);
+}
+
+void WritePhase(StatusPage* page, const char* name, std::int64_t now_mono_ns) {
+  std::uint64_t seq = page->phase_seq.load(std::memory_order_relaxed);
+  page->phase_seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  std::size_t n = std::min(std::strlen(name), kPhaseNameCapacity - 1);
+  std::memcpy(page->phase_name, name, n);
+  page->phase_name[n] = '\0';
+  page->phase_mono_ns.store(now_mono_ns, std::memory_order_relaxed);
+  page->phase_seq.store(seq + 2, std::memory_order_release);
+}
+
+StatusSnapshot ReadStatusPage(const StatusPage& page) {
+  StatusSnapshot s;
+  s.pid = page.pid.load(std::memory_order_acquire);
+  s.attached = s.pid != 0;
+  s.attach_mono_ns = page.attach_mono_ns.load(std::memory_order_relaxed);
+  s.step = page.step.load(std::memory_order_acquire);
+  s.step_count = page.step_count.load(std::memory_order_relaxed);
+  s.last_step_mono_ns = page.last_step_mono_ns.load(std::memory_order_relaxed);
+  s.first_step_mono_ns = page.first_step_mono_ns.load(std::memory_order_relaxed);
+  s.checkpoint_step = page.checkpoint_step.load(std::memory_order_acquire);
+  // A writer that died mid-update leaves the counter odd forever: give up after
+  // a bounded number of tries and report no phase rather than spin.
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::uint64_t before = page.phase_seq.load(std::memory_order_acquire);
+    if (before & 1) continue;
+    char buf[kPhaseNameCapacity];
+    std::memcpy(buf, page.phase_name, sizeof(buf));
+    std::int64_t since = page.phase_mono_ns.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (page.phase_seq.load(std::memory_order_relaxed) != before) continue;
+    buf[kPhaseNameCapacity - 1] = '\0';
+    s.phase = buf;
+    s.phase_mono_ns = since;
+    break;
+  }
+  return s;
+}
+
+MappedStatusPage::~MappedStatusPage() {
+  if (page_ != nullptr) munmap(page_, kStatusPageSize);
+}
+
+MappedStatusPage::MappedStatusPage(MappedStatusPage&& other) noexcept
+    : page_(other.page_), path_(std::move(other.path_)) {
+  other.page_ = nullptr;
+}
+
+MappedStatusPage& MappedStatusPage::operator=(MappedStatusPage&& other) noexcept {
+  if (this != &other) {
+    if (page_ != nullptr) munmap(page_, kStatusPageSize);
+    page_ = other.page_;
+    path_ = std::move(other.path_);
+    other.page_ = nullptr;
+  }
+  return *this;
+}
+
+static StatusOr<StatusPage*> MapFd(int fd, const std::string& path) {
+  void* p = mmap(nullptr, kStatusPageSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) return IoError("mmap " + path + ": " + std::strerror(err));
+  return static_cast<StatusPage*>(p);
+}
+
+StatusOr<MappedStatusPage> MappedStatusPage::Create(const std::string& path) {
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return IoError("create status page " + path + ": " + std::strerror(errno));
+  if (ftruncate(fd, kStatusPageSize) != 0) {
+    int err = errno;
+    close(fd);
+    return IoError("size status page " + path + ": " + std::strerror(err));
+  }
+  auto mapped = MapFd(fd, path);
+  if (!mapped.ok()) return mapped.status();
+  MappedStatusPage page;
+  page.page_ = mapped.value();
+  page.path_ = path;
+  InitStatusPage(page.page_);
+  return page;
+}
+
+StatusOr<MappedStatusPage> MappedStatusPage::Open(const std::string& path) {
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return IoError("open status page " + path + ": " + std::strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(kStatusPageSize)) {
+    close(fd);
+    return InvalidArgument("status page " + path + " is smaller than " +
+                           std::to_string(kStatusPageSize) + " bytes");
+  }
+  auto mapped = MapFd(fd, path);
+  if (!mapped.ok()) return mapped.status();
+  MappedStatusPage page;
+  page.page_ = mapped.value();
+  page.path_ = path;
+  if (page.page_->magic != kStatusPageMagic || page.page_->version != kStatusPageVersion) {
+    return FailedPrecondition("status page " + path + " has magic/version " +
+                              std::to_string(page.page_->magic) + "/" +
+                              std::to_string(page.page_->version) + ", expected version " +
+                              std::to_string(kStatusPageVersion));
+  }
+  return page;
+}
+
+}  // namespace trainguard

@@ -1,0 +1,91 @@
+// The per-rank status page: a 4 KiB shared-memory file the agent creates and
+// each training process (the client) updates. Spec: docs/status_page.md.
+//
+// Ownership: the agent creates, initializes and deletes the file; the client
+// maps it read-write and is the only writer of the fields below `pid`; the
+// agent only reads them. Every field is a lock-free 64-bit atomic, so the
+// agent can read the page of a rank that is hung or dead. The phase name is
+// guarded by a sequence counter (odd while being written).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "trainguard/status.h"
+
+namespace trainguard {
+
+constexpr std::uint64_t kStatusPageMagic = 0x5355544154534754ULL;  // "TGSTATUS" little-endian
+constexpr std::uint32_t kStatusPageVersion = 1;
+constexpr std::size_t kStatusPageSize = 4096;
+constexpr std::size_t kPhaseNameCapacity = 64;  // including the terminating NUL
+constexpr std::int64_t kNoStep = -1;
+
+struct StatusPage {
+  std::uint64_t magic;
+  std::uint32_t version;
+  std::uint32_t size;
+  std::atomic<std::int64_t> pid;                 // 0 until the client attaches
+  std::atomic<std::int64_t> attach_mono_ns;      // CLOCK_MONOTONIC at client init()
+  std::atomic<std::int64_t> step;                // kNoStep until the first step()
+  std::atomic<std::int64_t> step_count;          // number of step() calls
+  std::atomic<std::int64_t> last_step_mono_ns;   // time of the latest step()
+  std::atomic<std::int64_t> first_step_mono_ns;  // time of the first step(), 0 if none
+  std::atomic<std::int64_t> checkpoint_step;     // newest committed checkpoint, kNoStep if none
+  std::atomic<std::int64_t> checkpoint_mono_ns;
+  std::atomic<std::uint64_t> phase_seq;          // seqlock over phase_name
+  std::atomic<std::int64_t> phase_mono_ns;       // when the current phase began
+  char phase_name[kPhaseNameCapacity];
+};
+static_assert(sizeof(StatusPage) <= kStatusPageSize);
+static_assert(std::atomic<std::int64_t>::is_always_lock_free);
+
+// Writes a fresh, empty page into `page` (agent side, before the rank starts).
+void InitStatusPage(StatusPage* page);
+
+// A consistent copy of a page, as the agent sees it.
+struct StatusSnapshot {
+  bool attached = false;
+  std::int64_t pid = 0;
+  std::int64_t attach_mono_ns = 0;
+  std::int64_t step = kNoStep;
+  std::int64_t step_count = 0;
+  std::int64_t last_step_mono_ns = 0;
+  std::int64_t first_step_mono_ns = 0;
+  std::int64_t checkpoint_step = kNoStep;
+  std::int64_t phase_mono_ns = 0;
+  std::string phase;
+};
+
+StatusSnapshot ReadStatusPage(const StatusPage& page);
+
+// Writes the phase name under the sequence lock (client side).
+void WritePhase(StatusPage* page, const char* name, std::int64_t now_mono_ns);
+
+// A mapped status page file; unmaps on destruction. Not thread-safe itself;
+// the page it points to is shared as described above.
+class MappedStatusPage {
+ public:
+  MappedStatusPage() = default;
+  ~MappedStatusPage();
+  MappedStatusPage(MappedStatusPage&& other) noexcept;
+  MappedStatusPage& operator=(MappedStatusPage&& other) noexcept;
+  MappedStatusPage(const MappedStatusPage&) = delete;
+  MappedStatusPage& operator=(const MappedStatusPage&) = delete;
+
+  // Creates (or truncates) the file at `path` and initializes an empty page.
+  static StatusOr<MappedStatusPage> Create(const std::string& path);
+  // Maps an existing page; checks magic and version.
+  static StatusOr<MappedStatusPage> Open(const std::string& path);
+
+  StatusPage* get() const { return page_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  StatusPage* page_ = nullptr;
+  std::string path_;
+};
+
+}  // namespace trainguard

@@ -1,0 +1,662 @@
+#include "controller/job_controller.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+namespace trainguard {
+
+using nlohmann::json;
+
+const char* JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kStarting: return "STARTING";
+    case JobState::kRunning: return "RUNNING";
+    case JobState::kStopping: return "STOPPING";
+    case JobState::kRestarting: return "RESTARTING";
+    case JobState::kSucceeded: return "SUCCEEDED";
+    case JobState::kFailed: return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
+namespace {
+
+std::string Ms(Nanos d) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f s", static_cast<double>(d) / kSecond);
+  return buf;
+}
+
+std::string DescribeExit(const v1::RankStatus& r) {
+  if (r.term_signal() != 0) return "was killed by signal " + std::to_string(r.term_signal());
+  return "exited with code " + std::to_string(r.exit_code());
+}
+
+json RankJson(const v1::RankStatus& r) {
+  return {{"rank", r.global_rank()},   {"local_rank", r.local_rank()},
+          {"pid", r.pid()},            {"step", r.step()},
+          {"phase", r.phase()},        {"progress_age_ms", r.progress_age_ms()},
+          {"proc_state", r.proc_state()}, {"checkpoint_step", r.checkpoint_step()}};
+}
+
+}  // namespace
+
+JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
+                             NodeProvider* provider)
+    : config_(std::move(config)), clock_(clock), store_(store), provider_(provider) {}
+
+void JobController::SetNodeProvider(NodeProvider* provider) {
+  std::lock_guard<std::mutex> lock(mu_);
+  provider_ = provider;
+}
+
+Status JobController::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string command;
+  for (const auto& a : config_.argv) command += (command.empty() ? "" : " ") + a;
+  json cfg = {{"nnodes", config_.nnodes},
+              {"nproc_per_node", config_.nproc_per_node},
+              {"max_restarts", config_.max_restarts},
+              {"heartbeat_interval_ms", config_.heartbeat_interval / kMillisecond},
+              {"missed_heartbeats", config_.missed_heartbeats},
+              {"hang_timeout_ms", config_.hang_timeout / kMillisecond},
+              {"startup_timeout_ms", config_.startup_timeout / kMillisecond},
+              {"argv", config_.argv}};
+  TG_RETURN_IF_ERROR(store_->CreateJob(
+      {config_.job_id, clock_->WallNanos(), command, cfg.dump(), "STARTING", ""}));
+  waiting_since_mono_ = clock_->MonotonicNanos();
+  Emit("job_created", "", -1, -1,
+       "job " + config_.job_id + ": " + std::to_string(config_.nnodes) + " node(s) x " +
+           std::to_string(config_.nproc_per_node) + " rank(s): " + command,
+       cfg.dump());
+  return Status::Ok();
+}
+
+JobState JobController::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+int JobController::restart_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return restart_count_;
+}
+
+std::string JobController::summary() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return summary_;
+}
+
+bool JobController::finished() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_ == JobState::kSucceeded || state_ == JobState::kFailed;
+}
+
+bool JobController::WaitFinished(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return finished_cv_.wait_for(lock, timeout, [&] {
+    return state_ == JobState::kSucceeded || state_ == JobState::kFailed;
+  });
+}
+
+JobController::Node* JobController::NodeByConn(std::uint64_t conn) {
+  for (auto& n : nodes_) {
+    if (n.conn == conn && conn != 0) return &n;
+  }
+  return nullptr;
+}
+
+JobController::Node* JobController::NodeById(const std::string& id) {
+  for (auto& n : nodes_) {
+    if (n.node_id == id) return &n;
+  }
+  return nullptr;
+}
+
+void JobController::OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> link) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // The node is not known until it registers; remember the link under a
+  // placeholder so that Register can find it.
+  Node pending;
+  pending.conn = conn;
+  pending.link = std::move(link);
+  nodes_.push_back(std::move(pending));
+}
+
+void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (msg.has_register_()) {
+    HandleRegister(conn, msg.register_());
+    return;
+  }
+  Node* node = NodeByConn(conn);
+  if (node == nullptr || node->node_id.empty()) return;  // not registered: ignore
+  switch (msg.kind_case()) {
+    case v1::AgentMessage::kHeartbeat: HandleHeartbeat(node, msg.heartbeat()); break;
+    case v1::AgentMessage::kStarted: HandleStarted(node, msg.started()); break;
+    case v1::AgentMessage::kRankExited: HandleRankExited(node, msg.rank_exited()); break;
+    case v1::AgentMessage::kStopped: HandleStopped(node, msg.stopped()); break;
+    default: break;
+  }
+}
+
+void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) {
+  // Find the placeholder the connection created.
+  auto pending = std::find_if(nodes_.begin(), nodes_.end(),
+                              [&](const Node& n) { return n.conn == conn && n.node_id.empty(); });
+  if (pending == nodes_.end()) return;
+  std::shared_ptr<AgentLink> link = pending->link;
+  nodes_.erase(pending);
+
+  v1::ControllerMessage welcome;
+  welcome.mutable_welcome()->set_protocol_version(kProtocolVersion);
+  welcome.mutable_welcome()->set_job_id(config_.job_id);
+  welcome.mutable_welcome()->set_heartbeat_interval_ms(
+      static_cast<int>(config_.heartbeat_interval / kMillisecond));
+  auto refuse = [&](const std::string& why) {
+    welcome.mutable_welcome()->set_error(why);
+    link->Send(welcome);
+    link->Close();
+    Emit("agent_refused", reg.node_id(), -1, -1, "agent " + reg.node_id() + " refused: " + why);
+  };
+  if (reg.protocol_version() != kProtocolVersion) {
+    refuse("protocol version mismatch: agent speaks " + std::to_string(reg.protocol_version()) +
+           ", controller speaks " + std::to_string(kProtocolVersion));
+    return;
+  }
+  if (reg.node_id().empty()) {
+    refuse("agent sent an empty node id");
+    return;
+  }
+  if (state_ == JobState::kSucceeded || state_ == JobState::kFailed) {
+    refuse(std::string("job already ") + JobStateName(state_));
+    return;
+  }
+  Node* node = NodeById(reg.node_id());
+  if (node != nullptr && node->conn != 0) {
+    // The same node registers again while we still hold a connection: the old
+    // session is stale (the agent restarted); its ranks are gone.
+    std::shared_ptr<AgentLink> old = node->link;
+    node->conn = 0;
+    node->link.reset();
+    old->Close();
+    if (node->group_rank >= 0 && state_ == JobState::kRunning) {
+      NodeLost(node, "re-registered with a new session", clock_->WallNanos());
+    }
+    node = NodeById(reg.node_id());
+  }
+  if (node == nullptr) {
+    nodes_.push_back(Node{});
+    node = &nodes_.back();
+    node->node_id = reg.node_id();
+  }
+  // A node takes its old slot if free, else the lowest free one.
+  std::set<int> taken;
+  for (const auto& n : nodes_) {
+    if (&n != node && n.group_rank >= 0) taken.insert(n.group_rank);
+  }
+  if (node->group_rank < 0 || taken.count(node->group_rank)) {
+    node->group_rank = -1;
+    for (int g = 0; g < config_.nnodes; ++g) {
+      if (!taken.count(g)) {
+        node->group_rank = g;
+        break;
+      }
+    }
+  }
+  if (node->group_rank < 0) {
+    std::string id = node->node_id;
+    nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(),
+                              [&](const Node& n) { return n.node_id == id; }));
+    refuse("job already has all " + std::to_string(config_.nnodes) + " nodes");
+    return;
+  }
+  node->conn = conn;
+  node->link = link;
+  node->address = reg.address();
+  node->free_port = reg.free_port();
+  node->last_heartbeat_mono = clock_->MonotonicNanos();
+  node->last_heartbeat_wall = clock_->WallNanos();
+  node->stopped_generation = generation_;  // a fresh agent runs no ranks
+  node->ranks.clear();
+  link->Send(welcome);
+  json d = {{"hostname", reg.hostname()}, {"address", reg.address()},
+            {"agent_pid", reg.pid()},     {"group_rank", node->group_rank}};
+  Emit("node_registered", node->node_id, -1, -1,
+       "node " + node->node_id + " (" + reg.hostname() + ", " + reg.address() +
+           ") registered as group rank " + std::to_string(node->group_rank),
+       d.dump());
+  MaybeStartGeneration();
+}
+
+void JobController::MaybeStartGeneration() {
+  if (state_ != JobState::kStarting && state_ != JobState::kRestarting) return;
+  std::vector<Node*> slots(config_.nnodes, nullptr);
+  for (auto& n : nodes_) {
+    if (n.conn != 0 && n.group_rank >= 0) slots[n.group_rank] = &n;
+  }
+  for (Node* n : slots) {
+    if (n == nullptr) return;
+  }
+  generation_ = restart_count_;
+  first_step_seen_ = false;
+  generation_start_wall_ = clock_->WallNanos();
+  const Node* master = slots[0];
+  v1::ControllerMessage msg;
+  v1::Start* start = msg.mutable_start();
+  start->set_generation(generation_);
+  start->set_run_id(config_.job_id);
+  start->set_nnodes(config_.nnodes);
+  start->set_nproc_per_node(config_.nproc_per_node);
+  start->set_world_size(config_.nnodes * config_.nproc_per_node);
+  start->set_master_addr(master->address);
+  start->set_master_port(master->free_port);
+  start->set_max_restarts(config_.max_restarts);
+  for (const auto& a : config_.argv) start->add_argv(a);
+  for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
+  for (Node* n : slots) {
+    start->set_group_rank(n->group_rank);
+    n->ranks.clear();
+    n->stopped_generation = -1;
+    n->last_heartbeat_mono = clock_->MonotonicNanos();
+    n->link->Send(msg);
+  }
+  json d = {{"master_addr", master->address}, {"master_port", master->free_port},
+            {"restart_count", restart_count_}};
+  SetState(JobState::kRunning, "generation " + std::to_string(generation_) + " started");
+  Emit("generation_started", "", -1, -1,
+       "started generation " + std::to_string(generation_) + " (restart " +
+           std::to_string(restart_count_) + "/" + std::to_string(config_.max_restarts) +
+           "), master " + master->address + ":" + std::to_string(master->free_port),
+       d.dump());
+}
+
+void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
+  RankView& view = node->ranks[status.global_rank()];
+  bool exited_ok = view.exited_ok;
+  view.status = status;
+  view.received_mono = clock_->MonotonicNanos();
+  view.exited_ok = exited_ok;
+  if (status.checkpoint_step() > checkpoint_step_) {
+    checkpoint_step_ = status.checkpoint_step();
+    Emit("checkpoint_committed", node->node_id, status.global_rank(), checkpoint_step_,
+         "checkpoint of step " + std::to_string(checkpoint_step_) + " committed");
+  }
+  if (!first_step_seen_ && status.first_step_unix_ms() > 0) {
+    first_step_seen_ = true;
+    Nanos first_wall = status.first_step_unix_ms() * kMillisecond;
+    Emit("first_step", node->node_id, status.global_rank(), status.step(),
+         "generation " + std::to_string(generation_) + " made its first step " +
+             Ms(first_wall - generation_start_wall_) + " after launch");
+    RecordDowntime(first_wall);
+  }
+}
+
+void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb) {
+  node->last_heartbeat_mono = clock_->MonotonicNanos();
+  node->last_heartbeat_wall = clock_->WallNanos();
+  if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
+  for (const auto& r : hb.ranks()) UpdateRank(node, r);
+}
+
+void JobController::HandleStarted(Node* node, const v1::RanksStarted& started) {
+  if (started.generation() != generation_) return;
+  json pids = json::object();
+  for (const auto& r : started.ranks()) {
+    pids[std::to_string(r.global_rank())] = r.pid();
+    UpdateRank(node, r);
+  }
+  Emit("ranks_started", node->node_id, -1, -1,
+       "node " + node->node_id + " started " + std::to_string(started.ranks_size()) +
+           " rank(s) of generation " + std::to_string(generation_),
+       json{{"pids", pids}, {"generation", started.generation()}}.dump());
+}
+
+void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
+  const v1::RankStatus& r = exited.rank();
+  json d = RankJson(r);
+  d["exit_code"] = r.exit_code();
+  d["signal"] = r.term_signal();
+  d["log_tail"] = std::vector<std::string>(exited.log_tail().begin(), exited.log_tail().end());
+  bool current = exited.generation() == generation_ && state_ == JobState::kRunning;
+  bool ok = r.exit_code() == 0 && r.term_signal() == 0;
+  std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node->node_id + " " +
+                     DescribeExit(r) + " at step " + std::to_string(r.step());
+  Emit("rank_exited", node->node_id, r.global_rank(), r.step(), what, d.dump());
+  if (!current) return;
+  UpdateRank(node, r);
+  if (ok) {
+    node->ranks[r.global_rank()].exited_ok = true;
+    int done = 0;
+    for (const auto& n : nodes_) {
+      for (const auto& [rank, view] : n.ranks) done += view.exited_ok ? 1 : 0;
+    }
+    if (done == config_.nnodes * config_.nproc_per_node) {
+      Finish(JobState::kSucceeded,
+             "job " + config_.job_id + " SUCCEEDED: all " + std::to_string(done) +
+                 " ranks exited 0 at step " + std::to_string(MaxStep()) + " after " +
+                 std::to_string(restart_count_) + " restart(s)");
+    }
+    return;
+  }
+  Nanos fault = exited.exit_unix_ms() > 0 ? exited.exit_unix_ms() * kMillisecond
+                                          : clock_->WallNanos();
+  std::string tail;
+  if (exited.log_tail_size() > 0) tail = "; last output: " + exited.log_tail(exited.log_tail_size() - 1);
+  Fail("rank_failed", what + tail, node->node_id, r.global_rank(), fault, {}, d.dump());
+}
+
+void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
+  if (stopped.free_port() > 0) node->free_port = stopped.free_port();
+  for (const auto& s : stopped.stacks()) {
+    json d = {{"proc_state", s.proc_state()}, {"python", s.python()}, {"native", s.native()}};
+    std::string where = s.python().empty() ? "no Python stack captured" : "Python stack captured";
+    Emit("stacks", node->node_id, s.global_rank(), -1,
+         "stacks of rank " + std::to_string(s.global_rank()) + " (process state " +
+             (s.proc_state().empty() ? "?" : s.proc_state()) + "): " + where,
+         d.dump());
+  }
+  if (stopped.generation() != generation_ || state_ != JobState::kStopping) return;
+  node->stopped_generation = stopped.generation();
+  MaybeAllStopped();
+}
+
+void JobController::OnDisconnect(std::uint64_t conn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Node* node = NodeByConn(conn);
+  if (node == nullptr) return;
+  if (node->node_id.empty()) {  // never registered
+    nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(),
+                              [&](const Node& n) { return n.conn == conn; }));
+    return;
+  }
+  node->conn = 0;
+  node->link.reset();
+  if (state_ == JobState::kSucceeded || state_ == JobState::kFailed) return;
+  NodeLost(node, "connection to its agent closed", clock_->WallNanos());
+}
+
+void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wall) {
+  std::string id = node->node_id;
+  int group_rank = node->group_rank;
+  if (node->link) {
+    std::shared_ptr<AgentLink> link = node->link;
+    node->conn = 0;
+    node->link.reset();
+    link->Close();
+  }
+  node->group_rank = -1;  // its slot is free for a replacement
+  Emit("node_lost", id, -1, -1, "node " + id + " lost: " + why,
+       json{{"reason", why}, {"group_rank", group_rank}}.dump());
+  if (provider_ != nullptr) provider_->ReplaceNode(id, why);
+  if (state_ == JobState::kRunning) {
+    Fail("node_lost", "node " + id + " lost: " + why, id, -1, fault_wall, {},
+         json{{"reason", why}}.dump());
+  } else if (state_ == JobState::kStopping) {
+    MaybeAllStopped();
+  }
+}
+
+void JobController::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Nanos now = clock_->MonotonicNanos();
+  switch (state_) {
+    case JobState::kRunning:
+      CheckHeartbeats(now);
+      if (state_ == JobState::kRunning) CheckHangs(now);
+      break;
+    case JobState::kStopping:
+      CheckHeartbeats(now);
+      if (state_ == JobState::kStopping && now - stop_sent_mono_ > config_.stop_timeout) {
+        for (auto& n : nodes_) {
+          if (n.conn != 0 && n.group_rank >= 0 && n.stopped_generation != generation_) {
+            NodeLost(&n, "did not report its ranks stopped within " + Ms(config_.stop_timeout),
+                     clock_->WallNanos());
+          }
+        }
+      }
+      break;
+    case JobState::kStarting:
+    case JobState::kRestarting:
+      if (now - waiting_since_mono_ > config_.rendezvous_timeout) {
+        int present = 0;
+        for (const auto& n : nodes_) present += (n.conn != 0 && n.group_rank >= 0) ? 1 : 0;
+        Finish(JobState::kFailed, "job " + config_.job_id + " FAILED: only " +
+                                      std::to_string(present) + " of " +
+                                      std::to_string(config_.nnodes) + " nodes joined within " +
+                                      Ms(config_.rendezvous_timeout));
+      }
+      break;
+    default: break;
+  }
+}
+
+void JobController::CheckHeartbeats(Nanos now) {
+  Nanos limit = config_.heartbeat_interval * config_.missed_heartbeats;
+  for (auto& n : nodes_) {
+    if (n.conn == 0 || n.group_rank < 0) continue;
+    if (now - n.last_heartbeat_mono > limit) {
+      NodeLost(&n, "no heartbeat for " + Ms(now - n.last_heartbeat_mono) + " (limit " +
+                       std::to_string(config_.missed_heartbeats) + " x " +
+                       Ms(config_.heartbeat_interval) + ")",
+               n.last_heartbeat_wall);
+      if (state_ != JobState::kRunning && state_ != JobState::kStopping) return;
+    }
+  }
+}
+
+void JobController::CheckHangs(Nanos now) {
+  std::vector<int> hung;
+  json evidence = json::array();
+  std::string culprit_node;
+  int culprit_rank = -1;
+  Nanos oldest_age = -1;
+  for (const auto& n : nodes_) {
+    if (n.group_rank < 0) continue;
+    for (const auto& [rank, view] : n.ranks) {
+      const v1::RankStatus& s = view.status;
+      if (!s.running() || !s.attached()) continue;  // no progress reports: cannot judge
+      Nanos age = s.progress_age_ms() * kMillisecond + (now - view.received_mono);
+      Nanos limit = s.step_count() > 0 ? config_.hang_timeout : config_.startup_timeout;
+      if (age <= limit) continue;
+      hung.push_back(rank);
+      json e = RankJson(s);
+      e["node"] = n.node_id;
+      e["age_ms"] = age / kMillisecond;
+      evidence.push_back(e);
+      // A stopped process (state T) is the likeliest culprit; else the rank
+      // that stopped progressing first.
+      bool stopped = s.proc_state() == "T" || s.proc_state() == "t";
+      if (stopped) age += 1000LL * 1000 * kSecond;
+      if (age > oldest_age) {
+        oldest_age = age;
+        culprit_node = n.node_id;
+        culprit_rank = rank;
+      }
+    }
+  }
+  if (hung.empty()) return;
+  // The fault happened when the culprit last made progress.
+  Nanos fault_wall = clock_->WallNanos();
+  std::int64_t culprit_step = -1;
+  for (const auto& e : evidence) {
+    if (e["rank"] == culprit_rank) {
+      fault_wall -= static_cast<Nanos>(e["age_ms"].get<std::int64_t>()) * kMillisecond;
+      culprit_step = e["step"].get<std::int64_t>();
+    }
+  }
+  std::string desc = std::to_string(hung.size()) + " rank(s) made no progress for longer than " +
+                     Ms(config_.hang_timeout) + "; first stuck: rank " +
+                     std::to_string(culprit_rank) + " on " + culprit_node + " at step " +
+                     std::to_string(culprit_step);
+  Fail("hang", desc, culprit_node, culprit_rank, fault_wall, hung,
+       json{{"hung_ranks", evidence}}.dump());
+}
+
+void JobController::Fail(const std::string& kind, const std::string& description,
+                         const std::string& node, int rank, Nanos fault_wall,
+                         const std::vector<int>& capture_stacks_of,
+                         const std::string& detail_json) {
+  if (state_ != JobState::kRunning) return;
+  if (incident_) RecordDowntime(0);  // the previous restart never reached a step
+  Incident inc;
+  inc.number = ++incident_count_;
+  inc.kind = kind;
+  inc.description = description;
+  inc.fault_wall = fault_wall;
+  inc.detected_wall = clock_->WallNanos();
+  inc.detected_mono = clock_->MonotonicNanos();
+  inc.failure_step = MaxStep();
+  inc.checkpoint_step = checkpoint_step_;
+  inc.generation = generation_;
+  incident_ = inc;
+  last_failure_ = description;
+  json d = json::parse(detail_json, nullptr, false);
+  if (d.is_discarded() || !d.is_object()) d = json::object();
+  d["failure_kind"] = kind;
+  d["incident"] = inc.number;
+  d["fault_unix_ms"] = fault_wall / kMillisecond;
+  d["detected_unix_ms"] = inc.detected_wall / kMillisecond;
+  d["detection_ms"] = (inc.detected_wall - fault_wall) / kMillisecond;
+  d["failure_step"] = inc.failure_step;
+  d["checkpoint_step"] = inc.checkpoint_step;
+  Emit("failure", node, rank, inc.failure_step,
+       "incident " + std::to_string(inc.number) + ": " + kind + ": " + description, d.dump());
+
+  SetState(JobState::kStopping, "stopping all ranks after " + kind);
+  stop_sent_mono_ = clock_->MonotonicNanos();
+  v1::ControllerMessage msg;
+  msg.mutable_stop()->set_generation(generation_);
+  msg.mutable_stop()->set_reason(kind + ": " + description);
+  msg.mutable_stop()->set_grace_ms(static_cast<int>(config_.stop_grace / kMillisecond));
+  for (int r : capture_stacks_of) msg.mutable_stop()->add_capture_stacks_of(r);
+  for (auto& n : nodes_) {
+    if (n.conn != 0 && n.group_rank >= 0) n.link->Send(msg);
+  }
+  MaybeAllStopped();
+}
+
+void JobController::MaybeAllStopped() {
+  if (state_ != JobState::kStopping) return;
+  for (const auto& n : nodes_) {
+    if (n.conn != 0 && n.group_rank >= 0 && n.stopped_generation != generation_) return;
+  }
+  Nanos now_wall = clock_->WallNanos();
+  if (incident_) {
+    incident_->stopped_wall = now_wall;
+    Emit("stopped", "", -1, -1,
+         "all ranks of generation " + std::to_string(generation_) + " stopped " +
+             Ms(now_wall - incident_->detected_wall) + " after detection",
+         json{{"shutdown_ms", (now_wall - incident_->detected_wall) / kMillisecond}}.dump());
+  }
+  if (restart_count_ >= config_.max_restarts) {
+    Finish(JobState::kFailed,
+           "job " + config_.job_id + " FAILED after " + std::to_string(restart_count_) +
+               " restart(s) (--max-restarts " + std::to_string(config_.max_restarts) +
+               "); last failure: " + last_failure_);
+    return;
+  }
+  ++restart_count_;
+  waiting_since_mono_ = clock_->MonotonicNanos();
+  SetState(JobState::kRestarting, "restart " + std::to_string(restart_count_));
+  Emit("restarting", "", -1, -1,
+       "restarting all ranks (restart " + std::to_string(restart_count_) + "/" +
+           std::to_string(config_.max_restarts) + ")");
+  MaybeStartGeneration();
+}
+
+void JobController::RecordDowntime(Nanos first_step_wall) {
+  if (!incident_) return;
+  const Incident& inc = *incident_;
+  json d = {{"incident", inc.number},
+            {"failure_kind", inc.kind},
+            {"detection_ms", (inc.detected_wall - inc.fault_wall) / kMillisecond},
+            {"shutdown_ms", inc.stopped_wall > 0
+                                ? (inc.stopped_wall - inc.detected_wall) / kMillisecond
+                                : -1},
+            {"restart_ms", first_step_wall > 0 && inc.stopped_wall > 0
+                               ? (first_step_wall - inc.stopped_wall) / kMillisecond
+                               : -1},
+            {"failure_step", inc.failure_step},
+            {"checkpoint_step", inc.checkpoint_step},
+            {"lost_steps", inc.failure_step < 0 ? 0
+                           : inc.failure_step - std::max<std::int64_t>(inc.checkpoint_step, 0)}};
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "incident %d (%s): detection %.3f s, shutdown %.3f s, restart %.3f s, "
+                "lost %lld step(s) (failed at %lld, checkpoint %lld)",
+                inc.number, inc.kind.c_str(), d["detection_ms"].get<double>() / 1000,
+                d["shutdown_ms"].get<double>() / 1000, d["restart_ms"].get<double>() / 1000,
+                static_cast<long long>(d["lost_steps"].get<std::int64_t>()),
+                static_cast<long long>(inc.failure_step),
+                static_cast<long long>(inc.checkpoint_step));
+  Emit("downtime", "", -1, inc.failure_step, line, d.dump());
+  incident_.reset();
+}
+
+void JobController::Cancel(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (state_ == JobState::kSucceeded || state_ == JobState::kFailed) return;
+  Finish(JobState::kFailed, "job " + config_.job_id + " FAILED: cancelled: " + reason);
+}
+
+void JobController::Finish(JobState final_state, const std::string& summary) {
+  if (incident_) RecordDowntime(0);
+  summary_ = summary;
+  SetState(final_state, summary);
+  Emit(final_state == JobState::kSucceeded ? "job_succeeded" : "job_failed", "", -1, MaxStep(),
+       summary, json{{"restart_count", restart_count_}}.dump());
+  Status s = store_->UpdateJob(config_.job_id, JobStateName(final_state), summary);
+  if (!s.ok()) ++store_errors_;
+  v1::ControllerMessage msg;
+  msg.mutable_shutdown()->set_reason(summary);
+  for (auto& n : nodes_) {
+    if (n.conn != 0) n.link->Send(msg);
+  }
+  finished_cv_.notify_all();
+}
+
+void JobController::SetState(JobState s, const std::string& why) {
+  if (s == state_) return;
+  JobState old = state_;
+  state_ = s;
+  Emit("state", "", -1, -1, std::string(JobStateName(old)) + " -> " + JobStateName(s) + ": " + why,
+       json{{"from", JobStateName(old)}, {"to", JobStateName(s)}}.dump());
+  if (s != JobState::kSucceeded && s != JobState::kFailed) {
+    Status st = store_->UpdateJob(config_.job_id, JobStateName(s), "");
+    if (!st.ok()) ++store_errors_;
+  }
+}
+
+void JobController::Emit(const std::string& kind, const std::string& node, int rank,
+                         std::int64_t step, const std::string& message,
+                         const std::string& detail_json) {
+  Event e;
+  e.job_id = config_.job_id;
+  e.wall_ns = clock_->WallNanos();
+  e.kind = kind;
+  e.node = node;
+  e.rank = rank;
+  e.generation = generation_;
+  e.step = step;
+  e.message = message;
+  e.detail_json = detail_json;
+  Status s = store_->Append(e);
+  if (!s.ok()) {
+    // The event cannot be stored: say so on stderr so it is not lost silently.
+    ++store_errors_;
+    std::fprintf(stderr, "trainguard: event not stored (%s): %s: %s\n", s.ToString().c_str(),
+                 kind.c_str(), message.c_str());
+  }
+}
+
+std::int64_t JobController::MaxStep() const {
+  std::int64_t m = -1;
+  for (const auto& n : nodes_) {
+    for (const auto& [rank, view] : n.ranks) m = std::max(m, view.status.step());
+  }
+  return m;
+}
+
+}  // namespace trainguard

@@ -1,0 +1,3 @@
+#include "controller/job_controller.h"
+
+#include <gtest/gtest.h>

@@ -1,0 +1,235 @@
+#include "store/event_store.h"
+
+#include <sqlite3.h>
+
+namespace trainguard {
+
+Status InMemoryEventStore::CreateJob(const JobRecord& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& j : jobs_) {
+    if (j.job_id == job.job_id) return InvalidArgument("job " + job.job_id + " already exists");
+  }
+  jobs_.push_back(job);
+  return Status::Ok();
+}
+
+Status InMemoryEventStore::UpdateJob(const std::string& job_id, const std::string& state,
+                                     const std::string& summary) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& j : jobs_) {
+    if (j.job_id == job_id) {
+      j.state = state;
+      j.summary = summary;
+      return Status::Ok();
+    }
+  }
+  return NotFound("job " + job_id);
+}
+
+Status InMemoryEventStore::Append(const Event& event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.push_back(event);
+  events_.back().id = static_cast<std::int64_t>(events_.size());
+  return Status::Ok();
+}
+
+StatusOr<std::vector<Event>> InMemoryEventStore::Events(const std::string& job_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Event> out;
+  for (const auto& e : events_) {
+    if (e.job_id == job_id) out.push_back(e);
+  }
+  return out;
+}
+
+StatusOr<std::vector<JobRecord>> InMemoryEventStore::Jobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_;
+}
+
+// ---------------------------------------------------------------------------
+
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  job_id TEXT PRIMARY KEY,
+  created_wall_ns INTEGER NOT NULL,
+  command TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  state TEXT NOT NULL,
+  summary TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL,
+  wall_ns INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  node TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  generation INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  message TEXT NOT NULL,
+  detail_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
+)sql";
+
+// RAII prepared statement.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return stmt_; }
+  void Bind(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void Bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  std::string Text(int i) {
+    const unsigned char* t = sqlite3_column_text(stmt_, i);
+    return t == nullptr ? std::string() : std::string(reinterpret_cast<const char*>(t));
+  }
+  std::int64_t Int(int i) { return sqlite3_column_int64(stmt_, i); }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+}  // namespace
+
+class SqliteEventStore final : public EventStore {
+ public:
+  SqliteEventStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  ~SqliteEventStore() override { sqlite3_close_v2(db_); }
+
+  Status Init() {
+    TG_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
+    TG_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
+    return Exec(kSchema);
+  }
+
+  Status CreateJob(const JobRecord& job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO jobs(job_id, created_wall_ns, command, config_json, state, summary) "
+                "VALUES(?,?,?,?,?,?)");
+    if (!s.ok()) return Error("prepare insert job");
+    s.Bind(1, job.job_id);
+    s.Bind(2, job.created_wall_ns);
+    s.Bind(3, job.command);
+    s.Bind(4, job.config_json);
+    s.Bind(5, job.state);
+    s.Bind(6, job.summary);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert job " + job.job_id);
+    return Status::Ok();
+  }
+
+  Status UpdateJob(const std::string& job_id, const std::string& state,
+                   const std::string& summary) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "UPDATE jobs SET state=?, summary=? WHERE job_id=?");
+    if (!s.ok()) return Error("prepare update job");
+    s.Bind(1, state);
+    s.Bind(2, summary);
+    s.Bind(3, job_id);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("update job " + job_id);
+    if (sqlite3_changes(db_) == 0) return NotFound("job " + job_id + " in " + path_);
+    return Status::Ok();
+  }
+
+  Status Append(const Event& e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, "
+                "message, detail_json) VALUES(?,?,?,?,?,?,?,?,?)");
+    if (!s.ok()) return Error("prepare insert event");
+    s.Bind(1, e.job_id);
+    s.Bind(2, e.wall_ns);
+    s.Bind(3, e.kind);
+    s.Bind(4, e.node);
+    s.Bind(5, static_cast<std::int64_t>(e.rank));
+    s.Bind(6, e.generation);
+    s.Bind(7, e.step);
+    s.Bind(8, e.message);
+    s.Bind(9, e.detail_json.empty() ? std::string("{}") : e.detail_json);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert event " + e.kind);
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<Event>> Events(const std::string& job_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT id, job_id, wall_ns, kind, node, rank, generation, step, message, "
+                "detail_json FROM events WHERE job_id=? ORDER BY id");
+    if (!s.ok()) return Error("prepare select events");
+    s.Bind(1, job_id);
+    std::vector<Event> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      Event e;
+      e.id = s.Int(0);
+      e.job_id = s.Text(1);
+      e.wall_ns = s.Int(2);
+      e.kind = s.Text(3);
+      e.node = s.Text(4);
+      e.rank = static_cast<int>(s.Int(5));
+      e.generation = s.Int(6);
+      e.step = s.Int(7);
+      e.message = s.Text(8);
+      e.detail_json = s.Text(9);
+      out.push_back(std::move(e));
+    }
+    if (rc != SQLITE_DONE) return Error("read events of " + job_id);
+    return out;
+  }
+
+  StatusOr<std::vector<JobRecord>> Jobs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT job_id, created_wall_ns, command, config_json, state, summary FROM jobs "
+                "ORDER BY created_wall_ns, rowid");
+    if (!s.ok()) return Error("prepare select jobs");
+    std::vector<JobRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Int(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5)});
+    }
+    if (rc != SQLITE_DONE) return Error("read jobs");
+    return out;
+  }
+
+ private:
+  Status Exec(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err ? err : "unknown error";
+      sqlite3_free(err);
+      return IoError("store " + path_ + ": " + msg);
+    }
+    return Status::Ok();
+  }
+  Status Error(const std::string& what) {
+    return IoError("store " + path_ + ": " + what + ": " + sqlite3_errmsg(db_));
+  }
+
+  std::mutex mu_;
+  sqlite3* db_;
+  std::string path_;
+};
+
+StatusOr<std::unique_ptr<EventStore>> OpenSqliteEventStore(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db);
+    return IoError("cannot open store " + path + ": " + msg);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  auto store = std::make_unique<SqliteEventStore>(db, path);
+  Status s = store->Init();
+  if (!s.ok()) return s;
+  return std::unique_ptr<EventStore>(std::move(store));
+}
+
+}  // namespace trainguard

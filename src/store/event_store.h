@@ -1,0 +1,75 @@
+// EventStore: the durable record of jobs and their events.
+//
+// The controller appends every state change, failure and recovery step here
+// as it happens; `trainguard events` and the downtime accounting read it back.
+// Implementations: SqliteEventStore (WAL mode; an append is durable against a
+// crash of the controller process once Append returns) and InMemoryEventStore
+// (tests, simulator). Thread safety: all methods may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "trainguard/status.h"
+
+namespace trainguard {
+
+struct JobRecord {
+  std::string job_id;
+  Nanos created_wall_ns = 0;
+  std::string command;       // shell-quoted argv
+  std::string config_json;   // nnodes, nproc_per_node, timeouts, ...
+  std::string state;         // STARTING, RUNNING, RECOVERING, SUCCEEDED, FAILED
+  std::string summary;       // final one-paragraph summary, if any
+};
+
+struct Event {
+  std::int64_t id = 0;       // assigned by the store, increasing per store
+  std::string job_id;
+  Nanos wall_ns = 0;
+  std::string kind;          // see docs/events.md
+  std::string node;          // "" when not about one node
+  int rank = -1;             // global rank, -1 when not about one rank
+  std::int64_t generation = -1;
+  std::int64_t step = -1;
+  std::string message;       // one human-readable line
+  std::string detail_json;   // structured evidence, a JSON object ("{}" if none)
+};
+
+class EventStore {
+ public:
+  virtual ~EventStore() = default;
+  virtual Status CreateJob(const JobRecord& job) = 0;
+  virtual Status UpdateJob(const std::string& job_id, const std::string& state,
+                           const std::string& summary) = 0;
+  virtual Status Append(const Event& event) = 0;
+  // Events of one job in the order appended.
+  virtual StatusOr<std::vector<Event>> Events(const std::string& job_id) = 0;
+  // All jobs, oldest first.
+  virtual StatusOr<std::vector<JobRecord>> Jobs() = 0;
+};
+
+class SqliteEventStore;
+// Opens (creating if needed) a SQLite store at `path`. Errors name the path.
+StatusOr<std::unique_ptr<EventStore>> OpenSqliteEventStore(const std::string& path);
+
+class InMemoryEventStore final : public EventStore {
+ public:
+  Status CreateJob(const JobRecord& job) override;
+  Status UpdateJob(const std::string& job_id, const std::string& state,
+                   const std::string& summary) override;
+  Status Append(const Event& event) override;
+  StatusOr<std::vector<Event>> Events(const std::string& job_id) override;
+  StatusOr<std::vector<JobRecord>> Jobs() override;
+
+ private:
+  std::mutex mu_;
+  std::vector<JobRecord> jobs_;
+  std::vector<Event> events_;
+};
+
+}  // namespace trainguard

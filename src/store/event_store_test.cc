@@ -1,0 +1,104 @@
+#include "store/event_store.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <functional>
+
+namespace trainguard {
+namespace {
+
+// The same suite runs against every implementation.
+class EventStoreTest : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "memory") {
+      store_ = std::make_unique<InMemoryEventStore>();
+    } else {
+      path_ = testing::TempDir() + "/event_store_test_" + std::to_string(getpid()) + ".db";
+      unlink(path_.c_str());
+      auto s = OpenSqliteEventStore(path_);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      store_ = std::move(s.value());
+    }
+  }
+  void TearDown() override {
+    store_.reset();
+    if (!path_.empty()) {
+      unlink(path_.c_str());
+      unlink((path_ + "-wal").c_str());
+      unlink((path_ + "-shm").c_str());
+    }
+  }
+  std::unique_ptr<EventStore> store_;
+  std::string path_;
+};
+
+TEST_P(EventStoreTest, RoundTripsJobsAndEventsInOrder) {
+  ASSERT_TRUE(store_->CreateJob({"j1", 10, "python train.py", "{}", "STARTING", ""}).ok());
+  ASSERT_TRUE(store_->CreateJob({"j2", 20, "x", "{}", "STARTING", ""}).ok());
+  EXPECT_FALSE(store_->CreateJob({"j1", 30, "y", "{}", "STARTING", ""}).ok());
+  for (int i = 0; i < 5; ++i) {
+    Event e;
+    e.job_id = i == 2 ? "j2" : "j1";
+    e.wall_ns = 100 + i;
+    e.kind = "k" + std::to_string(i);
+    e.node = "node0";
+    e.rank = i;
+    e.generation = 1;
+    e.step = 40 + i;
+    e.message = "m";
+    e.detail_json = R"({"a":1})";
+    ASSERT_TRUE(store_->Append(e).ok());
+  }
+  auto events = store_->Events("j1");
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 4u);
+  EXPECT_EQ((*events)[0].kind, "k0");
+  EXPECT_EQ((*events)[2].kind, "k3");
+  EXPECT_EQ((*events)[2].step, 43);
+  EXPECT_EQ((*events)[2].detail_json, R"({"a":1})");
+  EXPECT_LT((*events)[0].id, (*events)[1].id);
+
+  ASSERT_TRUE(store_->UpdateJob("j1", "SUCCEEDED", "done").ok());
+  EXPECT_EQ(store_->UpdateJob("nope", "FAILED", "").code(), StatusCode::kNotFound);
+  auto jobs = store_->Jobs();
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_EQ((*jobs)[0].job_id, "j1");
+  EXPECT_EQ((*jobs)[0].state, "SUCCEEDED");
+  EXPECT_EQ((*jobs)[0].summary, "done");
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EventStoreTest, testing::Values("memory", "sqlite"));
+
+TEST(SqliteEventStoreTest, EventsSurviveReopen) {
+  std::string path = testing::TempDir() + "/reopen_" + std::to_string(getpid()) + ".db";
+  unlink(path.c_str());
+  {
+    auto s = OpenSqliteEventStore(path);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->CreateJob({"j", 1, "c", "{}", "RUNNING", ""}).ok());
+    Event e;
+    e.job_id = "j";
+    e.kind = "rank_exited";
+    ASSERT_TRUE((*s)->Append(e).ok());
+  }
+  auto s = OpenSqliteEventStore(path);
+  ASSERT_TRUE(s.ok());
+  auto events = (*s)->Events("j");
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].kind, "rank_exited");
+  unlink(path.c_str());
+}
+
+TEST(SqliteEventStoreTest, UnwritablePathIsAClearError) {
+  auto s = OpenSqliteEventStore("/nonexistent-dir/x/store.db");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kIoError);
+  EXPECT_NE(s.status().message().find("/nonexistent-dir/x/store.db"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainguard

@@ -1,0 +1,205 @@
+#include "transport/grpc_transport.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "proto/trainguard.grpc.pb.h"
+
+namespace trainguard {
+
+namespace {
+
+// Outgoing side of one server session: a queue drained by a writer thread, so
+// that JobController never blocks on the network.
+class SessionLink final : public AgentLink {
+ public:
+  SessionLink(grpc::ServerContext* ctx,
+              grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream)
+      : ctx_(ctx), stream_(stream) {
+    writer_ = std::thread([this] { WriteLoop(); });
+  }
+  ~SessionLink() override { StopWriter(); }
+
+  void Send(const v1::ControllerMessage& msg) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    out_.push_back(msg);
+    cv_.notify_all();
+  }
+  void Close() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      closing_ = true;  // flush what is queued, then cancel
+      cv_.notify_all();
+    }
+  }
+  // Called by the session thread once reading ended.
+  void StopWriter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      cv_.notify_all();
+    }
+    if (writer_.joinable()) writer_.join();
+  }
+
+ private:
+  void WriteLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return closed_ || closing_ || !out_.empty(); });
+      while (!out_.empty() && !closed_) {
+        v1::ControllerMessage msg = std::move(out_.front());
+        out_.pop_front();
+        lock.unlock();
+        bool ok = stream_->Write(msg);
+        lock.lock();
+        if (!ok) closed_ = true;
+      }
+      if (closing_ && !closed_) {
+        closed_ = true;
+        lock.unlock();
+        ctx_->TryCancel();
+        return;
+      }
+      if (closed_) return;
+    }
+  }
+
+  grpc::ServerContext* ctx_;
+  grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<v1::ControllerMessage> out_;
+  bool closing_ = false;
+  bool closed_ = false;
+  std::thread writer_;
+};
+
+class Service final : public v1::Controller::Service {
+ public:
+  explicit Service(JobController* controller) : controller_(controller) {}
+
+  grpc::Status Session(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream) override {
+    std::uint64_t conn = next_conn_.fetch_add(1);
+    auto link = std::make_shared<SessionLink>(ctx, stream);
+    controller_->OnConnect(conn, link);
+    v1::AgentMessage msg;
+    while (stream->Read(&msg)) controller_->OnMessage(conn, msg);
+    controller_->OnDisconnect(conn);
+    link->StopWriter();
+    return grpc::Status::OK;
+  }
+
+ private:
+  JobController* controller_;
+  std::atomic<std::uint64_t> next_conn_{1};
+};
+
+}  // namespace
+
+class GrpcControllerServer::Impl {
+ public:
+  explicit Impl(JobController* c) : service(c) {}
+  Service service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+GrpcControllerServer::GrpcControllerServer(JobController* controller)
+    : impl_(std::make_unique<Impl>(controller)) {}
+
+GrpcControllerServer::~GrpcControllerServer() { Shutdown(1000); }
+
+Status GrpcControllerServer::Start(const std::string& address) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
+  builder.RegisterService(&impl_->service);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  impl_->server = builder.BuildAndStart();
+  if (impl_->server == nullptr || impl_->port == 0) {
+    impl_->server.reset();
+    return Unavailable("cannot listen on " + address + " (address in use or not local?)");
+  }
+  return Status::Ok();
+}
+
+int GrpcControllerServer::port() const { return impl_->port; }
+
+void GrpcControllerServer::Shutdown(int deadline_ms) {
+  if (impl_->server == nullptr) return;
+  impl_->server->Shutdown(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(deadline_ms));
+  impl_->server->Wait();
+  impl_->server.reset();
+}
+
+// ---------------------------------------------------------------------------
+
+class GrpcControllerLink::Impl {
+ public:
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Controller::Stub> stub;
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ControllerMessage>> stream;
+  std::mutex write_mu;
+  bool broken = false;
+  std::thread reader;
+};
+
+GrpcControllerLink::GrpcControllerLink() : impl_(std::make_unique<Impl>()) {}
+
+GrpcControllerLink::~GrpcControllerLink() { Close(); }
+
+Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
+  if (!impl_->channel->WaitForConnected(deadline)) {
+    return Unavailable("cannot reach the controller at " + address + " within " +
+                       std::to_string(timeout_ms / 1000.0).substr(0, 4) + " s");
+  }
+  impl_->stub = v1::Controller::NewStub(impl_->channel);
+  impl_->stream = impl_->stub->Session(&impl_->ctx);
+  if (impl_->stream == nullptr) return Unavailable("cannot open a session with " + address);
+  return Status::Ok();
+}
+
+void GrpcControllerLink::Attach(Agent* agent) {
+  impl_->reader = std::thread([this, agent] {
+    v1::ControllerMessage msg;
+    while (impl_->stream->Read(&msg)) agent->OnCommand(msg);
+    grpc::Status st = impl_->stream->Finish();
+    agent->OnLinkLost(st.ok() ? "the controller ended the session"
+                              : "the controller session failed: " + st.error_message());
+  });
+}
+
+bool GrpcControllerLink::Send(const v1::AgentMessage& msg) {
+  std::lock_guard<std::mutex> lock(impl_->write_mu);
+  if (impl_->broken || impl_->stream == nullptr) return false;
+  if (!impl_->stream->Write(msg)) impl_->broken = true;
+  return !impl_->broken;
+}
+
+void GrpcControllerLink::Close() {
+  if (impl_->stream != nullptr) {
+    impl_->ctx.TryCancel();
+  }
+  if (impl_->reader.joinable()) impl_->reader.join();
+}
+
+}  // namespace trainguard

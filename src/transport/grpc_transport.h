@@ -1,0 +1,51 @@
+// gRPC adapters for the agent <-> controller stream (docs/protocol.md).
+// The logic lives in JobController and Agent; these classes only move
+// messages. One bidirectional stream per agent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "agent/agent.h"
+#include "controller/job_controller.h"
+#include "trainguard/status.h"
+
+namespace trainguard {
+
+// Serves the Controller service and feeds a JobController.
+// Thread safety: Start/Shutdown from one thread; sessions run on gRPC's threads.
+class GrpcControllerServer {
+ public:
+  explicit GrpcControllerServer(JobController* controller);
+  ~GrpcControllerServer();
+  // Listens on `address` ("HOST:PORT", port 0 = any free port).
+  Status Start(const std::string& address);
+  int port() const;
+  // Ends all sessions and stops serving, waiting at most `deadline_ms`.
+  void Shutdown(int deadline_ms);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The agent's side: connects, then pumps controller messages into an Agent.
+// Thread safety: Send may be called from any thread.
+class GrpcControllerLink final : public ControllerLink {
+ public:
+  GrpcControllerLink();
+  ~GrpcControllerLink() override;
+  // Connects to `address` within `timeout_ms`; errors name the address.
+  Status Connect(const std::string& address, int timeout_ms);
+  // Starts delivering messages to `agent` (OnCommand / OnLinkLost).
+  void Attach(Agent* agent);
+  bool Send(const v1::AgentMessage& msg) override;
+  void Close();
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainguard
