@@ -1,0 +1,170 @@
+"""A small real DDP training job (gloo, CPU) for trainguard.
+
+An MLP learns a fixed random regression task. Every step's batch is derived
+from (seed, step) alone, so a run that resumes from a checkpoint computes
+exactly what an uninterrupted run computes: the final parameter checksum is
+the same. Rank 0 saves a checkpoint every --ckpt-every steps (write to a
+temporary file, fsync, rename) and every rank resumes from the newest one.
+
+Run under trainguard:
+    trainguard run --nnodes 2 --nproc-per-node 2 -- /usr/bin/python3 examples/train_ddp.py
+
+Fault injection for tests (all off by default):
+    --crash-at-step N    rank --crash-rank exits with code 1 at step N (first attempt only)
+    --hang-at-step N     rank --crash-rank sleeps forever at step N (first attempt only)
+"""
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+try:
+    import trainguard
+except ImportError:  # runs without trainguard too
+    trainguard = None
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--ckpt-every", type=int, default=10)
+    p.add_argument("--ckpt-dir", default="checkpoints")
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--step-delay", type=float, default=0.0, help="extra seconds per step")
+    p.add_argument("--out", default="", help="rank 0 writes the final checksum here")
+    p.add_argument("--crash-at-step", type=int, default=-1)
+    p.add_argument("--hang-at-step", type=int, default=-1)
+    p.add_argument("--crash-rank", type=int, default=1)
+    return p.parse_args()
+
+
+def make_model(hidden):
+    return nn.Sequential(nn.Linear(64, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh(),
+                         nn.Linear(hidden, 8))
+
+
+def batch_for(seed, step, rank, batch):
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step * 1009 + rank)
+    x = torch.randn(batch, 64, generator=g)
+    w = torch.Generator().manual_seed(seed)
+    target_w = torch.randn(64, 8, generator=w)
+    return x, torch.tanh(x @ target_w)
+
+
+def checksum(model):
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def latest_checkpoint(ckpt_dir):
+    if not os.path.isdir(ckpt_dir):
+        return None
+    steps = [int(f[5:-3]) for f in os.listdir(ckpt_dir) if f.startswith("step-") and f.endswith(".pt")]
+    return os.path.join(ckpt_dir, "step-%d.pt" % max(steps)) if steps else None
+
+
+def save_checkpoint(ckpt_dir, step, model, opt):
+    os.makedirs(ckpt_dir, exist_ok=True)
+    final = os.path.join(ckpt_dir, "step-%d.pt" % step)
+    tmp = final + ".tmp"
+    with open(tmp, "wb") as f:
+        torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    # Keep the two newest.
+    for f in os.listdir(ckpt_dir):
+        if f.startswith("step-") and f.endswith(".pt") and int(f[5:-3]) < step - 1:
+            older = int(f[5:-3])
+            if older not in (step,) and len([x for x in os.listdir(ckpt_dir) if x.endswith(".pt")]) > 2:
+                os.remove(os.path.join(ckpt_dir, f))
+
+
+def main():
+    args = parse_args()
+    rank = int(os.environ.get("RANK", 0))
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    if trainguard:
+        trainguard.init()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    model = make_model(args.hidden)
+    ddp = DDP(model)
+    opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+
+    start = 0
+    path = latest_checkpoint(args.ckpt_dir)
+    if path:
+        state = torch.load(path)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"]
+        if trainguard:
+            trainguard.checkpoint_committed(start)
+        print("rank %d: resumed from %s (step %d), restart %d" % (rank, path, start, restart), flush=True)
+
+    # DDP re-lays out its gradient buckets after the first backward pass, and
+    # the bucket layout decides the summation order of the allreduce. One
+    # throw-away backward here gives an uninterrupted and a resumed run the
+    # same layout from their first real step on, hence bit-identical results.
+    x, _ = batch_for(args.seed, 0, rank, args.batch)
+    ddp(x).sum().backward()
+    opt.zero_grad(set_to_none=True)
+
+    for step in range(start + 1, args.steps + 1):
+        if restart == 0 and rank == args.crash_rank and step == args.crash_at_step:
+            print("rank %d: injected crash at step %d" % (rank, step), flush=True)
+            sys.exit(1)
+        if restart == 0 and rank == args.crash_rank and step == args.hang_at_step:
+            print("rank %d: injected hang at step %d" % (rank, step), flush=True)
+            while True:
+                time.sleep(3600)
+        x, y = batch_for(args.seed, step, rank, args.batch)
+        ctx = trainguard.phase if trainguard else (lambda name: __import__("contextlib").nullcontext())
+        with ctx("forward"):
+            loss = nn.functional.mse_loss(ddp(x), y)
+        with ctx("backward"):
+            opt.zero_grad()
+            loss.backward()
+        with ctx("optimizer"):
+            opt.step()
+        if args.step_delay:
+            time.sleep(args.step_delay)
+        if trainguard:
+            trainguard.step(step)
+        if step % 10 == 0 or step == args.steps:
+            print("rank %d: step %d loss %.6f" % (rank, step, loss.item()), flush=True)
+        if step % args.ckpt_every == 0:
+            with ctx("checkpoint"):
+                if rank == 0:
+                    save_checkpoint(args.ckpt_dir, step, model, opt)
+                dist.barrier()
+            if trainguard:
+                trainguard.checkpoint_committed(step)
+
+    digest = checksum(model)
+    if rank == 0:
+        print("final checksum %s" % digest, flush=True)
+        if args.out:
+            with open(args.out, "w") as f:
+                f.write(digest + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
