@@ -1,0 +1,147 @@
+"""Shared helpers for trainguard's end-to-end tests: real processes, real
+PyTorch DDP on gloo, a real SQLite store. Nothing here sleeps to hope: every
+wait polls a condition with a deadline."""
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import struct
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("TRAINGUARD_BUILD", os.path.join(ROOT, "build"))
+TRAINGUARD = os.path.join(BUILD, "trainguard")
+EXAMPLE = os.path.join(ROOT, "examples", "train_ddp.py")
+PYTHON = "/usr/bin/python3"
+
+
+def wait_for(predicate, timeout, what):
+    """Polls `predicate` until it returns a truthy value; fails after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, what))
+        time.sleep(0.05)
+
+
+def events(store, job_id):
+    if not os.path.exists(store):
+        return []
+    con = sqlite3.connect(store, timeout=5)
+    try:
+        rows = con.execute(
+            "SELECT kind, node, rank, generation, step, message, detail_json, wall_ns "
+            "FROM events WHERE job_id=? ORDER BY id", (job_id,)).fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        con.close()
+    return [dict(kind=k, node=n, rank=r, generation=g, step=s, message=m,
+                 detail=json.loads(d), wall_ns=w) for k, n, r, g, s, m, d, w in rows]
+
+
+def status_page_step(job_id, node, rank):
+    """Reads a rank's current step straight from its shared-memory status page
+    (layout: docs/status_page.md)."""
+    path = "/dev/shm/trainguard-%s-%s-r%d" % (job_id, node, rank)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(48)
+    except OSError:
+        return None
+    if len(data) < 48:
+        return None
+    return struct.unpack_from("<q", data, 32)[0]
+
+
+def processes_mentioning(token):
+    """Pids of live processes whose command line contains `token`."""
+    found = []
+    me = os.getpid()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == me:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open("/proc/%s/stat" % pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if token in cmd and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Job:
+    """A `trainguard run` of the example (or any command) in the background."""
+
+    def __init__(self, tmp_path, job_id, command, *, nnodes=2, nproc=2, flags=()):
+        self.tmp = str(tmp_path)
+        self.job_id = job_id
+        self.store = os.path.join(self.tmp, "trainguard.db")
+        self.log = os.path.join(self.tmp, "run.log")
+        argv = [TRAINGUARD, "run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
+                "--store", self.store, "--job-id", job_id,
+                "--run-dir", os.path.join(self.tmp, "run"), *flags, "--", *command]
+        self._out = open(self.log, "w")
+        self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT,
+                                     cwd=self.tmp, start_new_session=True)
+
+    def events(self, kind=None):
+        evs = events(self.store, self.job_id)
+        return [e for e in evs if kind is None or e["kind"] == kind]
+
+    def rank_pids(self, generation=0):
+        pids = {}
+        for e in self.events("ranks_started"):
+            if e["generation"] == generation:
+                pids.update({int(r): p for r, p in e["detail"]["pids"].items()})
+        return pids
+
+    def agent_pids(self):
+        return {e["node"]: e["detail"]["agent_pid"] for e in self.events("node_registered")}
+
+    def wait(self, timeout=180):
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            raise AssertionError("job %s did not finish in %d s:\n%s" % (self.job_id, timeout, self.output()[-3000:]))
+        self._out.close()
+        return rc
+
+    def output(self):
+        with open(self.log) as f:
+            return f.read()
+
+
+@pytest.fixture
+def no_leftovers(tmp_path):
+    """After the test, no process that mentions the test's directory may run."""
+    yield
+    token = str(tmp_path)
+    try:
+        wait_for(lambda: not processes_mentioning(token), 10, "the job's processes to exit")
+    finally:
+        for pid in processes_mentioning(token):  # clean up before failing the test
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
