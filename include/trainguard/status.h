@@ -74,7 +74,7 @@ class [[nodiscard]] StatusOr {
   const Status& status() const { return status_; }
   T& value() & { return *value_; }
   const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
+  T value() && { return std::move(*value_); }  // by value: no dangling into a temporary
   T* operator->() { return &*value_; }
   const T* operator->() const { return &*value_; }
   T& operator*() { return *value_; }

@@ -580,8 +580,8 @@ void JobController::RecordDowntime(Nanos first_step_wall) {
                                : -1},
             {"failure_step", inc.failure_step},
             {"checkpoint_step", inc.checkpoint_step},
-            {"lost_steps", inc.failure_step < 0 ? 0
-                           : inc.failure_step - std::max<std::int64_t>(inc.checkpoint_step, 0)}};
+            {"lost_steps", std::max<std::int64_t>(
+                               0, inc.failure_step - std::max<std::int64_t>(inc.checkpoint_step, 0))}};
   char line[256];
   std::snprintf(line, sizeof(line),
                 "incident %d (%s): detection %.3f s, shutdown %.3f s, restart %.3f s, "

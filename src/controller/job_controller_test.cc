@@ -1,3 +1,342 @@
 #include "controller/job_controller.h"
 
 #include <gtest/gtest.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "controller/fake_agent_link.h"
+
+namespace trainguard {
+namespace {
+
+using Kind = v1::ControllerMessage::KindCase;
+
+class JobControllerTest : public testing::Test {
+ protected:
+  void Make(int nnodes = 2, int nproc = 2, int max_restarts = 2) {
+    config_.job_id = "job";
+    config_.nnodes = nnodes;
+    config_.nproc_per_node = nproc;
+    config_.argv = {"python3", "train.py"};
+    config_.max_restarts = max_restarts;
+    config_.heartbeat_interval = 1 * kSecond;
+    config_.missed_heartbeats = 3;
+    config_.hang_timeout = 10 * kSecond;
+    config_.startup_timeout = 60 * kSecond;
+    config_.stop_timeout = 5 * kSecond;
+    config_.rendezvous_timeout = 30 * kSecond;
+    controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_);
+    ASSERT_TRUE(controller_->Start().ok());
+  }
+
+  // Connects and registers node `i` (conn id i+1).
+  FakeAgentLink* Register(int i, std::uint32_t version = kProtocolVersion) {
+    auto link = std::make_shared<FakeAgentLink>();
+    links_.push_back(link);
+    controller_->OnConnect(i + 1, link);
+    v1::AgentMessage m;
+    m.mutable_register_()->set_protocol_version(version);
+    m.mutable_register_()->set_node_id("node" + std::to_string(i));
+    m.mutable_register_()->set_address("10.0.0." + std::to_string(i));
+    m.mutable_register_()->set_free_port(40000 + i);
+    controller_->OnMessage(i + 1, m);
+    return link.get();
+  }
+
+  v1::RankStatus Rank(int global, std::int64_t step, std::int64_t age_ms = 0) {
+    v1::RankStatus r;
+    r.set_global_rank(global);
+    r.set_running(true);
+    r.set_attached(true);
+    r.set_pid(1000 + global);
+    r.set_step(step);
+    r.set_step_count(step < 0 ? 0 : step);
+    r.set_progress_age_ms(age_ms);
+    r.set_checkpoint_step(-1);
+    return r;
+  }
+
+  void Heartbeat(int node, std::int64_t gen, std::vector<v1::RankStatus> ranks) {
+    v1::AgentMessage m;
+    m.mutable_heartbeat()->set_generation(gen);
+    for (auto& r : ranks) *m.mutable_heartbeat()->add_ranks() = r;
+    controller_->OnMessage(node + 1, m);
+  }
+
+  void Exit(int node, std::int64_t gen, int rank, int code, int sig = 0, std::int64_t step = 7) {
+    v1::AgentMessage m;
+    auto* e = m.mutable_rank_exited();
+    e->set_generation(gen);
+    *e->mutable_rank() = Rank(rank, step);
+    e->mutable_rank()->set_running(false);
+    e->mutable_rank()->set_exit_code(code);
+    e->mutable_rank()->set_term_signal(sig);
+    e->add_log_tail("Traceback: boom");
+    e->set_exit_unix_ms(clock_.WallNanos() / kMillisecond);
+    controller_->OnMessage(node + 1, m);
+  }
+
+  void Stopped(int node, std::int64_t gen) {
+    v1::AgentMessage m;
+    m.mutable_stopped()->set_generation(gen);
+    m.mutable_stopped()->set_free_port(50000 + node);
+    controller_->OnMessage(node + 1, m);
+  }
+
+  std::vector<Event> EventsOf(const std::string& kind) {
+    std::vector<Event> out;
+    for (const auto& e : store_.Events("job").value()) {
+      if (e.kind == kind) out.push_back(e);
+    }
+    return out;
+  }
+
+  JobConfig config_;
+  FakeClock clock_;
+  InMemoryEventStore store_;
+  FakeNodeProvider provider_;
+  std::unique_ptr<JobController> controller_;
+  std::vector<std::shared_ptr<FakeAgentLink>> links_;
+};
+
+TEST_F(JobControllerTest, StartsWhenAllNodesRegistered) {
+  Make();
+  FakeAgentLink* a = Register(0);
+  EXPECT_EQ(a->Count(Kind::kStart), 0);
+  EXPECT_EQ(controller_->state(), JobState::kStarting);
+  FakeAgentLink* b = Register(1);
+  ASSERT_NE(a->Last(Kind::kStart), nullptr);
+  ASSERT_NE(b->Last(Kind::kStart), nullptr);
+  const v1::Start& sa = a->Last(Kind::kStart)->start();
+  const v1::Start& sb = b->Last(Kind::kStart)->start();
+  EXPECT_EQ(sa.group_rank(), 0);
+  EXPECT_EQ(sb.group_rank(), 1);
+  EXPECT_EQ(sa.world_size(), 4);
+  EXPECT_EQ(sa.master_addr(), "10.0.0.0");
+  EXPECT_EQ(sb.master_port(), 40000);
+  EXPECT_EQ(sa.generation(), 0);
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+}
+
+TEST_F(JobControllerTest, RefusesAProtocolVersionMismatch) {
+  Make();
+  FakeAgentLink* a = Register(0, kProtocolVersion + 1);
+  ASSERT_NE(a->Last(Kind::kWelcome), nullptr);
+  EXPECT_NE(a->Last(Kind::kWelcome)->welcome().error().find("protocol version mismatch"),
+            std::string::npos);
+  EXPECT_TRUE(a->closed);
+  EXPECT_EQ(EventsOf("agent_refused").size(), 1u);
+}
+
+TEST_F(JobControllerTest, RefusesANodeBeyondTheJobSize) {
+  Make(1, 1);
+  Register(0);
+  FakeAgentLink* extra = Register(1);
+  EXPECT_FALSE(extra->Last(Kind::kWelcome)->welcome().error().empty());
+  EXPECT_TRUE(extra->closed);
+}
+
+TEST_F(JobControllerTest, SucceedsWhenEveryRankExitsZero) {
+  Make(2, 1);
+  FakeAgentLink* a = Register(0);
+  FakeAgentLink* b = Register(1);
+  Exit(0, 0, 0, 0);
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  Exit(1, 0, 1, 0);
+  EXPECT_EQ(controller_->state(), JobState::kSucceeded);
+  EXPECT_EQ(a->Count(Kind::kShutdown), 1);
+  EXPECT_EQ(b->Count(Kind::kShutdown), 1);
+  EXPECT_EQ(store_.Jobs().value()[0].state, "SUCCEEDED");
+}
+
+TEST_F(JobControllerTest, CrashStopsEveryNodeThenRestartsWithANewGeneration) {
+  Make();
+  FakeAgentLink* a = Register(0);
+  FakeAgentLink* b = Register(1);
+  Exit(1, 0, 3, 1);
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+  ASSERT_NE(a->Last(Kind::kStop), nullptr);
+  ASSERT_NE(b->Last(Kind::kStop), nullptr);
+  EXPECT_EQ(a->Last(Kind::kStop)->stop().generation(), 0);
+  auto failures = EventsOf("failure");
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0].rank, 3);
+  EXPECT_NE(failures[0].message.find("Traceback: boom"), std::string::npos);
+  // Ranks that die because of the stop are not new failures.
+  Exit(0, 0, 0, 1);
+  EXPECT_EQ(EventsOf("failure").size(), 1u);
+  Stopped(0, 0);
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+  Stopped(1, 0);
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_EQ(controller_->restart_count(), 1);
+  EXPECT_EQ(a->Count(Kind::kStart), 2);
+  EXPECT_EQ(a->Last(Kind::kStart)->start().generation(), 1);
+  EXPECT_EQ(a->Last(Kind::kStart)->start().master_port(), 50000);  // fresh port from node 0
+}
+
+TEST_F(JobControllerTest, AnExitOfAnOldGenerationIsIgnored) {
+  Make(1, 1);
+  Register(0);
+  Exit(0, 0, 0, 1);
+  Stopped(0, 0);
+  ASSERT_EQ(controller_->restart_count(), 1);
+  Exit(0, 0, 0, 1);  // late report from generation 0
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_EQ(EventsOf("failure").size(), 1u);
+}
+
+TEST_F(JobControllerTest, FailsWithASummaryAfterMaxRestarts) {
+  Make(1, 1, /*max_restarts=*/1);
+  FakeAgentLink* a = Register(0);
+  Exit(0, 0, 0, 2);
+  Stopped(0, 0);
+  Exit(0, 1, 0, 2);
+  Stopped(0, 1);
+  EXPECT_EQ(controller_->state(), JobState::kFailed);
+  EXPECT_NE(controller_->summary().find("FAILED after 1 restart(s)"), std::string::npos);
+  EXPECT_NE(controller_->summary().find("exited with code 2"), std::string::npos);
+  EXPECT_EQ(a->Count(Kind::kShutdown), 1);
+  EXPECT_EQ(store_.Jobs().value()[0].state, "FAILED");
+}
+
+TEST_F(JobControllerTest, HangIsDetectedOnlyAfterTheTimeout) {
+  Make(1, 2);
+  FakeAgentLink* a = Register(0);
+  Heartbeat(0, 0, {Rank(0, 5, 0), Rank(1, 5, 0)});
+  clock_.Advance(config_.hang_timeout - kMillisecond);
+  // Rank 0 keeps stepping; rank 1 does not.
+  Heartbeat(0, 0, {Rank(0, 9, 0), Rank(1, 5, (config_.hang_timeout - kMillisecond) / kMillisecond)});
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  clock_.Advance(2 * kMillisecond);
+  controller_->Tick();
+  ASSERT_EQ(controller_->state(), JobState::kStopping);
+  const v1::Stop& stop = a->Last(Kind::kStop)->stop();
+  ASSERT_EQ(stop.capture_stacks_of_size(), 1);
+  EXPECT_EQ(stop.capture_stacks_of(0), 1);
+  auto failure = EventsOf("failure").at(0);
+  EXPECT_EQ(failure.rank, 1);
+  auto d = nlohmann::json::parse(failure.detail_json);
+  EXPECT_EQ(d["failure_kind"], "hang");
+  EXPECT_NEAR(d["detection_ms"].get<double>(), 10001, 2);
+}
+
+TEST_F(JobControllerTest, StartupGetsItsOwnAllowance) {
+  Make(1, 1);
+  Register(0);
+  // The agent keeps sending heartbeats; the rank never steps.
+  auto advance = [&](Nanos total) {
+    for (Nanos t = 0; t < total && controller_->state() == JobState::kRunning; t += kSecond) {
+      clock_.Advance(kSecond);
+      Nanos age = clock_.MonotonicNanos() - kSecond;
+      Heartbeat(0, 0, {Rank(0, -1, age / kMillisecond)});
+      controller_->Tick();
+    }
+  };
+  advance(config_.hang_timeout * 2);
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  advance(config_.startup_timeout);
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+  EXPECT_EQ(EventsOf("node_lost").size(), 0u);
+}
+
+TEST_F(JobControllerTest, RanksWithoutTheClientAreNeverCalledHung) {
+  Make(1, 1);
+  Register(0);
+  v1::RankStatus r = Rank(0, -1, 0);
+  r.set_attached(false);
+  Heartbeat(0, 0, {r});
+  clock_.Advance(config_.startup_timeout * 10);
+  Heartbeat(0, 0, {r});
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+}
+
+TEST_F(JobControllerTest, MissedHeartbeatsLoseTheNodeAndReplaceIt) {
+  Make();
+  Register(0);
+  FakeAgentLink* b = Register(1);
+  clock_.Advance(2 * kSecond);
+  Heartbeat(0, 0, {Rank(0, 1), Rank(1, 1)});
+  clock_.Advance(kSecond + kMillisecond);  // node1: 3 s + 1 ms without a heartbeat
+  controller_->Tick();
+  auto lost = EventsOf("node_lost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].node, "node1");
+  EXPECT_NE(lost[0].message.find("no heartbeat"), std::string::npos);
+  EXPECT_TRUE(b->closed);
+  EXPECT_EQ(provider_.replaced, std::vector<std::string>{"node1"});
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+  // Node 0 stops; the replacement registers and the job restarts.
+  Stopped(0, 0);
+  EXPECT_EQ(controller_->state(), JobState::kRestarting);
+  controller_->OnDisconnect(2);
+  FakeAgentLink* replacement = Register(1);
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_EQ(replacement->Last(Kind::kStart)->start().group_rank(), 1);
+  EXPECT_EQ(replacement->Last(Kind::kStart)->start().generation(), 1);
+}
+
+TEST_F(JobControllerTest, ANodeThatDoesNotReportStoppedIsLost) {
+  Make();
+  Register(0);
+  Register(1);
+  Exit(0, 0, 0, 1);
+  Stopped(0, 0);
+  clock_.Advance(config_.stop_timeout + kMillisecond);
+  Heartbeat(0, 0, {});
+  Heartbeat(1, 0, {});  // alive, but never reports its ranks stopped
+  controller_->Tick();
+  auto lost = EventsOf("node_lost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].node, "node1");
+  EXPECT_EQ(controller_->state(), JobState::kRestarting);
+}
+
+TEST_F(JobControllerTest, RendezvousTimesOut) {
+  Make();
+  Register(0);
+  clock_.Advance(config_.rendezvous_timeout + kMillisecond);
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kFailed);
+  EXPECT_NE(controller_->summary().find("only 1 of 2 nodes"), std::string::npos);
+}
+
+TEST_F(JobControllerTest, DowntimeOfAnIncidentIsAccounted) {
+  Make(1, 1);
+  Register(0);
+  v1::RankStatus r = Rank(0, 25);
+  r.set_checkpoint_step(20);
+  Heartbeat(0, 0, {r});
+  clock_.Advance(kSecond);
+  Exit(0, 0, 0, 1, 0, 25);         // exit reported at the fault time: detection 0
+  clock_.Advance(2 * kSecond);     // shutdown takes 2 s
+  Stopped(0, 0);
+  clock_.Advance(3 * kSecond);     // the new generation steps 3 s later
+  v1::RankStatus first = Rank(0, 21);
+  first.set_first_step_unix_ms(clock_.WallNanos() / kMillisecond);
+  Heartbeat(0, 1, {first});
+  auto downtime = EventsOf("downtime");
+  ASSERT_EQ(downtime.size(), 1u);
+  auto d = nlohmann::json::parse(downtime[0].detail_json);
+  EXPECT_EQ(d["detection_ms"], 0);
+  EXPECT_EQ(d["shutdown_ms"], 2000);
+  EXPECT_EQ(d["restart_ms"], 3000);
+  EXPECT_EQ(d["failure_step"], 25);
+  EXPECT_EQ(d["checkpoint_step"], 20);
+  EXPECT_EQ(d["lost_steps"], 5);
+}
+
+TEST_F(JobControllerTest, CancelFailsTheJobAndShutsAgentsDown) {
+  Make(1, 1);
+  FakeAgentLink* a = Register(0);
+  controller_->Cancel("interrupted");
+  EXPECT_EQ(controller_->state(), JobState::kFailed);
+  EXPECT_EQ(a->Count(Kind::kShutdown), 1);
+  EXPECT_TRUE(controller_->WaitFinished(std::chrono::milliseconds(0)));
+}
+
+}  // namespace
+}  // namespace trainguard

@@ -1,0 +1,42 @@
+// FakeAgentLink and FakeNodeProvider: test doubles for JobController's
+// transport and scheduler backend. They record what the controller sent.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "controller/job_controller.h"
+
+namespace trainguard {
+
+class FakeAgentLink final : public AgentLink {
+ public:
+  void Send(const v1::ControllerMessage& msg) override { sent.push_back(msg); }
+  void Close() override { closed = true; }
+
+  // The last message of a kind, or nullptr.
+  const v1::ControllerMessage* Last(v1::ControllerMessage::KindCase kind) const {
+    for (auto it = sent.rbegin(); it != sent.rend(); ++it) {
+      if (it->kind_case() == kind) return &*it;
+    }
+    return nullptr;
+  }
+  int Count(v1::ControllerMessage::KindCase kind) const {
+    int n = 0;
+    for (const auto& m : sent) n += m.kind_case() == kind ? 1 : 0;
+    return n;
+  }
+
+  std::vector<v1::ControllerMessage> sent;
+  bool closed = false;
+};
+
+class FakeNodeProvider final : public NodeProvider {
+ public:
+  void ReplaceNode(const std::string& node_id, const std::string& reason) override {
+    replaced.push_back(node_id);
+  }
+  std::vector<std::string> replaced;
+};
+
+}  // namespace trainguard
