@@ -1,8 +1,211 @@
 #include "agent/agent.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
-int main(int argc, char** argv) {
-  testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "agent/fake_controller_link.h"
+#include "agent/process.h"
+
+namespace trainguard {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool Alive(int pid) {
+  std::string s = ProcState(pid);
+  return !s.empty() && s != "Z";
 }
+
+// Live (non-zombie) members of a process group, from /proc.
+int LiveGroupMembers(int pgid) {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream f(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(f, line)) continue;
+    auto paren = line.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(line.substr(paren + 2));
+    std::string state;
+    int ppid = 0, pgrp = 0;
+    rest >> state >> ppid >> pgrp;
+    if (pgrp == pgid && state != "Z") ++n;
+  }
+  return n;
+}
+
+class AgentTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/agent_test_" + std::to_string(getpid()) + "_" +
+           testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    AgentConfig config;
+    config.node_id = "n0";
+    config.hostname = "host";
+    config.run_dir = dir_;
+    config.shm_dir = dir_;
+    config.stream_output = false;
+    agent_ = std::make_unique<Agent>(config, RealClock::Get(), &link_);
+    thread_ = std::thread([this] { rc_ = agent_->Run(); });
+    v1::ControllerMessage welcome;
+    welcome.mutable_welcome()->set_protocol_version(kProtocolVersion);
+    welcome.mutable_welcome()->set_heartbeat_interval_ms(100);
+    agent_->OnCommand(welcome);
+  }
+  void TearDown() override {
+    if (thread_.joinable()) {
+      agent_->OnLinkLost("test over");
+      thread_.join();
+    }
+    std::filesystem::remove_all(dir_);
+  }
+  void StartRanks(std::vector<std::string> argv, int nproc = 2, int generation = 0) {
+    v1::ControllerMessage m;
+    v1::Start* s = m.mutable_start();
+    s->set_generation(generation);
+    s->set_run_id("job");
+    s->set_group_rank(1);
+    s->set_nnodes(2);
+    s->set_nproc_per_node(nproc);
+    s->set_world_size(2 * nproc);
+    s->set_master_addr("127.0.0.1");
+    s->set_master_port(12345);
+    for (auto& a : argv) s->add_argv(a);
+    agent_->OnCommand(m);
+  }
+  std::optional<v1::AgentMessage> WaitKind(v1::AgentMessage::KindCase kind,
+                                           std::chrono::milliseconds t = 10s) {
+    return link_.WaitFor([kind](const v1::AgentMessage& m) { return m.kind_case() == kind; }, t);
+  }
+
+  std::string dir_;
+  FakeControllerLink link_;
+  std::unique_ptr<Agent> agent_;
+  std::thread thread_;
+  int rc_ = -1;
+};
+
+TEST_F(AgentTest, RegistersFirst) {
+  auto reg = WaitKind(v1::AgentMessage::kRegister);
+  ASSERT_TRUE(reg);
+  EXPECT_EQ(reg->register_().node_id(), "n0");
+  EXPECT_EQ(reg->register_().protocol_version(), kProtocolVersion);
+  EXPECT_GT(reg->register_().free_port(), 0);
+}
+
+TEST_F(AgentTest, RanksGetTheTorchrunEnvironmentAndExitsAreReported) {
+  StartRanks({"/bin/sh", "-c",
+              "echo rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE group=$GROUP_RANK "
+              "port=$MASTER_PORT; exit $((40 + LOCAL_RANK))"});
+  auto started = WaitKind(v1::AgentMessage::kStarted);
+  ASSERT_TRUE(started);
+  ASSERT_EQ(started->started().ranks_size(), 2);
+  for (int local = 0; local < 2; ++local) {
+    auto exited = link_.WaitFor(
+        [local](const v1::AgentMessage& m) {
+          return m.has_rank_exited() && m.rank_exited().rank().local_rank() == local;
+        },
+        10s);
+    ASSERT_TRUE(exited);
+    const auto& e = exited->rank_exited();
+    EXPECT_EQ(e.rank().exit_code(), 40 + local);
+    EXPECT_EQ(e.rank().global_rank(), 2 + local);
+    ASSERT_GE(e.log_tail_size(), 1);
+    EXPECT_EQ(e.log_tail(0), "rank=" + std::to_string(2 + local) + " local=" +
+                                 std::to_string(local) + " world=4 group=1 port=12345");
+  }
+  std::ifstream log(dir_ + "/logs/rank2.log");
+  std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("rank=2 local=0"), std::string::npos);
+}
+
+TEST_F(AgentTest, SignalDeathIsReported) {
+  StartRanks({"/bin/sh", "-c", "kill -9 $$"}, 1);
+  auto exited = WaitKind(v1::AgentMessage::kRankExited);
+  ASSERT_TRUE(exited);
+  EXPECT_EQ(exited->rank_exited().rank().term_signal(), SIGKILL);
+}
+
+TEST_F(AgentTest, StopKillsRanksThatIgnoreSigtermAndTheirChildren) {
+  StartRanks({"/bin/sh", "-c", "trap '' TERM; sleep 300 & sleep 300; wait"}, 2);
+  auto started = WaitKind(v1::AgentMessage::kStarted);
+  ASSERT_TRUE(started);
+  std::vector<int> pids = agent_->RankPids();
+  ASSERT_EQ(pids.size(), 2u);
+  v1::ControllerMessage stop;
+  stop.mutable_stop()->set_generation(0);
+  stop.mutable_stop()->set_grace_ms(200);
+  agent_->OnCommand(stop);
+  auto stopped = WaitKind(v1::AgentMessage::kStopped);
+  ASSERT_TRUE(stopped);
+  EXPECT_EQ(stopped->stopped().generation(), 0);
+  for (int pid : pids) {
+    EXPECT_FALSE(Alive(pid)) << pid;
+    EXPECT_EQ(LiveGroupMembers(pid), 0) << "process group " << pid << " still has members";
+  }
+  EXPECT_FALSE(link_.WaitFor([](const v1::AgentMessage& m) { return m.has_rank_exited(); }, 100ms))
+      << "ranks stopped on command are not failures";
+}
+
+TEST_F(AgentTest, HeartbeatsCarryRankState) {
+  StartRanks({"/bin/sh", "-c", "sleep 300"}, 1);
+  auto hb = link_.WaitFor(
+      [](const v1::AgentMessage& m) { return m.has_heartbeat() && m.heartbeat().ranks_size() == 1; },
+      5s);
+  ASSERT_TRUE(hb);
+  const auto& r = hb->heartbeat().ranks(0);
+  EXPECT_TRUE(r.running());
+  EXPECT_FALSE(r.attached());  // sh does not use the client
+  EXPECT_EQ(r.step(), -1);
+  EXPECT_GT(hb->heartbeat().metrics().mem_total_kb(), 0);
+}
+
+TEST_F(AgentTest, ShutdownStopsRanksAndEndsRun) {
+  StartRanks({"/bin/sh", "-c", "sleep 300"}, 1);
+  ASSERT_TRUE(WaitKind(v1::AgentMessage::kStarted));
+  std::vector<int> pids = agent_->RankPids();
+  v1::ControllerMessage shutdown;
+  shutdown.mutable_shutdown()->set_reason("done");
+  agent_->OnCommand(shutdown);
+  thread_.join();
+  EXPECT_EQ(rc_, 0);
+  for (int pid : pids) EXPECT_FALSE(Alive(pid));
+}
+
+TEST_F(AgentTest, LosingTheControllerStopsRanks) {
+  StartRanks({"/bin/sh", "-c", "sleep 300"}, 1);
+  ASSERT_TRUE(WaitKind(v1::AgentMessage::kStarted));
+  std::vector<int> pids = agent_->RankPids();
+  agent_->OnLinkLost("connection reset");
+  thread_.join();
+  EXPECT_EQ(rc_, 1);
+  EXPECT_NE(agent_->error().find("connection reset"), std::string::npos);
+  for (int pid : pids) EXPECT_FALSE(Alive(pid));
+}
+
+TEST_F(AgentTest, ACommandThatCannotRunIsReportedAsExit127) {
+  StartRanks({"/no/such/binary"}, 1);
+  auto exited = WaitKind(v1::AgentMessage::kRankExited);
+  ASSERT_TRUE(exited);
+  EXPECT_EQ(exited->rank_exited().rank().exit_code(), 127);
+  EXPECT_NE(exited->rank_exited().log_tail(0).find("/no/such/binary"), std::string::npos);
+}
+
+TEST_F(AgentTest, RefusedRegistrationEndsRunWithTheReason) {
+  v1::ControllerMessage refuse;
+  refuse.mutable_welcome()->set_error("protocol version mismatch");
+  agent_->OnCommand(refuse);
+  thread_.join();
+  EXPECT_EQ(rc_, 1);
+  EXPECT_NE(agent_->error().find("protocol version mismatch"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainguard
