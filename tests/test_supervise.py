@@ -206,3 +206,16 @@ def test_python_module_is_a_no_op_without_agent():
                         "t.checkpoint_committed(1); print('ok')"],
                        env=env, capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupting_or_killing_trainguard_leaves_no_process(tmp_path, no_leftovers, sig):
+    job = Job(tmp_path, "interrupted", example(tmp_path, "--step-delay", "0.03"))
+    wait_for(lambda: job.events("first_step"), 60, "the first step")
+    os.kill(job.proc.pid, sig)
+    rc = job.wait(60)
+    assert rc != 0
+    if sig == signal.SIGINT:
+        assert "cancelled: interrupted by signal" in job.output()
+        assert job.events()[-1]["kind"] == "job_failed"
+    # no_leftovers checks that agents and ranks are gone (PDEATHSIG chain on SIGKILL).
