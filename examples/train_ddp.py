@@ -15,6 +15,7 @@ Fault injection for tests (all off by default):
 """
 
 import argparse
+import contextlib
 import hashlib
 import os
 import sys
@@ -85,11 +86,9 @@ def save_checkpoint(ckpt_dir, step, model, opt):
         os.fsync(f.fileno())
     os.replace(tmp, final)
     # Keep the two newest.
-    for f in os.listdir(ckpt_dir):
-        if f.startswith("step-") and f.endswith(".pt") and int(f[5:-3]) < step - 1:
-            older = int(f[5:-3])
-            if older not in (step,) and len([x for x in os.listdir(ckpt_dir) if x.endswith(".pt")]) > 2:
-                os.remove(os.path.join(ckpt_dir, f))
+    steps = sorted(int(f[5:-3]) for f in os.listdir(ckpt_dir) if f.startswith("step-") and f.endswith(".pt"))
+    for old in steps[:-2]:
+        os.remove(os.path.join(ckpt_dir, "step-%d.pt" % old))
 
 
 def main():
@@ -125,6 +124,7 @@ def main():
     ddp(x).sum().backward()
     opt.zero_grad(set_to_none=True)
 
+    ctx = trainguard.phase if trainguard else (lambda name: contextlib.nullcontext())
     for step in range(start + 1, args.steps + 1):
         if restart == 0 and rank == args.crash_rank and step == args.crash_at_step:
             print("rank %d: injected crash at step %d" % (rank, step), flush=True)
@@ -134,7 +134,6 @@ def main():
             while True:
                 time.sleep(3600)
         x, y = batch_for(args.seed, step, rank, args.batch)
-        ctx = trainguard.phase if trainguard else (lambda name: __import__("contextlib").nullcontext())
         with ctx("forward"):
             loss = nn.functional.mse_loss(ddp(x), y)
         with ctx("backward"):

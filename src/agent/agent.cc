@@ -262,8 +262,7 @@ void Agent::StartRanks(const v1::Start& start) {
   base["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(start.max_restarts());
   base["TORCHELASTIC_RUN_ID"] = start.run_id();
   base["TORCHELASTIC_USE_AGENT_STORE"] = "False";
-  base["TORCHELASTIC_ERROR_FILE"] = "";
-  base.erase("TORCHELASTIC_ERROR_FILE");
+  base.erase("TORCHELASTIC_ERROR_FILE");  // not inherited: no torchelastic agent reads it
   base["TRAINGUARD_NODE_ID"] = config_.node_id;
   base["TRAINGUARD_JOB_ID"] = start.run_id();
   if (!base.count("OMP_NUM_THREADS") && start.nproc_per_node() > 1) base["OMP_NUM_THREADS"] = "1";

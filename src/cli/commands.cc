@@ -116,7 +116,7 @@ void PrintDowntime(EventStore* store, const std::string& job_id) {
   }
 }
 
-// Runs a controller until the job finishes; `launcher` may be null.
+// Runs a controller until the job finishes; with `local`, also the agents.
 int Supervise(const JobOptions& o, const std::string& listen, bool local) {
   std::string error = ValidateJob(o);
   if (!error.empty()) {

@@ -451,7 +451,9 @@ void JobController::CheckHangs(Nanos now) {
   json evidence = json::array();
   std::string culprit_node;
   int culprit_rank = -1;
-  Nanos oldest_age = -1;
+  // A stopped process (state T) is the likeliest culprit; else the rank that
+  // stopped progressing first.
+  std::pair<bool, Nanos> culprit_key{false, -1};
   for (const auto& n : nodes_) {
     if (n.group_rank < 0) continue;
     for (const auto& [rank, view] : n.ranks) {
@@ -465,12 +467,9 @@ void JobController::CheckHangs(Nanos now) {
       e["node"] = n.node_id;
       e["age_ms"] = age / kMillisecond;
       evidence.push_back(e);
-      // A stopped process (state T) is the likeliest culprit; else the rank
-      // that stopped progressing first.
-      bool stopped = s.proc_state() == "T" || s.proc_state() == "t";
-      if (stopped) age += 1000LL * 1000 * kSecond;
-      if (age > oldest_age) {
-        oldest_age = age;
+      std::pair<bool, Nanos> key{s.proc_state() == "T" || s.proc_state() == "t", age};
+      if (key > culprit_key) {
+        culprit_key = key;
         culprit_node = n.node_id;
         culprit_rank = rank;
       }
