@@ -78,6 +78,10 @@ def test_torchrun_environment_and_fresh_port_per_restart(tmp_path, no_leftovers)
         assert e["WORLD_SIZE"] == "4" and e["LOCAL_WORLD_SIZE"] == "2"
         assert int(e["RANK"]) == int(e["GROUP_RANK"]) * 2 + int(e["LOCAL_RANK"])
         assert e["TORCHELASTIC_RUN_ID"] == "envjob" and e["ROLE_RANK"] == e["RANK"]
+    # In local mode node<i> holds group rank i.
+    for e in job.events("ranks_started"):
+        group = int(e["node"][4:])
+        assert sorted(int(r) for r in e["detail"]["pids"]) == [2 * group, 2 * group + 1]
     ports = {e["TORCHELASTIC_RESTART_COUNT"]: e["MASTER_PORT"] for e in envs.values()}
     assert ports["0"] != ports["1"]
 

@@ -197,6 +197,7 @@ int Agent::Run() {
   r->set_address(config_.address);
   r->set_free_port(FindFreePort());
   r->set_pid(getpid());
+  if (config_.preferred_group_rank >= 0) r->set_preferred_group_rank(config_.preferred_group_rank);
   Send(reg);
 
   bool welcomed = false;

@@ -35,6 +35,7 @@ struct AgentConfig {
   bool native_stacks = false;         // also capture gdb backtraces of hung ranks
   Nanos stack_timeout = 3 * kSecond;  // per rank, for the Python dump
   int log_tail_lines = 20;
+  int preferred_group_rank = -1;      // -1: whichever slot the controller gives
   std::uint32_t protocol_version = kProtocolVersion;  // only tests change it
 };
 

@@ -228,6 +228,7 @@ int RunAgent(const AgentOptions& o) {
   config.run_dir = o.run_dir.empty() ? o.run_dir_base + "/" + config.node_id : o.run_dir;
   config.python_dir = PythonDir();
   config.native_stacks = o.native_stacks;
+  config.preferred_group_rank = o.group_rank;
   config.stream_output = !o.quiet;
   if (o.protocol_version != 0) config.protocol_version = o.protocol_version;
 

@@ -36,6 +36,7 @@ struct AgentOptions {
   std::string address;      // "" = derived from the controller address
   std::string run_dir;      // "" = <run_dir_base>/<node_id>
   std::string run_dir_base = "/tmp/trainguard";
+  int group_rank = -1;      // preferred group rank, -1 = any
   double connect_timeout_s = 10;
   bool native_stacks = false;
   bool quiet = false;

@@ -54,6 +54,11 @@ void LocalLauncher::Launch(const std::string& node_id) {
   for (const auto& a : common_args_) spec.argv.push_back(a);
   spec.argv.push_back("--node-id");
   spec.argv.push_back(node_id);
+  if (node_id.rfind("node", 0) == 0 && node_id.size() > 4 &&
+      node_id.find_first_not_of("0123456789", 4) == std::string::npos) {
+    spec.argv.push_back("--group-rank");
+    spec.argv.push_back(node_id.substr(4));
+  }
   spec.env = CurrentEnvironment();
   // The agent's output (its ranks' prefixed lines) goes to our stdout directly.
   auto proc = Spawn(spec);

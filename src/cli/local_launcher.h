@@ -28,6 +28,8 @@ class LocalLauncher final : public NodeProvider {
   LocalLauncher(std::string self_exe, std::vector<std::string> common_args);
   ~LocalLauncher() override;
 
+  // Starts the agent of `node_id`; local node ids are "node<group rank>" and
+  // the agent asks for that group rank.
   void StartNode(const std::string& node_id);
   void ReplaceNode(const std::string& node_id, const std::string& reason) override;
   // Waits up to `timeout_ms` for all agents to exit, then SIGKILLs the rest

@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--controller", agent.controller, "controller HOST:PORT")->required();
   agent_cmd->add_option("--node-id", agent.node_id, "node id (default: hostname)");
   agent_cmd->add_option("--address", agent.address, "address peers use to reach this node");
+  agent_cmd->add_option("--group-rank", agent.group_rank, "preferred group rank (node rank)");
   agent_cmd->add_option("--run-dir", agent.run_dir, "logs and stacks of this node");
   agent_cmd->add_option("--run-dir-base", agent.run_dir_base, "parent of the default run dir");
   agent_cmd->add_option("--connect-timeout", agent.connect_timeout_s, "seconds")

@@ -191,10 +191,15 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     node = &nodes_.back();
     node->node_id = reg.node_id();
   }
-  // A node takes its old slot if free, else the lowest free one.
+  // A node takes the slot it asks for if free, else its old slot if free,
+  // else the lowest free one.
   std::set<int> taken;
   for (const auto& n : nodes_) {
     if (&n != node && n.group_rank >= 0) taken.insert(n.group_rank);
+  }
+  if (reg.has_preferred_group_rank() && reg.preferred_group_rank() >= 0 &&
+      reg.preferred_group_rank() < config_.nnodes && !taken.count(reg.preferred_group_rank())) {
+    node->group_rank = reg.preferred_group_rank();
   }
   if (node->group_rank < 0 || taken.count(node->group_rank)) {
     node->group_rank = -1;

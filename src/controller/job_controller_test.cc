@@ -119,6 +119,27 @@ TEST_F(JobControllerTest, StartsWhenAllNodesRegistered) {
   EXPECT_EQ(controller_->state(), JobState::kRunning);
 }
 
+TEST_F(JobControllerTest, ANodeGetsThePreferredGroupRankIfFree) {
+  Make(3, 1);
+  auto reg = [&](int conn, const std::string& id, int preferred) {
+    auto link = std::make_shared<FakeAgentLink>();
+    links_.push_back(link);
+    controller_->OnConnect(conn, link);
+    v1::AgentMessage m;
+    m.mutable_register_()->set_protocol_version(kProtocolVersion);
+    m.mutable_register_()->set_node_id(id);
+    m.mutable_register_()->set_preferred_group_rank(preferred);
+    controller_->OnMessage(conn, m);
+    return link.get();
+  };
+  FakeAgentLink* b = reg(1, "b", 2);
+  FakeAgentLink* a = reg(2, "a", 2);   // taken: gets the lowest free slot
+  FakeAgentLink* c = reg(3, "c", 7);   // out of range: ignored
+  EXPECT_EQ(b->Last(Kind::kStart)->start().group_rank(), 2);
+  EXPECT_EQ(a->Last(Kind::kStart)->start().group_rank(), 0);
+  EXPECT_EQ(c->Last(Kind::kStart)->start().group_rank(), 1);
+}
+
 TEST_F(JobControllerTest, RefusesAProtocolVersionMismatch) {
   Make();
   FakeAgentLink* a = Register(0, kProtocolVersion + 1);
