@@ -223,3 +223,8 @@ def test_interrupting_or_killing_trainguard_leaves_no_process(tmp_path, no_lefto
         assert "cancelled: interrupted by signal" in job.output()
         assert job.events()[-1]["kind"] == "job_failed"
     # no_leftovers checks that agents and ranks are gone (PDEATHSIG chain on SIGKILL).
+    # Status pages of a SIGKILLed tree stay in /dev/shm (a known leak, see the
+    # issue notes); remove them so the machine stays clean.
+    for name in os.listdir("/dev/shm"):
+        if name.startswith("trainguard-interrupted-"):
+            os.unlink(os.path.join("/dev/shm", name))
