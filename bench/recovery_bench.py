@@ -61,11 +61,9 @@ def one_fault(kind, i):
 
 
 def first0_cold(job):
-    gen = [e for e in job.events("generation_started") if e["generation"] == 0][0]
+    """Launch -> first step of generation 0, as the controller recorded it."""
     first = [e for e in job.events("first_step") if e["generation"] == 0][0]
-    # The first_step event is emitted on the heartbeat that reports it; its
-    # message carries the exact launch -> first step time.
-    return float(first["message"].split("first step ")[1].split(" s")[0])
+    return first["detail"]["since_launch_ms"] / 1000
 
 
 def waitpid_baseline():

@@ -279,10 +279,8 @@ void JobController::MaybeStartGeneration() {
 
 void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
   RankView& view = node->ranks[status.global_rank()];
-  bool exited_ok = view.exited_ok;
   view.status = status;
   view.received_mono = clock_->MonotonicNanos();
-  view.exited_ok = exited_ok;
   if (status.checkpoint_step() > checkpoint_step_) {
     checkpoint_step_ = status.checkpoint_step();
     Emit("checkpoint_committed", node->node_id, status.global_rank(), checkpoint_step_,
@@ -293,7 +291,10 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
     Nanos first_wall = status.first_step_unix_ms() * kMillisecond;
     Emit("first_step", node->node_id, status.global_rank(), status.step(),
          "generation " + std::to_string(generation_) + " made its first step " +
-             Ms(first_wall - generation_start_wall_) + " after launch");
+             Ms(first_wall - generation_start_wall_) + " after launch",
+         json{{"first_step_unix_ms", status.first_step_unix_ms()},
+              {"since_launch_ms", (first_wall - generation_start_wall_) / kMillisecond}}
+             .dump());
     RecordDowntime(first_wall);
   }
 }
