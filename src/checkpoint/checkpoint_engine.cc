@@ -1,0 +1,436 @@
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "checkpoint/checkpoint_format.h"
+#include "checkpoint/files.h"
+#include "checkpoint/host_memory.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/manifest.h"
+#include "common/clock.h"
+#include "trainguard/checkpoint.h"
+#include "trainguard/client.h"
+
+namespace trainguard {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double SecondsSince(Nanos start) {
+  return static_cast<double>(MonotonicNowNanos() - start) / kSecond;
+}
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads.
+template <typename F>
+void ParallelFor(size_t n, int threads, F fn) {
+  size_t workers = std::min<size_t>(n, static_cast<size_t>(std::max(threads, 1)));
+  if (workers <= 1) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (size_t w = 0; w < workers; ++w) {
+    pool.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
+    });
+  }
+  for (auto& t : pool) t.join();
+}
+
+struct Job {
+  std::int64_t step = 0;
+  int rank = 0;
+  int world_size = 1;
+  std::vector<int> group;
+  StreamLayout layout;
+  std::uint64_t lo = 0, hi = 0;
+  std::vector<Piece> pieces;
+};
+
+struct Pending {
+  std::int64_t step;
+  int rank;        // rank 0 is the committer
+  int world_size;
+  Nanos deadline;
+};
+
+class PosixCheckpointEngine final : public CheckpointEngine {
+ public:
+  PosixCheckpointEngine(CheckpointOptions options, std::unique_ptr<HostMemory> memory)
+      : options_(std::move(options)), memory_(std::move(memory)), buffer_(memory_.get()) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  ~PosixCheckpointEngine() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      cv_.notify_all();
+    }
+    thread_.join();
+  }
+
+  Status Save(const SaveRequest& req) override {
+    TG_RETURN_IF_ERROR(Validate(req));
+    std::vector<int> group = req.replica_group.empty() ? std::vector<int>{req.rank} : req.replica_group;
+    int index = static_cast<int>(std::find(group.begin(), group.end(), req.rank) - group.begin());
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (busy_) {
+        if (options_.overflow == OverflowPolicy::kSkip) {
+          ++stats_.skipped;
+          std::fprintf(stderr,
+                       "trainguard: checkpoint of step %lld skipped: the previous one is still "
+                       "being persisted (%lld skipped so far)\n",
+                       static_cast<long long>(req.step), static_cast<long long>(stats_.skipped));
+          return FailedPrecondition("checkpoint of step " + std::to_string(req.step) +
+                                    " skipped: the previous one is still being persisted");
+        }
+        ++stats_.blocked;
+        Nanos t0 = MonotonicNowNanos();
+        cv_.wait(lock, [&] { return !busy_; });
+        stats_.last_blocked_s = SecondsSince(t0);
+      } else {
+        stats_.last_blocked_s = 0;
+      }
+      busy_ = true;  // the buffer is ours until the background thread is done with it
+    }
+    Nanos t0 = MonotonicNowNanos();
+    Job job;
+    job.step = req.step;
+    job.rank = req.rank;
+    job.world_size = req.world_size;
+    job.group = group;
+    job.layout = ComputeLayout(req);
+    std::tie(job.lo, job.hi) = MemberRange(job.layout.total_bytes, static_cast<int>(group.size()), index);
+    job.pieces = PiecesIn(job.layout, job.lo, job.hi);
+    Status s = Snapshot(req, job);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s.ok()) {
+      busy_ = false;
+      cv_.notify_all();
+      return s;
+    }
+    stats_.last_snapshot_s = SecondsSince(t0);
+    ++stats_.saves;
+    job_ = std::move(job);
+    has_job_ = true;
+    cv_.notify_all();
+    return Status::Ok();
+  }
+
+  Status Wait() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !busy_ && pending_.empty(); });
+    Status s = first_error_;
+    first_error_ = Status::Ok();
+    return s;
+  }
+
+  CheckpointStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  Status Validate(const SaveRequest& req) {
+    if (req.world_size < 1 || req.rank < 0 || req.rank >= req.world_size) {
+      return InvalidArgument("checkpoint: rank " + std::to_string(req.rank) +
+                             " is not within world size " + std::to_string(req.world_size));
+    }
+    if (req.step < 0) return InvalidArgument("checkpoint: step must not be negative");
+    if (!req.replica_group.empty()) {
+      std::set<int> members(req.replica_group.begin(), req.replica_group.end());
+      if (members.size() != req.replica_group.size() || !members.count(req.rank) ||
+          *members.begin() < 0 || *members.rbegin() >= req.world_size) {
+        return InvalidArgument("checkpoint: replica group must list distinct ranks of the job, "
+                               "including rank " + std::to_string(req.rank));
+      }
+    }
+    std::set<std::string> names;
+    for (const auto& t : req.tensors) {
+      if (t.name.empty()) return InvalidArgument("checkpoint: a tensor has an empty name");
+      if (!names.insert(t.name).second) {
+        return InvalidArgument("checkpoint: tensor name '" + t.name + "' appears twice");
+      }
+      if (t.nbytes > 0 && t.data == nullptr) {
+        return InvalidArgument("checkpoint: tensor '" + t.name + "' has no data");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Phase 1: copies this rank's pieces into the host buffer.
+  Status Snapshot(const SaveRequest& req, const Job& job) {
+    std::uint64_t size = job.hi - job.lo;
+    TG_RETURN_IF_ERROR(buffer_.Reserve(std::max<std::uint64_t>(size, 1)));
+    char* base = buffer_.data();
+    // Split pieces into copy segments of at most 16 MiB for the thread pool.
+    struct Segment {
+      char* dst;
+      const char* src;
+      std::uint64_t len;
+      bool device;
+    };
+    constexpr std::uint64_t kSegment = 16ULL << 20;
+    std::vector<Segment> segments;
+    std::uint64_t cursor = job.lo;
+    for (const Piece& p : job.pieces) {
+      if (p.offset > cursor) std::memset(base + (cursor - job.lo), 0, p.offset - cursor);  // padding
+      const char* src;
+      bool device = false;
+      if (p.entry < 0) {
+        src = req.blob.data() + (p.offset - job.layout.blob_offset);
+      } else {
+        const TensorRef& t = req.tensors[p.entry];
+        src = static_cast<const char*>(t.data) + (p.offset - job.layout.tensors[p.entry].offset);
+        device = t.on_device;
+      }
+      for (std::uint64_t o = 0; o < p.length; o += kSegment) {
+        segments.push_back({base + (p.offset - job.lo) + o, src + o,
+                            std::min(kSegment, p.length - o), device});
+      }
+      cursor = p.offset + p.length;
+    }
+    if (job.hi > cursor) std::memset(base + (cursor - job.lo), 0, job.hi - cursor);
+    Status device_status;
+    for (const auto& s : segments) {
+      if (s.device) {
+        Status st = memory_->CopyFromDevice(s.dst, s.src, s.len);
+        if (!st.ok()) return st;
+      }
+    }
+    int threads = size >= (64ULL << 20) ? options_.copy_threads : 1;
+    ParallelFor(segments.size(), threads, [&](size_t i) {
+      if (!segments[i].device) std::memcpy(segments[i].dst, segments[i].src, segments[i].len);
+    });
+    return memory_->Sync();
+  }
+
+  void Loop() {
+    for (;;) {
+      std::optional<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return has_job_ || stopping_; });
+        if (has_job_) job = std::move(job_);
+        if (!job && stopping_) return;
+      }
+      if (job) {
+        Status s = Persist(*job);
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!s.ok()) RecordError(s);
+        has_job_ = false;
+        busy_ = false;
+        cv_.notify_all();
+      }
+      PollCommits();
+    }
+  }
+
+  void RecordError(const Status& s) {  // mu_ held
+    ++stats_.failed;
+    stats_.last_error = s.message();
+    if (first_error_.ok()) first_error_ = s;
+    std::fprintf(stderr, "trainguard: checkpoint failed: %s\n", s.message().c_str());
+  }
+
+  std::string StepDir(std::int64_t step) const { return options_.dir + "/" + StepDirName(step); }
+
+  // Phase 2: data file (parallel pwrite + checksums), fsync, manifest.
+  Status Persist(const Job& job) {
+    Nanos t0 = MonotonicNowNanos();
+    std::string dir = StepDir(job.step);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return IoError("cannot create checkpoint directory " + dir + ": " + ec.message());
+    std::string stem = RankFileStem(job.rank);
+    std::string data_path = dir + "/" + stem + ".data";
+    std::string manifest_path = dir + "/" + stem + ".json";
+    auto fail = [&](Status s) {
+      unlink(data_path.c_str());
+      unlink(manifest_path.c_str());
+      unlink((manifest_path + ".tmp").c_str());
+      return s;
+    };
+    std::uint64_t size = job.hi - job.lo;
+    int fd = open(data_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return fail(IoError(ErrnoMessage("create", data_path)));
+    // Reserve the space first: a full disk is reported before any write.
+    if (size > 0) {
+      int rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
+      if (rc != 0) {
+        close(fd);
+        errno = rc;
+        return fail(IoError(ErrnoMessage("reserve " + std::to_string(size) + " bytes for", data_path)));
+      }
+    }
+    const char* base = buffer_.data();
+    std::vector<StoredPiece> stored(job.pieces.size());
+    std::mutex err_mu;
+    Status write_error;
+    ParallelFor(job.pieces.size(), options_.writer_threads, [&](size_t i) {
+      const Piece& p = job.pieces[i];
+      const char* src = base + (p.offset - job.lo);
+      stored[i] = {p.offset, p.length, XXH3_64bits(src, p.length)};
+      std::uint64_t done = 0;
+      while (done < p.length) {
+        ssize_t n = pwrite(fd, src + done, p.length - done,
+                           static_cast<off_t>(p.offset - job.lo + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (write_error.ok()) write_error = IoError(ErrnoMessage("write", data_path));
+          return;
+        }
+        done += static_cast<std::uint64_t>(n);
+      }
+    });
+    if (!write_error.ok()) {
+      close(fd);
+      return fail(write_error);
+    }
+    if (fsync(fd) != 0) {
+      Status s = IoError(ErrnoMessage("fsync", data_path));
+      close(fd);
+      return fail(s);
+    }
+    close(fd);
+
+    ManifestFile m;
+    m.manifest.step = job.step;
+    m.manifest.rank = job.rank;
+    m.manifest.world_size = job.world_size;
+    m.manifest.replica_group = job.group;
+    m.manifest.total_bytes = job.layout.total_bytes;
+    m.manifest.blob_offset = job.layout.blob_offset;
+    m.manifest.blob_nbytes = job.layout.blob_nbytes;
+    m.manifest.tensors = job.layout.tensors;
+    m.manifest.lo = job.lo;
+    m.manifest.hi = job.hi;
+    m.data_file = stem + ".data";
+    m.pieces = std::move(stored);
+    Status s = WriteFileAtomic(manifest_path, EncodeManifest(m));
+    if (!s.ok()) return fail(s);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.bytes_written += size;
+    stats_.last_persist_s = SecondsSince(t0);
+    pending_.push_back({job.step, job.rank, job.world_size,
+                        MonotonicNowNanos() + static_cast<Nanos>(options_.commit_timeout_s * kSecond)});
+    return Status::Ok();
+  }
+
+  // Rank 0 commits a step once every rank's manifest is there; every rank
+  // learns of the commit from COMMIT.json.
+  void PollCommits() {
+    std::vector<Pending> pending;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pending = pending_;
+    }
+    for (const Pending& p : pending) {
+      std::string dir = StepDir(p.step);
+      bool committed = fs::exists(dir + "/" + kCommitFile);
+      Status error;
+      if (!committed && p.rank == 0) {
+        CommitRecord c;
+        c.step = p.step;
+        c.world_size = p.world_size;
+        c.created_unix_ms = WallNowNanos() / kMillisecond;
+        bool all = true;
+        for (int r = 0; r < p.world_size && all; ++r) {
+          auto text = ReadWholeFile(dir + "/" + RankFileStem(r) + ".json");
+          all = text.ok();
+          if (all) c.manifest_xxh3.push_back(XXH3_64bits(text->data(), text->size()));
+        }
+        if (all) {
+          error = WriteFileAtomic(dir + "/" + kCommitFile, EncodeCommit(c));
+          committed = error.ok();
+        }
+      }
+      if (committed && p.rank == 0) Retain(p.step);  // before Wait() can return
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = std::find_if(pending_.begin(), pending_.end(),
+                               [&](const Pending& q) { return q.step == p.step; });
+        if (!error.ok()) {
+          RecordError(error);
+          pending_.erase(it);
+        } else if (committed) {
+          pending_.erase(it);
+          stats_.last_committed_step = std::max(stats_.last_committed_step, p.step);
+          if (options_.report_to_trainguard) client::CheckpointCommitted(p.step);
+        } else if (MonotonicNowNanos() > p.deadline) {
+          pending_.erase(it);
+          ++stats_.abandoned;
+          std::fprintf(stderr,
+                       "trainguard: checkpoint of step %lld abandoned: not every rank made it "
+                       "durable within %.0f s\n",
+                       static_cast<long long>(p.step), options_.commit_timeout_s);
+        }
+        cv_.notify_all();
+      }
+    }
+  }
+
+  // Keeps the newest keep_last committed checkpoints and removes debris of
+  // saves older than the newest commit.
+  void Retain(std::int64_t newest) {
+    auto list = ListCheckpoints(options_.dir);
+    if (!list.ok()) return;
+    int kept = 0;
+    for (const auto& c : *list) {
+      if (c.step > newest) continue;  // may still be in progress
+      bool keep = c.committed && kept < std::max(options_.keep_last, 1);
+      if (c.committed && keep) ++kept;
+      if (!keep) {
+        std::error_code ec;
+        fs::remove_all(c.path, ec);
+      }
+    }
+  }
+
+  const CheckpointOptions options_;
+  std::unique_ptr<HostMemory> memory_;
+  HostBuffer buffer_;  // owned by Save() while !busy_, by the background thread while busy_
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool busy_ = false;      // a snapshot is being taken or persisted
+  bool has_job_ = false;
+  bool stopping_ = false;
+  Job job_;
+  std::vector<Pending> pending_;
+  CheckpointStats stats_;
+  Status first_error_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CheckpointEngine>> CheckpointEngine::Create(const CheckpointOptions& options) {
+  if (options.dir.empty()) return InvalidArgument("checkpoint: no directory given");
+  std::error_code ec;
+  fs::create_directories(options.dir, ec);
+  if (ec) return IoError("checkpoint: cannot create " + options.dir + ": " + ec.message());
+  if (access(options.dir.c_str(), W_OK) != 0) {
+    return IoError("checkpoint: directory " + options.dir + " is not writable");
+  }
+  if (options.keep_last < 1) return InvalidArgument("checkpoint: keep_last must be at least 1");
+  return std::unique_ptr<CheckpointEngine>(
+      new PosixCheckpointEngine(options, MakeHostMemory()));
+}
+
+}  // namespace trainguard

@@ -1,0 +1,38 @@
+// Encoding of rank manifests and COMMIT.json (docs/checkpoint_format.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainguard/checkpoint.h"
+
+namespace trainguard {
+
+struct StoredPiece {
+  std::uint64_t offset = 0;   // in the group stream
+  std::uint64_t length = 0;
+  std::uint64_t xxh3 = 0;
+};
+
+struct ManifestFile {
+  RankManifest manifest;
+  std::string data_file;      // relative to the step directory
+  std::vector<StoredPiece> pieces;
+};
+
+std::string EncodeManifest(const ManifestFile& m);
+// Errors name `origin` (the file) and the field that is wrong.
+StatusOr<ManifestFile> DecodeManifest(const std::string& text, const std::string& origin);
+
+struct CommitRecord {
+  std::int64_t step = 0;
+  int world_size = 0;
+  std::int64_t created_unix_ms = 0;
+  std::vector<std::uint64_t> manifest_xxh3;  // by rank
+};
+
+std::string EncodeCommit(const CommitRecord& c);
+StatusOr<CommitRecord> DecodeCommit(const std::string& text, const std::string& origin);
+
+}  // namespace trainguard
