@@ -3,8 +3,11 @@
 An MLP learns a fixed random regression task. Every step's batch is derived
 from (seed, step) alone, so a run that resumes from a checkpoint computes
 exactly what an uninterrupted run computes: the final parameter checksum is
-the same. Rank 0 saves a checkpoint every --ckpt-every steps (write to a
-temporary file, fsync, rename) and every rank resumes from the newest one.
+the same. Every --ckpt-every steps the job checkpoints model and optimizer
+with trainguard's two-phase checkpointer (training continues while the
+checkpoint is written; the ranks write the replicated state once in total),
+and at start every rank resumes from the newest complete checkpoint.
+`--ckpt-engine torch` uses plain torch.save/torch.load by rank 0 instead.
 
 Run under trainguard:
     trainguard run --nnodes 2 --nproc-per-node 2 -- /usr/bin/python3 examples/train_ddp.py
@@ -37,6 +40,7 @@ def parse_args():
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--ckpt-every", type=int, default=10)
     p.add_argument("--ckpt-dir", default="checkpoints")
+    p.add_argument("--ckpt-engine", choices=["trainguard", "torch"], default="trainguard")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--seed", type=int, default=1234)
@@ -106,15 +110,27 @@ def main():
     opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
 
     start = 0
-    path = latest_checkpoint(args.ckpt_dir)
-    if path:
-        state = torch.load(path)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        start = state["step"]
-        if trainguard:
-            trainguard.checkpoint_committed(start)
-        print("rank %d: resumed from %s (step %d), restart %d" % (rank, path, start, restart), flush=True)
+    ckpt = None
+    if args.ckpt_engine == "trainguard" and trainguard:
+        ckpt = trainguard.Checkpointer(args.ckpt_dir, keep_last=2)
+        restored = ckpt.load_latest()
+        if restored:
+            start, state = restored
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+            print("rank %d: resumed from step %d (trainguard checkpoint), restart %d"
+                  % (rank, start, restart), flush=True)
+    else:
+        path = latest_checkpoint(args.ckpt_dir)
+        if path:
+            state = torch.load(path)
+            model.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+            start = state["step"]
+            if trainguard:
+                trainguard.checkpoint_committed(start)
+            print("rank %d: resumed from %s (step %d), restart %d" % (rank, path, start, restart),
+                  flush=True)
 
     # DDP re-lays out its gradient buckets after the first backward pass, and
     # the bucket layout decides the summation order of the allreduce. One
@@ -149,12 +165,19 @@ def main():
             print("rank %d: step %d loss %.6f" % (rank, step, loss.item()), flush=True)
         if step % args.ckpt_every == 0:
             with ctx("checkpoint"):
-                if rank == 0:
-                    save_checkpoint(args.ckpt_dir, step, model, opt)
-                dist.barrier()
-            if trainguard:
-                trainguard.checkpoint_committed(step)
+                if ckpt:
+                    # Returns once the state is in host memory; the commit is
+                    # reported to trainguard when every rank's part is durable.
+                    ckpt.save(step, {"model": model.state_dict(), "opt": opt.state_dict(), "step": step})
+                else:
+                    if rank == 0:
+                        save_checkpoint(args.ckpt_dir, step, model, opt)
+                    dist.barrier()
+                    if trainguard:
+                        trainguard.checkpoint_committed(step)
 
+    if ckpt:
+        ckpt.wait()
     digest = checksum(model)
     if rank == 0:
         print("final checksum %s" % digest, flush=True)

@@ -20,7 +20,8 @@ import signal
 
 from . import _core
 
-__all__ = ["init", "attached", "step", "phase", "checkpoint_committed", "shutdown"]
+__all__ = ["init", "attached", "step", "phase", "checkpoint_committed", "shutdown",
+           "Checkpointer", "CheckpointError"]
 
 _STACKS_READY_MARKER = "trainguard-stacks-ready"
 _stacks_file = None
@@ -75,3 +76,6 @@ def checkpoint_committed(step):
 
 def shutdown():
     _core.shutdown()
+
+
+from .checkpoint import Checkpointer, CheckpointError  # noqa: E402

@@ -1,17 +1,172 @@
-// trainguard._core: the client API for Python (trainguard/__init__.py wraps it).
+// trainguard._core: the client API and the checkpoint engine for Python.
+// trainguard/__init__.py and trainguard/checkpoint.py wrap it. A non-OK
+// Status becomes a RuntimeError here, and only here.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include "trainguard/checkpoint.h"
 #include "trainguard/client.h"
 
 namespace py = pybind11;
+using namespace trainguard;
+
+namespace {
+
+void ThrowIfError(const Status& s) {
+  if (!s.ok()) throw std::runtime_error(s.message());
+}
+
+py::dict ManifestDict(const RankManifest& m) {
+  py::list tensors;
+  for (const auto& t : m.tensors) {
+    py::dict d;
+    d["name"] = t.name;
+    d["dtype"] = t.dtype;
+    d["shape"] = t.shape;
+    d["offset"] = t.offset;
+    d["nbytes"] = t.nbytes;
+    tensors.append(d);
+  }
+  py::dict d;
+  d["step"] = m.step;
+  d["rank"] = m.rank;
+  d["world_size"] = m.world_size;
+  d["replica_group"] = m.replica_group;
+  d["total_bytes"] = m.total_bytes;
+  d["blob_offset"] = m.blob_offset;
+  d["blob_nbytes"] = m.blob_nbytes;
+  d["tensors"] = tensors;
+  d["lo"] = m.lo;
+  d["hi"] = m.hi;
+  return d;
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_core, m) {
-  m.doc() = "trainguard client core (status page writer)";
-  m.def("init", &trainguard::client::Init, "Attach to the agent's status page; False without one.");
-  m.def("attached", &trainguard::client::Attached);
-  m.def("step", &trainguard::client::Step, py::arg("step"));
-  m.def("set_phase", [](const std::string& name) { trainguard::client::SetPhase(name.c_str()); },
+  m.doc() = "trainguard client core: status page writer and checkpoint engine";
+  m.def("init", &client::Init, "Attach to the agent's status page; False without one.");
+  m.def("attached", &client::Attached);
+  m.def("step", &client::Step, py::arg("step"));
+  m.def("set_phase", [](const std::string& name) { client::SetPhase(name.c_str()); },
         py::arg("name"));
-  m.def("checkpoint_committed", &trainguard::client::CheckpointCommitted, py::arg("step"));
-  m.def("shutdown", &trainguard::client::Shutdown);
+  m.def("checkpoint_committed", &client::CheckpointCommitted, py::arg("step"));
+  m.def("shutdown", &client::Shutdown);
+
+  py::class_<CheckpointEngine>(m, "CheckpointEngine")
+      .def(py::init([](const std::string& dir, int keep_last, int copy_threads, int writer_threads,
+                       const std::string& overflow, double commit_timeout_s, bool report) {
+             CheckpointOptions o;
+             o.dir = dir;
+             o.keep_last = keep_last;
+             o.copy_threads = copy_threads;
+             o.writer_threads = writer_threads;
+             if (overflow != "block" && overflow != "skip") {
+               throw std::invalid_argument("overflow must be 'block' or 'skip', got '" + overflow + "'");
+             }
+             o.overflow = overflow == "skip" ? OverflowPolicy::kSkip : OverflowPolicy::kBlock;
+             o.commit_timeout_s = commit_timeout_s;
+             o.report_to_trainguard = report;
+             auto engine = CheckpointEngine::Create(o);
+             ThrowIfError(engine.status());
+             return std::move(engine).value().release();
+           }),
+           py::arg("dir"), py::arg("keep_last") = 3, py::arg("copy_threads") = 4,
+           py::arg("writer_threads") = 4, py::arg("overflow") = "block",
+           py::arg("commit_timeout_s") = 600.0, py::arg("report") = true)
+      // tensors: [(name, dtype, shape, data_ptr, nbytes, on_device)]. The
+      // caller keeps the tensors alive until save() returns. Returns False
+      // if the save was skipped (overflow="skip").
+      .def("save",
+           [](CheckpointEngine& e, std::int64_t step, int rank, int world_size,
+              std::vector<int> group,
+              const std::vector<std::tuple<std::string, std::string, std::vector<std::int64_t>,
+                                           std::uintptr_t, std::uint64_t, bool>>& tensors,
+              const py::bytes& blob) {
+             SaveRequest req;
+             req.step = step;
+             req.rank = rank;
+             req.world_size = world_size;
+             req.replica_group = std::move(group);
+             req.blob = std::string(blob);
+             for (const auto& [name, dtype, shape, ptr, nbytes, device] : tensors) {
+               req.tensors.push_back({name, dtype, shape, reinterpret_cast<const void*>(ptr),
+                                      nbytes, device});
+             }
+             Status s;
+             {
+               py::gil_scoped_release release;
+               s = e.Save(req);
+             }
+             if (s.code() == StatusCode::kFailedPrecondition &&
+                 s.message().find("skipped") != std::string::npos) {
+               return false;
+             }
+             ThrowIfError(s);
+             return true;
+           })
+      .def("wait",
+           [](CheckpointEngine& e) {
+             Status s;
+             {
+               py::gil_scoped_release release;
+               s = e.Wait();
+             }
+             return s.ok() ? std::string() : s.message();
+           },
+           "Waits for every queued save; returns '' or the first error since the last wait.")
+      .def("stats", [](const CheckpointEngine& e) {
+        CheckpointStats s = e.stats();
+        py::dict d;
+        d["saves"] = s.saves;
+        d["skipped"] = s.skipped;
+        d["blocked"] = s.blocked;
+        d["failed"] = s.failed;
+        d["abandoned"] = s.abandoned;
+        d["last_committed_step"] = s.last_committed_step;
+        d["bytes_written"] = s.bytes_written;
+        d["last_snapshot_s"] = s.last_snapshot_s;
+        d["last_persist_s"] = s.last_persist_s;
+        d["last_blocked_s"] = s.last_blocked_s;
+        d["last_error"] = s.last_error;
+        return d;
+      });
+
+  m.def("list_checkpoints", [](const std::string& dir) {
+    auto list = ListCheckpoints(dir);
+    ThrowIfError(list.status());
+    py::list out;
+    for (const auto& c : *list) {
+      py::dict d;
+      d["step"] = c.step;
+      d["path"] = c.path;
+      d["committed"] = c.committed;
+      d["world_size"] = c.world_size;
+      d["manifests"] = c.manifests;
+      d["bytes"] = c.bytes;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("read_manifest", [](const std::string& dir, std::int64_t step, int rank) {
+    auto man = ReadManifest(dir, step, rank);
+    ThrowIfError(man.status());
+    return ManifestDict(*man);
+  });
+  // Reads what `rank` stored of step `step` into the writable buffer at
+  // address `ptr` of `size` bytes, verifying checksums.
+  m.def("read_stored_range", [](const std::string& dir, std::int64_t step, int rank,
+                                std::uintptr_t ptr, std::uint64_t size, int threads) {
+    Status s;
+    {
+      py::gil_scoped_release release;
+      s = ReadStoredRange(dir, step, rank, reinterpret_cast<void*>(ptr), size, threads);
+    }
+    ThrowIfError(s);
+  }, py::arg("dir"), py::arg("step"), py::arg("rank"), py::arg("ptr"), py::arg("size"),
+     py::arg("threads") = 4);
+  m.def("verify_checkpoint", [](const std::string& dir, std::int64_t step) {
+    Status s = VerifyCheckpoint(dir, step);
+    return s.ok() ? std::string() : s.message();
+  });
 }
