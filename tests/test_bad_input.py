@@ -70,3 +70,8 @@ def test_protocol_version_mismatch(tmp_path):
 
 def test_events_of_missing_store(tmp_path):
     assert "no store" in error_line(run("events", "--store", str(tmp_path / "none.db")))
+
+
+def test_ckpt_commands_on_a_missing_directory(tmp_path):
+    assert "no checkpoint directory" in error_line(run("ckpt", "ls", str(tmp_path / "none")))
+    assert "no checkpoint directory" in error_line(run("ckpt", "verify", str(tmp_path / "none")))

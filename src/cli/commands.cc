@@ -17,6 +17,7 @@
 #include "cli/local_launcher.h"
 #include "controller/job_controller.h"
 #include "store/event_store.h"
+#include "trainguard/checkpoint.h"
 #include "transport/grpc_transport.h"
 
 namespace trainguard {
@@ -304,6 +305,65 @@ int ShowEvents(const EventsOptions& o) {
                 static_cast<long long>(e.generation), e.kind.c_str(), e.message.c_str());
   }
   return 0;
+}
+
+int ListCheckpointsCommand(const CkptOptions& o) {
+  auto list = ListCheckpoints(o.dir);
+  if (!list.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", list.status().message().c_str());
+    return 2;
+  }
+  if (o.json) {
+    json out = json::array();
+    for (const auto& c : *list) {
+      out.push_back({{"step", c.step}, {"path", c.path}, {"committed", c.committed},
+                     {"world_size", c.world_size}, {"manifests", c.manifests}, {"bytes", c.bytes}});
+    }
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%-14s %-10s %6s %10s %14s\n", "STEP", "STATE", "RANKS", "MANIFESTS", "BYTES");
+  for (const auto& c : *list) {
+    std::printf("%-14lld %-10s %6d %10d %14llu\n", static_cast<long long>(c.step),
+                c.committed ? "complete" : "INCOMPLETE", c.world_size, c.manifests,
+                static_cast<unsigned long long>(c.bytes));
+  }
+  if (list->empty()) std::printf("(no checkpoints in %s)\n", o.dir.c_str());
+  return 0;
+}
+
+int VerifyCheckpointsCommand(const CkptOptions& o) {
+  auto list = ListCheckpoints(o.dir);
+  if (!list.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", list.status().message().c_str());
+    return 2;
+  }
+  std::vector<std::int64_t> steps;
+  for (const auto& c : *list) {
+    if (o.step < 0 || c.step == o.step) steps.push_back(c.step);
+  }
+  if (steps.empty()) {
+    std::fprintf(stderr, "trainguard: error: no checkpoint %s in %s\n",
+                 o.step < 0 ? "at all" : ("of step " + std::to_string(o.step)).c_str(), o.dir.c_str());
+    return 2;
+  }
+  int bad = 0;
+  for (std::int64_t step : steps) {
+    Status s = VerifyCheckpoint(o.dir, step);
+    if (s.ok()) {
+      std::printf("step %lld: OK (complete, every checksum verified)\n", static_cast<long long>(step));
+    } else {
+      ++bad;
+      std::printf("step %lld: BAD\n", static_cast<long long>(step));
+      std::string msg = s.message();
+      for (size_t pos = 0, next; pos < msg.size(); pos = next + 1) {
+        next = msg.find('\n', pos);
+        if (next == std::string::npos) next = msg.size();
+        std::printf("  %s\n", msg.substr(pos, next - pos).c_str());
+      }
+    }
+  }
+  return bad == 0 ? 0 : 1;
 }
 
 }  // namespace trainguard

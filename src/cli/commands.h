@@ -2,6 +2,7 @@
 // structs and calls one function; each returns the process exit code.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,15 @@ struct EventsOptions {
   bool json = false;
 };
 
+struct CkptOptions {
+  std::string dir;
+  std::int64_t step = -1;   // verify: -1 = every step
+  bool json = false;
+};
+
 int RunJob(const JobOptions& options);
+int ListCheckpointsCommand(const CkptOptions& options);
+int VerifyCheckpointsCommand(const CkptOptions& options);
 int RunController(const ControllerOptions& options);
 int RunAgent(const AgentOptions& options);
 int ShowEvents(const EventsOptions& options);

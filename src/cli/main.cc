@@ -68,6 +68,16 @@ int main(int argc, char** argv) {
   events_cmd->add_option("job", events.job_id, "job id (default: the newest)");
   events_cmd->add_flag("--json", events.json, "JSON output");
 
+  trainguard::CkptOptions ckpt;
+  CLI::App* ckpt_cmd = app.add_subcommand("ckpt", "inspect checkpoints");
+  ckpt_cmd->require_subcommand(1);
+  CLI::App* ckpt_ls = ckpt_cmd->add_subcommand("ls", "list the checkpoints in DIR");
+  ckpt_ls->add_option("dir", ckpt.dir, "checkpoint directory")->required();
+  ckpt_ls->add_flag("--json", ckpt.json, "JSON output");
+  CLI::App* ckpt_verify = ckpt_cmd->add_subcommand("verify", "verify checkpoints (all or STEP)");
+  ckpt_verify->add_option("dir", ckpt.dir, "checkpoint directory")->required();
+  ckpt_verify->add_option("step", ckpt.step, "step to verify (default: every one)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -82,5 +92,7 @@ int main(int argc, char** argv) {
   if (ctl_cmd->parsed()) return trainguard::RunController(ctl);
   if (agent_cmd->parsed()) return trainguard::RunAgent(agent);
   if (events_cmd->parsed()) return trainguard::ShowEvents(events);
+  if (ckpt_ls->parsed()) return trainguard::ListCheckpointsCommand(ckpt);
+  if (ckpt_verify->parsed()) return trainguard::VerifyCheckpointsCommand(ckpt);
   return 2;
 }

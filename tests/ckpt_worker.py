@@ -1,0 +1,71 @@
+"""One rank of a checkpoint test job (tests/test_checkpoint.py launches
+several with the torchrun environment). Prints one JSON line at the end."""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import trainguard
+
+
+def state_for(step, numel):
+    return {"model": {"w": torch.arange(numel, dtype=torch.float32) + step,
+                      "b": torch.full((3, 5), float(step), dtype=torch.float64)},
+            "opt": [torch.tensor(step), {"lr": 0.1, "note": "step %d" % step}],
+            "empty": torch.zeros(0, dtype=torch.int8),
+            "step": step}
+
+
+def matches(state, step, numel):
+    want = state_for(step, numel)
+    return (torch.equal(state["model"]["w"], want["model"]["w"])
+            and torch.equal(state["model"]["b"], want["model"]["b"])
+            and int(state["opt"][0]) == step and state["opt"][1] == want["opt"][1]
+            and state["empty"].numel() == 0 and state["step"] == step)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir", required=True)
+    p.add_argument("--mode", choices=["save", "load"], required=True)
+    p.add_argument("--steps", default="10,20")
+    p.add_argument("--numel", type=int, default=1 << 20)
+    p.add_argument("--kill-at-step", type=int, default=-1, help="SIGKILL self right after this save")
+    p.add_argument("--kill-rank", type=int, default=1)
+    p.add_argument("--replicated", type=int, default=1)
+    p.add_argument("--keep-last", type=int, default=3)
+    p.add_argument("--commit-timeout", type=float, default=30)
+    args = p.parse_args()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    ck = trainguard.Checkpointer(args.dir, keep_last=args.keep_last, replicated=bool(args.replicated),
+                                 commit_timeout=args.commit_timeout)
+    out = {"rank": rank}
+    if args.mode == "save":
+        results = []
+        for step in [int(s) for s in args.steps.split(",")]:
+            ck.save(step, state_for(step, args.numel))
+            if step == args.kill_at_step and rank == args.kill_rank:
+                os.kill(os.getpid(), signal.SIGKILL)  # during phase 2
+            # Training goes on while phase 2 runs; a failed save does not stop it.
+            results.append({"step": step, "ok": ck.wait(), "error": ck.last_error})
+            dist.barrier()
+        out["saves"] = results
+        out["stats"] = ck.stats()
+    else:
+        r = ck.load_latest()
+        out["step"] = r[0] if r else None
+        out["matches"] = bool(r) and matches(r[1], r[0], args.numel)
+        out["bytes_read"] = ck.bytes_read
+    dist.barrier()
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

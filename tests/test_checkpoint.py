@@ -1,0 +1,132 @@
+"""Acceptance tests of issue 3 with real processes, PyTorch and gloo:
+deduplicated DDP checkpoints, and the faults that must not lose a checkpoint."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import BUILD, PYTHON, TRAINGUARD, free_port
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ckpt_worker.py")
+
+
+def run_ranks(world, *args, timeout=120):
+    """Starts `world` ranks of ckpt_worker.py with the torchrun environment;
+    returns (exit codes, parsed last JSON line of each rank or None, stderr)."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   PYTHONPATH=os.path.join(BUILD, "python"))
+        env.pop("TRAINGUARD_STATUS_PAGE", None)
+        procs.append(subprocess.Popen([PYTHON, WORKER, *args], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    codes, outs, errs = [], [], []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+        codes.append(p.returncode)
+        lines = [l for l in out.splitlines() if l.startswith("{")]
+        outs.append(json.loads(lines[-1]) if lines else None)
+        errs.append(err)
+    return codes, outs, errs
+
+
+def steps_on_disk(d):
+    r = subprocess.run([TRAINGUARD, "ckpt", "ls", "--json", d], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_ddp_replicas_write_and_read_the_state_once(tmp_path):
+    d = str(tmp_path / "ck")
+    numel = 1 << 20  # 4 MiB of float32 plus small tensors
+    codes, outs, errs = run_ranks(4, "--dir", d, "--mode", "save", "--steps", "10", "--numel", str(numel))
+    assert codes == [0] * 4, errs
+    written = [o["stats"]["bytes_written"] for o in outs]
+    state_bytes = numel * 4
+    assert state_bytes <= sum(written) < state_bytes * 1.01
+    assert max(written) < state_bytes / 4 * 1.01 + 4096   # each replica wrote about 1/4
+    listing = steps_on_disk(d)
+    assert listing[0]["step"] == 10 and listing[0]["committed"]
+    assert listing[0]["bytes"] == sum(written)
+    codes, outs, errs = run_ranks(4, "--dir", d, "--mode", "load", "--numel", str(numel))
+    assert codes == [0] * 4, errs
+    assert all(o["step"] == 10 and o["matches"] for o in outs)
+    assert state_bytes <= sum(o["bytes_read"] for o in outs) < state_bytes * 1.01
+
+
+def test_kill9_during_phase2_leaves_the_previous_checkpoint_complete(tmp_path):
+    d = str(tmp_path / "ck")
+    numel = 32 << 20  # 128 MiB: phase 2 is still running when the rank dies
+    codes, outs, errs = run_ranks(2, "--dir", d, "--mode", "save", "--steps", "10,20",
+                                  "--numel", str(numel), "--kill-at-step", "20", "--kill-rank", "1",
+                                  "--commit-timeout", "3")
+    assert codes[1] == -9
+    by_step = {c["step"]: c for c in steps_on_disk(d)}
+    assert by_step[10]["committed"]
+    assert 20 not in by_step or not by_step[20]["committed"]
+    codes, outs, errs = run_ranks(2, "--dir", d, "--mode", "load", "--numel", str(numel))
+    assert codes == [0, 0], errs
+    assert all(o["step"] == 10 and o["matches"] for o in outs)
+
+
+def test_a_flipped_byte_is_detected_reported_and_restore_falls_back(tmp_path):
+    d = str(tmp_path / "ck")
+    codes, _, errs = run_ranks(2, "--dir", d, "--mode", "save", "--steps", "10,20", "--numel", "100000")
+    assert codes == [0, 0], errs
+    shard = os.path.join(d, "step-000000000020", "rank-00001.data")
+    with open(shard, "r+b") as f:
+        f.seek(1000)
+        b = f.read(1)
+        f.seek(1000)
+        f.write(bytes([b[0] ^ 0x01]))
+    verify = subprocess.run([TRAINGUARD, "ckpt", "verify", d, "20"], capture_output=True, text=True)
+    assert verify.returncode != 0 and "checksum mismatch" in verify.stdout + verify.stderr
+    assert "rank-00001.data" in verify.stdout + verify.stderr
+    codes, outs, errs = run_ranks(2, "--dir", d, "--mode", "load", "--numel", "100000")
+    assert codes == [0, 0], errs
+    assert all(o["step"] == 10 and o["matches"] for o in outs)
+    assert "checksum mismatch" in errs[1] and "falling back" in errs[1]
+
+
+def test_a_missing_rank_shard_makes_the_checkpoint_incomplete_and_skipped(tmp_path):
+    d = str(tmp_path / "ck")
+    codes, _, errs = run_ranks(2, "--dir", d, "--mode", "save", "--steps", "10,20", "--numel", "1000")
+    assert codes == [0, 0], errs
+    os.remove(os.path.join(d, "step-000000000020", "rank-00000.json"))
+    verify = subprocess.run([TRAINGUARD, "ckpt", "verify", d, "20"], capture_output=True, text=True)
+    assert verify.returncode != 0 and "manifest of rank 0 is missing" in verify.stdout + verify.stderr
+    codes, outs, errs = run_ranks(2, "--dir", d, "--mode", "load", "--numel", "1000")
+    assert codes == [0, 0], errs
+    assert all(o["step"] == 10 and o["matches"] for o in outs)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+def test_disk_full_is_a_clear_error_and_training_goes_on(tmp_path):
+    d = tmp_path / "small"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(d)], check=True)
+    try:
+        numel = 5 << 20  # 20 MiB per checkpoint: the second one does not fit beside the first
+        codes, outs, errs = run_ranks(1, "--dir", str(d), "--mode", "save", "--steps", "10,20,30",
+                                      "--numel", str(numel), "--replicated", "1")
+        assert codes == [0], errs
+        saves = {s["step"]: s for s in outs[0]["saves"]}
+        assert saves[10]["ok"]
+        assert not saves[20]["ok"] and "No space left on device" in saves[20]["error"]
+        assert outs[0]["stats"]["failed"] >= 1   # and the job went on to step 30
+        assert "No space left on device" in errs[0]
+        by_step = {c["step"]: c for c in steps_on_disk(str(d))}
+        assert by_step[10]["committed"] and not by_step.get(20, {}).get("committed", False)
+        codes, outs, errs = run_ranks(1, "--dir", str(d), "--mode", "load", "--numel", str(numel))
+        assert codes == [0] and outs[0]["step"] == 10 and outs[0]["matches"], errs
+    finally:
+        subprocess.run(["umount", str(d)], check=True)
