@@ -130,3 +130,45 @@ def test_disk_full_is_a_clear_error_and_training_goes_on(tmp_path):
         assert codes == [0] and outs[0]["step"] == 10 and outs[0]["matches"], errs
     finally:
         subprocess.run(["umount", str(d)], check=True)
+
+
+def test_python_api_round_trips_dtypes_modules_optimizers_and_values(tmp_path):
+    script = r'''
+import collections, sys, torch, trainguard
+ck = trainguard.Checkpointer(sys.argv[1], keep_last=2)
+assert ck.load_latest() is None
+model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+opt = torch.optim.Adam(model.parameters())
+model(torch.randn(3, 8)).sum().backward()
+opt.step()
+Point = collections.namedtuple("Point", "x y")
+dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64]
+state = {"model": model.state_dict(), "opt": opt.state_dict(),
+         "tensors": {str(d): (torch.arange(12) % 2).to(d).reshape(3, 4) for d in dtypes},
+         "strided": torch.arange(20.).reshape(4, 5)[:, 1:3],   # not contiguous
+         "empty": torch.zeros(0, 7), "scalar": torch.tensor(3.5),
+         "values": [1, "two", Point(3, torch.ones(2))], "step": 11}
+assert ck.save(11, state) and ck.wait()
+step, got = ck.load_latest()
+assert step == 11 and got["step"] == 11 and got["values"][:2] == [1, "two"]
+assert isinstance(got["values"][2], Point) and torch.equal(got["values"][2].y, torch.ones(2))
+for d in dtypes:
+    t = got["tensors"][str(d)]
+    assert t.dtype == d and torch.equal(t, state["tensors"][str(d)]), d
+assert torch.equal(got["strided"], state["strided"]) and got["empty"].shape == (0, 7)
+assert got["scalar"].shape == () and got["scalar"].item() == 3.5
+model2 = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+model2.load_state_dict(got["model"])
+opt2 = torch.optim.Adam(model2.parameters())
+opt2.load_state_dict(got["opt"])
+for a, b in zip(model.parameters(), model2.parameters()):
+    assert torch.equal(a, b)
+assert str(opt2.state_dict()) == str(opt.state_dict())
+print("ok")
+'''
+    env = dict(os.environ, PYTHONPATH=os.path.join(BUILD, "python"))
+    env.pop("TRAINGUARD_STATUS_PAGE", None)
+    r = subprocess.run([PYTHON, "-c", script, str(tmp_path / "ck")], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
