@@ -39,18 +39,28 @@ def main():
     p.add_argument("--kill-at-step", type=int, default=-1, help="SIGKILL self right after this save")
     p.add_argument("--kill-rank", type=int, default=1)
     p.add_argument("--replicated", type=int, default=1)
+    p.add_argument("--shard-groups", type=int, default=0,
+                   help="N > 0: ranks r and r+N... hold the same state (N distinct shards)")
     p.add_argument("--keep-last", type=int, default=3)
     p.add_argument("--commit-timeout", type=float, default=30)
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    ck = trainguard.Checkpointer(args.dir, keep_last=args.keep_last, replicated=bool(args.replicated),
-                                 commit_timeout=args.commit_timeout)
+    replicated, group, shard = bool(args.replicated), None, 0
+    if args.shard_groups:
+        world = dist.get_world_size()
+        groups = [list(range(s, world, args.shard_groups)) for s in range(args.shard_groups)]
+        pgs = [dist.new_group(g) for g in groups]  # every rank creates every group
+        shard = rank % args.shard_groups
+        replicated, group = groups[shard], pgs[shard]
+    ck = trainguard.Checkpointer(args.dir, keep_last=args.keep_last, replicated=replicated,
+                                 process_group=group, commit_timeout=args.commit_timeout)
+    offset = 1000 * shard  # each shard group holds different state
     out = {"rank": rank}
     if args.mode == "save":
         results = []
         for step in [int(s) for s in args.steps.split(",")]:
-            ck.save(step, state_for(step, args.numel))
+            ck.save(step, state_for(step + offset, args.numel))
             if step == args.kill_at_step and rank == args.kill_rank:
                 os.kill(os.getpid(), signal.SIGKILL)  # during phase 2
             # Training goes on while phase 2 runs; a failed save does not stop it.
@@ -61,7 +71,7 @@ def main():
     else:
         r = ck.load_latest()
         out["step"] = r[0] if r else None
-        out["matches"] = bool(r) and matches(r[1], r[0], args.numel)
+        out["matches"] = bool(r) and matches(r[1], r[0] + offset, args.numel)
         out["bytes_read"] = ck.bytes_read
     dist.barrier()
     print(json.dumps(out), flush=True)

@@ -172,3 +172,19 @@ print("ok")
     r = subprocess.run([PYTHON, "-c", script, str(tmp_path / "ck")], env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_shard_groups_store_each_distinct_shard_once(tmp_path):
+    """4 ranks, 2 distinct shards (ranks {0,2} and {1,3} hold the same state):
+    the directory holds 2 x the state, and each rank restores its own shard."""
+    d = str(tmp_path / "ck")
+    numel = 1 << 18
+    codes, outs, errs = run_ranks(4, "--dir", d, "--mode", "save", "--steps", "5", "--numel",
+                                  str(numel), "--shard-groups", "2")
+    assert codes == [0] * 4, errs
+    written = sum(o["stats"]["bytes_written"] for o in outs)
+    assert 2 * numel * 4 <= written < 2 * numel * 4 * 1.02
+    codes, outs, errs = run_ranks(4, "--dir", d, "--mode", "load", "--numel", str(numel),
+                                  "--shard-groups", "2")
+    assert codes == [0] * 4, errs
+    assert all(o["step"] == 5 and o["matches"] for o in outs), outs

@@ -16,7 +16,11 @@ State: nested dicts, lists and tuples of tensors (CPU, or CUDA in a CUDA
 build with a GPU) and any picklable values. With `replicated=True` (DDP:
 every rank holds the same state) the ranks write the state once in total,
 each about 1/world of it, and `load` reads it once and exchanges the parts
-over the default process group.
+over the default process group. For state that is identical only within
+groups of ranks (ZeRO/FSDP shard groups replicated across data-parallel
+ranks), pass `replicated=[ranks holding the same state as this one]` and
+`process_group=` a process group of exactly those ranks; `replicated=False`
+means every rank's state is its own.
 """
 
 import io
@@ -96,26 +100,37 @@ def _dist():
 class Checkpointer:
     """Saves and restores checkpoints of one job in `directory` (shared by all ranks)."""
 
-    def __init__(self, directory, keep_last=3, replicated=True, overflow="block",
-                 writer_threads=4, copy_threads=4, commit_timeout=600.0, read_threads=4):
+    def __init__(self, directory, keep_last=3, replicated=True, process_group=None,
+                 overflow="block", writer_threads=4, copy_threads=4, commit_timeout=600.0,
+                 read_threads=4):
         self.directory = os.path.abspath(directory)
-        self.replicated = replicated
         self.read_threads = read_threads
         dist = _dist()
         self.rank = dist.get_rank() if dist else int(os.environ.get("RANK", 0))
         self.world_size = dist.get_world_size() if dist else int(os.environ.get("WORLD_SIZE", 1))
-        if not dist and self.world_size > 1 and replicated:
+        if replicated is True:
+            self.group = list(range(self.world_size))
+        elif replicated is False or replicated is None:
+            self.group = [self.rank]
+        else:
+            self.group = sorted(int(r) for r in replicated)
+            if self.rank not in self.group or len(set(self.group)) != len(self.group) \
+                    or self.group[0] < 0 or self.group[-1] >= self.world_size:
+                raise CheckpointError("replicated=%r must list distinct ranks of this job including "
+                                      "this rank (%d)" % (replicated, self.rank))
+            if len(self.group) > 1 and process_group is None:
+                raise CheckpointError("replicated=<list of ranks> needs process_group= "
+                                      "a process group of exactly those ranks")
+        self.process_group = process_group
+        if not dist and len(self.group) > 1:
             raise CheckpointError("replicated checkpoints of %d ranks need torch.distributed "
-                                  "to be initialized first" % self.world_size)
+                                  "to be initialized first" % len(self.group))
         self._engine = _core.CheckpointEngine(self.directory, keep_last, copy_threads,
                                               writer_threads, overflow, float(commit_timeout), True)
         self.last_error = ""
         self.bytes_read = 0
 
     # ---- saving --------------------------------------------------------
-
-    def _group(self):
-        return list(range(self.world_size)) if self.replicated else [self.rank]
 
     def save(self, step, state):
         """Phase 1: snapshot `state` into host memory; returns False if the save
@@ -132,7 +147,7 @@ class Checkpointer:
             specs.append((name, _dtype_name(t), list(t.shape), t.data_ptr(),
                           t.numel() * t.element_size(), t.is_cuda))
         blob = pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
-        return self._engine.save(int(step), self.rank, self.world_size, self._group(), specs, blob)
+        return self._engine.save(int(step), self.rank, self.world_size, self.group, specs, blob)
 
     def wait(self):
         """Waits until every save is durable and committed (or abandoned).
@@ -195,10 +210,10 @@ class Checkpointer:
         local = manifest = None
         try:
             manifest = _core.read_manifest(self.directory, step, self.rank)
-            if manifest["world_size"] != self.world_size or manifest["replica_group"] != self._group():
+            if manifest["world_size"] != self.world_size or manifest["replica_group"] != self.group:
                 raise CheckpointError(
                     "saved by %d ranks in replica group %s; this job has %d ranks in %s"
-                    % (manifest["world_size"], manifest["replica_group"], self.world_size, self._group()))
+                    % (manifest["world_size"], manifest["replica_group"], self.world_size, self.group))
             size = manifest["hi"] - manifest["lo"]
             local = torch.empty(max(size, 1), dtype=torch.uint8)
             _core.read_stored_range(self.directory, step, self.rank, local.data_ptr(), size,
@@ -245,12 +260,12 @@ class Checkpointer:
         # Every member's range is `chunk` bytes but the last (see layout.h).
         dist = _dist()
         sizes = torch.tensor([manifest["hi"] - manifest["lo"]], dtype=torch.int64)
-        dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
+        dist.all_reduce(sizes, op=dist.ReduceOp.MAX, group=self.process_group)
         chunk = max(int(sizes.item()), 1)
         padded = torch.zeros(chunk, dtype=torch.uint8)
         n = manifest["hi"] - manifest["lo"]
         padded[:n] = local[:n]
         full = torch.empty(chunk * len(group), dtype=torch.uint8)
         parts = list(full.split(chunk))
-        dist.all_gather(parts, padded)
+        dist.all_gather(parts, padded, group=self.process_group)
         return full[:total]
