@@ -17,6 +17,7 @@
 #include "checkpoint/host_memory.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/parallel.h"
 #include "common/clock.h"
 #include "trainguard/checkpoint.h"
 #include "trainguard/client.h"
@@ -29,24 +30,6 @@ namespace {
 
 double SecondsSince(Nanos start) {
   return static_cast<double>(MonotonicNowNanos() - start) / kSecond;
-}
-
-// Runs fn(i) for i in [0, n) on up to `threads` threads.
-template <typename F>
-void ParallelFor(size_t n, int threads, F fn) {
-  size_t workers = std::min<size_t>(n, static_cast<size_t>(std::max(threads, 1)));
-  if (workers <= 1) {
-    for (size_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  for (size_t w = 0; w < workers; ++w) {
-    pool.emplace_back([&] {
-      for (size_t i; (i = next.fetch_add(1)) < n;) fn(i);
-    });
-  }
-  for (auto& t : pool) t.join();
 }
 
 struct Job {

@@ -13,6 +13,7 @@
 #include "checkpoint/checkpoint_format.h"
 #include "checkpoint/files.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/parallel.h"
 #include "trainguard/checkpoint.h"
 
 namespace trainguard {
@@ -66,48 +67,37 @@ Status ReadAndVerify(const std::string& step_dir, const ManifestFile& m, char* d
     return IoError(path + ": holds " + std::to_string(st.st_size) + " bytes, the manifest says " +
                    std::to_string(size));
   }
+  // Read in 32 MiB chunks, then check every piece, both in parallel.
   constexpr std::uint64_t kChunk = 32ULL << 20;
-  std::uint64_t chunks = (size + kChunk - 1) / kChunk;
-  std::atomic<std::uint64_t> next{0};
   std::mutex mu;
   Status error;
-  auto worker = [&] {
-    for (std::uint64_t c; (c = next.fetch_add(1)) < chunks;) {
-      std::uint64_t off = c * kChunk, len = std::min(kChunk, size - off), done = 0;
-      while (done < len) {
-        ssize_t n = pread(fd, dest + off + done, len - done, static_cast<off_t>(off + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (error.ok()) error = IoError(ErrnoMessage("read", path));
-          return;
-        }
-        done += static_cast<std::uint64_t>(n);
+  ParallelFor((size + kChunk - 1) / kChunk, threads, [&](std::size_t c) {
+    std::uint64_t off = c * kChunk, len = std::min(kChunk, size - off), done = 0;
+    while (done < len) {
+      ssize_t n = pread(fd, dest + off + done, len - done, static_cast<off_t>(off + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (error.ok()) error = IoError(ErrnoMessage("read", path));
+        return;
       }
+      done += static_cast<std::uint64_t>(n);
     }
-  };
-  std::vector<std::thread> pool;
-  for (int i = 0; i < std::max(1, threads); ++i) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
+  });
   close(fd);
   if (!error.ok()) return error;
-  std::atomic<size_t> next_piece{0};
-  std::vector<std::string> bad;
-  auto verify = [&] {
-    for (size_t i; (i = next_piece.fetch_add(1)) < m.pieces.size();) {
-      const StoredPiece& p = m.pieces[i];
-      if (XXH3_64bits(dest + (p.offset - m.manifest.lo), p.length) != p.xxh3) {
-        std::lock_guard<std::mutex> lock(mu);
-        bad.push_back(std::to_string(p.offset));
-      }
+  std::vector<std::uint64_t> bad;
+  ParallelFor(m.pieces.size(), threads, [&](std::size_t i) {
+    const StoredPiece& p = m.pieces[i];
+    if (XXH3_64bits(dest + (p.offset - m.manifest.lo), p.length) != p.xxh3) {
+      std::lock_guard<std::mutex> lock(mu);
+      bad.push_back(p.offset);
     }
-  };
-  pool.clear();
-  for (int i = 0; i < std::max(1, threads); ++i) pool.emplace_back(verify);
-  for (auto& t : pool) t.join();
+  });
   if (!bad.empty()) {
     return IoError(path + ": checksum mismatch in " + std::to_string(bad.size()) +
-                   " piece(s), first at stream offset " + bad.front());
+                   " piece(s), first at stream offset " +
+                   std::to_string(*std::min_element(bad.begin(), bad.end())));
   }
   return Status::Ok();
 }
