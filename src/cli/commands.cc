@@ -11,8 +11,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <regex>
+#include <fstream>
 
 #include "agent/agent.h"
+#include "attribution/attribution.h"
 #include "agent/process.h"
 #include "cli/local_launcher.h"
 #include "controller/job_controller.h"
@@ -43,6 +46,17 @@ std::string PythonDir() {
   for (const fs::path& candidate :
        {exe.parent_path() / "python", exe.parent_path().parent_path() / "lib" / "trainguard" / "python"}) {
     if (fs::exists(candidate / "trainguard" / "__init__.py")) return candidate.string();
+  }
+  return "";
+}
+
+// The shipped attribution rules: next to the binary (build tree) or installed.
+std::string DefaultRulesPath() {
+  fs::path exe = SelfExe();
+  for (const fs::path& candidate : {exe.parent_path() / "rules" / "attribution.json",
+                                    exe.parent_path().parent_path() / "share" / "trainguard" /
+                                        "rules" / "attribution.json"}) {
+    if (fs::exists(candidate)) return candidate.string();
   }
   return "";
 }
@@ -364,6 +378,81 @@ int VerifyCheckpointsCommand(const CkptOptions& o) {
     }
   }
   return bad == 0 ? 0 : 1;
+}
+
+StatusOr<RuleSet> LoadRules(const std::vector<std::string>& extra) {
+  const char* env = std::getenv("TRAINGUARD_RULES");
+  std::string path = env != nullptr && *env != '\0' ? env : DefaultRulesPath();
+  if (path.empty()) return NotFound("the shipped rule file attribution.json was not found next to " + SelfExe());
+  auto rules = RuleSet::Load(path);
+  if (!rules.ok()) return rules.status();
+  for (const auto& p : extra) {
+    auto more = RuleSet::Load(p);
+    if (!more.ok()) return more.status();
+    rules->Merge(*more);
+  }
+  return rules;
+}
+
+json AttributionJson(const Attribution& a) {
+  json evidence = json::array();
+  for (const auto& e : a.evidence) {
+    evidence.push_back({{"rank", e.rank}, {"node", e.node}, {"rule", e.rule_id},
+                        {"category", e.category}, {"role", e.role}, {"line", e.line}});
+  }
+  return {{"category", a.category},        {"rule", a.rule_id},
+          {"description", a.description},  {"hardware", a.hardware},
+          {"persistence", a.persistence},  {"action", a.action},
+          {"culprit_ranks", a.culprit_ranks}, {"culprit_nodes", a.culprit_nodes},
+          {"confidence", a.confidence},    {"summary", a.summary},
+          {"evidence", evidence}};
+}
+
+int AttributeCommand(const AttributeOptions& o) {
+  auto rules = LoadRules(o.extra_rules);
+  if (!rules.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", rules.status().message().c_str());
+    return 2;
+  }
+  static const std::regex kRankInName("rank[-_]?([0-9]+)");
+  std::vector<LogLine> lines;
+  for (const auto& file : o.files) {
+    std::ifstream in;
+    std::istream* src = &std::cin;
+    if (file != "-") {
+      in.open(file);
+      if (!in) {
+        std::fprintf(stderr, "trainguard: error: cannot read %s\n", file.c_str());
+        return 2;
+      }
+      src = &in;
+    }
+    std::smatch m;
+    std::string name = fs::path(file).filename().string();
+    int rank = std::regex_search(name, m, kRankInName) ? std::stoi(m[1]) : -1;
+    std::string line;
+    while (std::getline(*src, line)) lines.push_back({rank, "", line});
+  }
+  Attribution a = Attribute(*rules, lines);
+  if (o.json) {
+    std::cout << AttributionJson(a).dump(2) << "\n";
+    return 0;
+  }
+  std::printf("category:   %s (%s, %s)\n", a.category.c_str(), a.hardware ? "hardware" : "software",
+              a.persistence.c_str());
+  std::printf("confidence: %.2f\n", a.confidence);
+  std::printf("action:     %s\n", a.action.c_str());
+  std::string culprits;
+  for (int r : a.culprit_ranks) culprits += (culprits.empty() ? "rank " : ", rank ") + std::to_string(r);
+  std::printf("culprit:    %s\n", culprits.empty() ? "unknown" : culprits.c_str());
+  std::printf("why:        %s\n", a.summary.c_str());
+  if (!a.evidence.empty()) std::printf("evidence:\n");
+  for (const auto& e : a.evidence) {
+    std::printf("  [%s%s] %s\n      (%s: %s)\n", e.role.c_str(),
+                e.rank >= 0 ? (", rank " + std::to_string(e.rank)).c_str() : "", e.line.c_str(),
+                e.rule_id.c_str(), e.category.c_str());
+  }
+  return 0;
 }
 
 }  // namespace trainguard

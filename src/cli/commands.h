@@ -56,7 +56,14 @@ struct CkptOptions {
   bool json = false;
 };
 
+struct AttributeOptions {
+  std::vector<std::string> files;        // one rank's log each ("-" = stdin)
+  std::vector<std::string> extra_rules;  // merged over the shipped rules
+  bool json = false;
+};
+
 int RunJob(const JobOptions& options);
+int AttributeCommand(const AttributeOptions& options);
 int ListCheckpointsCommand(const CkptOptions& options);
 int VerifyCheckpointsCommand(const CkptOptions& options);
 int RunController(const ControllerOptions& options);

@@ -78,6 +78,13 @@ int main(int argc, char** argv) {
   ckpt_verify->add_option("dir", ckpt.dir, "checkpoint directory")->required();
   ckpt_verify->add_option("step", ckpt.step, "step to verify (default: every one)");
 
+  trainguard::AttributeOptions attr;
+  CLI::App* attr_cmd = app.add_subcommand("attribute", "say why a failure happened, from its logs");
+  attr_cmd->add_option("files", attr.files, "log files, one per rank (rankN in the name), - for stdin")
+      ->required();
+  attr_cmd->add_option("--rules", attr.extra_rules, "extra rule file(s), merged over the shipped rules");
+  attr_cmd->add_flag("--json", attr.json, "JSON output");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -92,6 +99,7 @@ int main(int argc, char** argv) {
   if (ctl_cmd->parsed()) return trainguard::RunController(ctl);
   if (agent_cmd->parsed()) return trainguard::RunAgent(agent);
   if (events_cmd->parsed()) return trainguard::ShowEvents(events);
+  if (attr_cmd->parsed()) return trainguard::AttributeCommand(attr);
   if (ckpt_ls->parsed()) return trainguard::ListCheckpointsCommand(ckpt);
   if (ckpt_verify->parsed()) return trainguard::VerifyCheckpointsCommand(ckpt);
   return 2;

@@ -1,0 +1,68 @@
+"""Accuracy of `trainguard attribute` on real failure logs.
+
+Runs the command on every log of a labelled JSONL file (default: the shared
+dev set, ../shared/data/failure-logs/dev.jsonl, quoted verbatim from public
+bug reports) and prints the accuracy per category and overall, and the
+confusion matrix. Baseline in the same run: always answering the most
+frequent category.
+
+    /usr/bin/python3 bench/attribution_eval.py [--data FILE] [--show-misses]
+"""
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.environ.get("TRAINGUARD_BUILD", os.path.join(ROOT, "build"))
+CATEGORIES = ["gpu_hardware", "network", "node_failure", "storage", "comm_hang", "cuda_software",
+              "oom", "numeric", "user_code", "other"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "failure-logs", "dev.jsonl"))
+    ap.add_argument("--show-misses", action="store_true")
+    args = ap.parse_args()
+    records = [json.loads(l) for l in open(args.data) if l.strip()]
+    confusion = collections.defaultdict(collections.Counter)
+    misses = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rec in records:
+            path = os.path.join(tmp, rec["id"] + ".log")
+            with open(path, "w") as f:
+                f.write(rec["log"])
+            out = subprocess.run([os.path.join(BUILD, "trainguard"), "attribute", "--json", path],
+                                 capture_output=True, text=True, check=True)
+            got = json.loads(out.stdout)
+            confusion[rec["label"]][got["category"]] += 1
+            if got["category"] != rec["label"]:
+                misses.append((rec["id"], rec["label"], got["category"], got["rule"]))
+    total = len(records)
+    correct = sum(confusion[c][c] for c in confusion)
+    majority = max(collections.Counter(r["label"] for r in records).values())
+    print("%d logs from %s" % (total, os.path.relpath(args.data)))
+    print("%-14s %5s %8s" % ("category", "logs", "accuracy"))
+    for c in CATEGORIES:
+        n = sum(confusion[c].values())
+        if n:
+            print("%-14s %5d %7.0f%%" % (c, n, 100.0 * confusion[c][c] / n))
+    print("overall: %.1f%% (%d/%d)   baseline, always the most frequent label: %.1f%%"
+          % (100.0 * correct / total, correct, total, 100.0 * majority / total))
+    print("\nconfusion matrix (rows: label, columns: answer)")
+    short = [c[:6] for c in CATEGORIES]
+    print("%-14s " % "" + " ".join("%6s" % s for s in short))
+    for c in CATEGORIES:
+        if sum(confusion[c].values()):
+            print("%-14s " % c + " ".join("%6s" % (confusion[c][d] or ".") for d in CATEGORIES))
+    if args.show_misses:
+        for m in misses:
+            print("miss %s: label %s, answered %s (rule %s)" % m)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,215 @@
+#include "attribution/attribution.h"
+
+#include <re2/re2.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+namespace trainguard {
+
+using nlohmann::json;
+
+const std::vector<std::string>& AttributionCategories() {
+  static const std::vector<std::string> kCategories = {
+      "gpu_hardware", "network", "node_failure", "storage", "comm_hang",
+      "cuda_software", "oom",    "numeric",      "user_code", "other"};
+  return kCategories;
+}
+
+namespace {
+
+constexpr const char* kRulesFormat = "trainguard-attribution-rules";
+constexpr int kRulesVersion = 1;
+
+bool OneOf(const std::string& v, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed) {
+    if (v == a) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+StatusOr<RuleSet> RuleSet::Parse(const std::string& text, const std::string& origin) {
+  json j = json::parse(text, nullptr, false, /*ignore_comments=*/true);
+  if (j.is_discarded()) return InvalidArgument(origin + ": not valid JSON");
+  if (!j.is_object() || j.value("format", "") != kRulesFormat) {
+    return InvalidArgument(origin + ": not a trainguard rule file (\"format\" must be \"" +
+                           kRulesFormat + "\")");
+  }
+  if (j.value("version", 0) != kRulesVersion) {
+    return InvalidArgument(origin + ": rule file version " + std::to_string(j.value("version", 0)) +
+                           ", this trainguard reads version " + std::to_string(kRulesVersion));
+  }
+  if (!j.contains("rules") || !j["rules"].is_array()) {
+    return InvalidArgument(origin + ": \"rules\" must be a list");
+  }
+  static const std::set<std::string> kFields = {
+      "id", "category", "pattern", "priority", "role", "persistence", "hardware", "action",
+      "description", "case_sensitive"};
+  RuleSet set;
+  std::set<std::string> ids;
+  int index = 0;
+  for (const auto& r : j["rules"]) {
+    std::string where = origin + ": rule " + std::to_string(index++);
+    if (!r.is_object()) return InvalidArgument(where + " is not an object");
+    Rule rule;
+    try {
+      rule.id = r.at("id").get<std::string>();
+      where = origin + ": rule '" + rule.id + "'";
+      for (const auto& [key, value] : r.items()) {
+        if (!kFields.count(key)) return InvalidArgument(where + ": unknown field '" + key + "'");
+      }
+      rule.category = r.at("category").get<std::string>();
+      rule.pattern = r.at("pattern").get<std::string>();
+      rule.priority = r.at("priority").get<int>();
+      rule.role = r.value("role", "cause");
+      rule.persistence = r.value("persistence", "unknown");
+      rule.hardware = r.value("hardware", false);
+      rule.action = r.value("action", "restart");
+      rule.description = r.value("description", "");
+      rule.case_sensitive = r.value("case_sensitive", false);
+    } catch (const std::exception& e) {
+      return InvalidArgument(where + ": " + e.what());
+    }
+    const auto& cats = AttributionCategories();
+    if (rule.id.empty()) return InvalidArgument(where + ": empty id");
+    if (!ids.insert(rule.id).second) return InvalidArgument(where + ": id used twice");
+    if (std::find(cats.begin(), cats.end(), rule.category) == cats.end()) {
+      return InvalidArgument(where + ": unknown category '" + rule.category + "'");
+    }
+    if (rule.priority < 0 || rule.priority > 100) {
+      return InvalidArgument(where + ": priority must be 0..100");
+    }
+    if (!OneOf(rule.role, {"cause", "symptom"})) {
+      return InvalidArgument(where + ": role must be cause or symptom");
+    }
+    if (!OneOf(rule.persistence, {"transient", "persistent", "unknown"})) {
+      return InvalidArgument(where + ": persistence must be transient, persistent or unknown");
+    }
+    if (!OneOf(rule.action, {"restart", "evict_node", "stop"})) {
+      return InvalidArgument(where + ": action must be restart, evict_node or stop");
+    }
+    RE2::Options options;
+    options.set_case_sensitive(rule.case_sensitive);
+    options.set_log_errors(false);
+    rule.regex = std::make_shared<RE2>(rule.pattern, options);
+    if (!rule.regex->ok()) {
+      return InvalidArgument(where + ": bad pattern: " + rule.regex->error());
+    }
+    set.rules_.push_back(std::move(rule));
+  }
+  return set;
+}
+
+StatusOr<RuleSet> RuleSet::Load(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return NotFound("cannot read rule file " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return Parse(ss.str(), path);
+}
+
+void RuleSet::Merge(const RuleSet& overrides) {
+  for (const Rule& r : overrides.rules_) {
+    auto it = std::find_if(rules_.begin(), rules_.end(), [&](const Rule& x) { return x.id == r.id; });
+    if (it != rules_.end()) {
+      *it = r;
+    } else {
+      rules_.push_back(r);
+    }
+  }
+}
+
+int RankFromPrefix(const std::string& line) {
+  static const RE2 kRank(R"((?i)^\s*(?:\[\d+\]\s*)?\[rank\s*(\d+)\]|^\s*\[\d+,(\d+)\]<std|\[Rank (\d+)\])");
+  std::string a, b, c;
+  if (RE2::PartialMatch(line, kRank, &a, &b, &c)) {
+    const std::string& s = !a.empty() ? a : !b.empty() ? b : c;
+    if (!s.empty()) return std::stoi(s);
+  }
+  return -1;
+}
+
+Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
+  struct Match {
+    const Rule* rule;
+    size_t line;
+  };
+  std::vector<Match> matches;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    for (const Rule& r : rules.rules()) {
+      if (RE2::PartialMatch(lines[i].text, *r.regex)) matches.push_back({&r, i});
+    }
+  }
+  Attribution a;
+  if (matches.empty()) {
+    a.summary = "no known failure pattern in " + std::to_string(lines.size()) +
+                " line(s): category other, low confidence";
+    return a;
+  }
+  // The highest priority wins; among equals the earliest line.
+  const Match* best = &matches[0];
+  for (const Match& m : matches) {
+    if (m.rule->priority > best->rule->priority ||
+        (m.rule->priority == best->rule->priority && m.line < best->line)) {
+      best = &m;
+    }
+  }
+  const Rule& win = *best->rule;
+  a.category = win.category;
+  a.rule_id = win.id;
+  a.description = win.description;
+  a.hardware = win.hardware;
+  a.persistence = win.persistence;
+  a.action = win.action;
+
+  auto rank_of = [&](size_t i) {
+    return lines[i].rank >= 0 ? lines[i].rank : RankFromPrefix(lines[i].text);
+  };
+  auto evidence = [&](const Match& m) {
+    return Evidence{rank_of(m.line), lines[m.line].node, m.rule->id, m.rule->category,
+                    m.rule->role, lines[m.line].text.substr(0, 500)};
+  };
+  // Culprits: where the deciding category's cause-level lines came from.
+  std::set<int> ranks;
+  std::set<std::string> nodes;
+  std::set<size_t> used;
+  for (const Match& m : matches) {
+    if (m.rule->category != win.category || m.rule->priority < win.priority) continue;
+    if (a.evidence.size() < 5 && used.insert(m.line).second) a.evidence.push_back(evidence(m));
+    if (rank_of(m.line) >= 0) ranks.insert(rank_of(m.line));
+    if (!lines[m.line].node.empty()) nodes.insert(lines[m.line].node);
+  }
+  // Then the strongest line of each other category, as context.
+  std::map<std::string, const Match*> others;
+  for (const Match& m : matches) {
+    if (m.rule->category == win.category) continue;
+    auto& o = others[m.rule->category];
+    if (o == nullptr || m.rule->priority > o->rule->priority) o = &m;
+  }
+  for (const auto& [cat, m] : others) a.evidence.push_back(evidence(*m));
+  a.culprit_ranks.assign(ranks.begin(), ranks.end());
+  a.culprit_nodes.assign(nodes.begin(), nodes.end());
+
+  // Confidence: a cause rule is strong evidence; a close cause of another
+  // category, or a symptom only, weakens it.
+  double conf = win.role == "cause" ? 0.55 + win.priority / 250.0 : 0.35;
+  for (const auto& [cat, m] : others) {
+    if (m->rule->role == "cause" && m->rule->priority >= win.priority - 10) conf -= 0.15;
+  }
+  a.confidence = std::clamp(conf, 0.1, 0.95);
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%s (%s, %s%s): %s", a.category.c_str(),
+                a.hardware ? "hardware" : "software", a.persistence.c_str(),
+                win.role == "symptom" ? ", symptom only" : "", win.description.c_str());
+  a.summary = buf;
+  return a;
+}
+
+}  // namespace trainguard

@@ -1,0 +1,94 @@
+// Attribution: says why an incident happened, from rules that are data.
+//
+// Input: what is known about one incident (each rank's exit and output tail,
+// node lines such as dmesg, trainguard's own observations as text lines).
+// Output: a category, hardware vs software, transient vs persistent, the
+// culprit ranks and nodes, the evidence lines, a confidence and an action.
+// Rules (rules/attribution.json, docs/attribution.md) map patterns to
+// categories with a priority and a role: causes outrank symptoms, so 63
+// ranks' collective timeouts and one rank's "GPU fallen off the bus" are a
+// gpu_hardware failure of that rank's node. Ties go to the earliest line.
+//
+// No dependency on the daemons or the transport. Thread safety: a RuleSet
+// is immutable after loading and may be shared; Attribute() is a pure function.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainguard/status.h"
+
+namespace re2 {
+class RE2;
+}
+
+namespace trainguard {
+
+// Categories, in the order of docs/attribution.md.
+const std::vector<std::string>& AttributionCategories();
+
+struct Rule {
+  std::string id;
+  std::string category;
+  std::string pattern;
+  int priority = 0;            // 0..100, higher wins
+  std::string role;            // "cause" or "symptom"
+  std::string persistence;     // "transient", "persistent" or "unknown"
+  bool hardware = false;
+  std::string action;          // "restart", "evict_node" or "stop"
+  std::string description;
+  bool case_sensitive = false;
+  std::shared_ptr<re2::RE2> regex;
+};
+
+class RuleSet {
+ public:
+  // Parses a rule file; errors name `origin`, the rule id and the field.
+  static StatusOr<RuleSet> Parse(const std::string& json_text, const std::string& origin);
+  static StatusOr<RuleSet> Load(const std::string& path);
+  // Rules of `overrides` replace rules with the same id and add new ones.
+  void Merge(const RuleSet& overrides);
+  const std::vector<Rule>& rules() const { return rules_; }
+
+ private:
+  std::vector<Rule> rules_;
+};
+
+struct LogLine {
+  int rank = -1;        // -1: unknown; parsed from "[rankN]:"-style prefixes if so
+  std::string node;     // "" if unknown
+  std::string text;
+};
+
+struct Evidence {
+  int rank = -1;
+  std::string node;
+  std::string rule_id;
+  std::string category;
+  std::string role;
+  std::string line;
+};
+
+struct Attribution {
+  std::string category = "other";
+  std::string rule_id;          // the deciding rule, "" if none matched
+  std::string description;
+  bool hardware = false;
+  std::string persistence = "unknown";
+  std::string action = "restart";
+  std::vector<int> culprit_ranks;
+  std::vector<std::string> culprit_nodes;
+  std::vector<Evidence> evidence;  // the deciding lines first, then other categories' lines
+  double confidence = 0.2;
+  std::string summary;             // one line for people
+};
+
+// Lines are in time order (the earliest first) as far as it is known.
+Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines);
+
+// The rank a line names in a launcher prefix ("[rank3]:", "[Rank 3]",
+// "[1,3]<stdout>:"), or -1.
+int RankFromPrefix(const std::string& line);
+
+}  // namespace trainguard

@@ -1,0 +1,145 @@
+#include "attribution/attribution.h"
+
+#include <gtest/gtest.h>
+
+namespace trainguard {
+namespace {
+
+RuleSet Shipped() {
+  auto rules = RuleSet::Load(TG_RULES_FILE);
+  EXPECT_TRUE(rules.ok()) << rules.status().ToString();
+  return rules.value();
+}
+
+std::vector<LogLine> Lines(std::initializer_list<std::pair<int, std::string>> l) {
+  std::vector<LogLine> out;
+  for (const auto& [rank, text] : l) out.push_back({rank, "node" + std::to_string(rank / 8), text});
+  return out;
+}
+
+TEST(AttributionTest, OneGpuFaultOutranksManyCollectiveTimeouts) {
+  std::vector<LogLine> lines;
+  for (int r = 0; r < 64; ++r) {
+    if (r == 37) continue;
+    lines.push_back({r, "node" + std::to_string(r / 8),
+                     "[Rank " + std::to_string(r) + "] Watchdog caught collective operation timeout: "
+                     "WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out."});
+  }
+  lines.push_back({37, "node4", "NVRM: Xid (PCI:0000:3b:00): 79, pid=123, GPU has fallen off the bus."});
+  Attribution a = Attribute(Shipped(), lines);
+  EXPECT_EQ(a.category, "gpu_hardware");
+  EXPECT_TRUE(a.hardware);
+  EXPECT_EQ(a.persistence, "persistent");
+  EXPECT_EQ(a.action, "evict_node");
+  EXPECT_EQ(a.culprit_ranks, std::vector<int>{37});
+  EXPECT_EQ(a.culprit_nodes, std::vector<std::string>{"node4"});
+  ASSERT_FALSE(a.evidence.empty());
+  EXPECT_NE(a.evidence[0].line.find("fallen off the bus"), std::string::npos);
+  // The timeouts are kept as context, marked as a symptom.
+  bool symptom = false;
+  for (const auto& e : a.evidence) symptom |= e.category == "comm_hang" && e.role == "symptom";
+  EXPECT_TRUE(symptom);
+  EXPECT_GT(a.confidence, 0.8);
+}
+
+TEST(AttributionTest, TimeoutsAloneAreACommHangWithLowerConfidence) {
+  Attribution a = Attribute(Shipped(), Lines({{0, "Watchdog caught collective operation timeout"},
+                                              {1, "Watchdog caught collective operation timeout"}}));
+  EXPECT_EQ(a.category, "comm_hang");
+  EXPECT_LT(a.confidence, 0.5);
+}
+
+TEST(AttributionTest, AnOomOutranksThePeersThatSawTheConnectionClose) {
+  Attribution a = Attribute(
+      Shipped(), Lines({{0, "NCCL WARN socketProgress: Connection closed by remote peer"},
+                        {2, "NCCL WARN Net : Connection closed by remote peer"},
+                        {3, "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"}}));
+  EXPECT_EQ(a.category, "oom");
+  EXPECT_EQ(a.culprit_ranks, std::vector<int>{3});
+}
+
+TEST(AttributionTest, AnOomAfterEccErrorsIsTheGpu) {
+  Attribution a = Attribute(Shipped(), Lines({{5, "kernel: NVRM: Xid 48: DBE (double bit error) ECC error"},
+                                              {5, "RuntimeError: CUDA out of memory."}}));
+  EXPECT_EQ(a.category, "gpu_hardware");
+}
+
+TEST(AttributionTest, AmongEqualCausesTheEarliestWins) {
+  Attribution a = Attribute(Shipped(), Lines({{1, "OSError: [Errno 28] No space left on device"},
+                                              {0, "ENOSPC while writing /ckpt"}}));
+  EXPECT_EQ(a.category, "storage");
+  EXPECT_EQ(a.evidence[0].rank, 1);
+}
+
+TEST(AttributionTest, NoKnownPatternIsOtherWithLowConfidence) {
+  Attribution a = Attribute(Shipped(), Lines({{0, "all is well"}}));
+  EXPECT_EQ(a.category, "other");
+  EXPECT_TRUE(a.rule_id.empty());
+  EXPECT_LE(a.confidence, 0.2);
+}
+
+TEST(AttributionTest, BoilerplateHintsDoNotCountAsDeviceAsserts) {
+  Attribution a = Attribute(
+      Shipped(), Lines({{1, "RuntimeError: CUDA error: an illegal memory access was encountered"},
+                        {1, "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."}}));
+  EXPECT_EQ(a.category, "cuda_software");
+}
+
+TEST(AttributionTest, RankIsReadFromLauncherPrefixes) {
+  EXPECT_EQ(RankFromPrefix("[rank3]: Traceback"), 3);
+  EXPECT_EQ(RankFromPrefix("[80746] [rank12]:[E321 02:07:08] x"), 12);
+  EXPECT_EQ(RankFromPrefix("[1,14]<stdout>:host:815 NCCL WARN"), 14);
+  EXPECT_EQ(RankFromPrefix("[E ProcessGroupNCCL.cpp:737] [Rank 7] Watchdog"), 7);
+  EXPECT_EQ(RankFromPrefix("no rank here"), -1);
+}
+
+TEST(RuleSetTest, ShippedRulesCoverEveryCategory) {
+  RuleSet rules = Shipped();
+  for (const auto& c : AttributionCategories()) {
+    bool found = false;
+    for (const auto& r : rules.rules()) found |= r.category == c;
+    EXPECT_TRUE(found) << c;
+  }
+}
+
+TEST(RuleSetTest, InvalidRuleFilesAreRejectedWithTheReason) {
+  auto expect_error = [](const std::string& rules, const std::string& needle) {
+    std::string text = R"({"format": "trainguard-attribution-rules", "version": 1, "rules": [)" +
+                       rules + "]}";
+    auto r = RuleSet::Parse(text, "test.json");
+    ASSERT_FALSE(r.ok()) << rules;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  expect_error(R"({"id": "a", "category": "gpu", "pattern": "x", "priority": 1})", "unknown category 'gpu'");
+  expect_error(R"({"id": "a", "category": "oom", "pattern": "(", "priority": 1})", "rule 'a': bad pattern");
+  expect_error(R"({"id": "a", "category": "oom", "pattern": "x", "priority": 1, "colour": 2})",
+               "unknown field 'colour'");
+  expect_error(R"({"id": "a", "category": "oom", "pattern": "x", "priority": 1},
+                  {"id": "a", "category": "oom", "pattern": "y", "priority": 1})", "id used twice");
+  expect_error(R"({"id": "a", "category": "oom", "pattern": "x", "priority": 101})", "priority");
+  expect_error(R"({"id": "a", "category": "oom", "pattern": "x", "priority": 1, "action": "reboot"})",
+               "action");
+  expect_error(R"({"id": "a", "category": "oom", "priority": 1})", "pattern");
+  EXPECT_NE(RuleSet::Parse(R"({"format": "trainguard-attribution-rules", "version": 2, "rules": []})", "v.json")
+                .status().message().find("version 2"), std::string::npos);
+  EXPECT_FALSE(RuleSet::Parse("not json", "x.json").ok());
+  EXPECT_EQ(RuleSet::Load("/no/such/rules.json").status().code(), StatusCode::kNotFound);
+}
+
+TEST(RuleSetTest, OperatorRulesOverrideAndExtend) {
+  RuleSet rules = Shipped();
+  auto extra = RuleSet::Parse(R"({"format": "trainguard-attribution-rules", "version": 1, "rules": [
+      {"id": "site-flaky-switch", "category": "network", "pattern": "switch sw-\\d+ reboot", "priority": 99,
+       "action": "restart"},
+      {"id": "oom-gpu", "category": "oom", "pattern": "never matches anything", "priority": 80}]})",
+                              "site.json");
+  ASSERT_TRUE(extra.ok()) << extra.status().ToString();
+  size_t before = rules.rules().size();
+  rules.Merge(*extra);
+  EXPECT_EQ(rules.rules().size(), before + 1);
+  EXPECT_EQ(Attribute(rules, Lines({{0, "switch sw-12 reboot"}})).category, "network");
+  EXPECT_NE(Attribute(rules, Lines({{0, "CUDA out of memory"}})).rule_id, "oom-gpu");
+}
+
+}  // namespace
+}  // namespace trainguard
