@@ -28,6 +28,9 @@ namespace trainguard {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// The shipped attribution rules, with operator rule files merged over them.
+StatusOr<RuleSet> LoadRulesFor(const std::vector<std::string>& extra);
+
 namespace {
 
 Nanos Seconds(double s) { return static_cast<Nanos>(s * kSecond); }
@@ -106,6 +109,7 @@ class SignalWatcher {
   std::thread thread_;
 };
 
+
 JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
   JobConfig c;
   c.job_id = job_id;
@@ -120,6 +124,7 @@ JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
   c.stop_grace = Seconds(o.stop_grace_s);
   c.stop_timeout = Seconds(o.stop_timeout_s);
   c.rendezvous_timeout = Seconds(o.rendezvous_timeout_s);
+  c.no_progress_restarts = o.no_progress_restarts;
   return c;
 }
 
@@ -143,8 +148,14 @@ int Supervise(const JobOptions& o, const std::string& listen, bool local) {
     std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
     return 2;
   }
+  auto rules = LoadRulesFor(o.extra_rules);
+  if (!rules.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", rules.status().message().c_str());
+    return 2;
+  }
   std::string job_id = o.job_id.empty() ? DefaultJobId() : o.job_id;
-  JobController controller(MakeConfig(o, job_id), RealClock::Get(), store->get(), nullptr);
+  JobController controller(MakeConfig(o, job_id), RealClock::Get(), store->get(), nullptr,
+                           &rules.value());
   std::unique_ptr<LocalLauncher> launcher;
   std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
 
@@ -380,7 +391,7 @@ int VerifyCheckpointsCommand(const CkptOptions& o) {
   return bad == 0 ? 0 : 1;
 }
 
-StatusOr<RuleSet> LoadRules(const std::vector<std::string>& extra) {
+StatusOr<RuleSet> LoadRulesFor(const std::vector<std::string>& extra) {
   const char* env = std::getenv("TRAINGUARD_RULES");
   std::string path = env != nullptr && *env != '\0' ? env : DefaultRulesPath();
   if (path.empty()) return NotFound("the shipped rule file attribution.json was not found next to " + SelfExe());
@@ -409,7 +420,7 @@ json AttributionJson(const Attribution& a) {
 }
 
 int AttributeCommand(const AttributeOptions& o) {
-  auto rules = LoadRules(o.extra_rules);
+  auto rules = LoadRulesFor(o.extra_rules);
   if (!rules.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", rules.status().message().c_str());
     return 2;

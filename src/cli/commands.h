@@ -23,6 +23,8 @@ struct JobOptions {
   std::string job_id;       // "" = generated
   std::string run_dir;      // "" = /tmp/trainguard/<job_id>
   bool native_stacks = false;
+  int no_progress_restarts = 3;
+  std::vector<std::string> extra_rules;  // attribution rules merged over the shipped ones
   std::vector<std::string> command;
 };
 

@@ -30,6 +30,9 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o) {
   cmd->add_option("--job-id", o->job_id, "job id (default: generated)");
   cmd->add_option("--run-dir", o->run_dir, "logs and stacks (default /tmp/trainguard/JOB)");
   cmd->add_flag("--native-stacks", o->native_stacks, "also capture gdb backtraces of hung ranks");
+  cmd->add_option("--no-progress-restarts", o->no_progress_restarts,
+                  "stop after this many failures in a row without progress")->capture_default_str();
+  cmd->add_option("--rules", o->extra_rules, "extra attribution rule file(s)");
   cmd->add_option("command", o->command, "the training command, after --")->required();
 }
 

@@ -1,6 +1,7 @@
 #include "controller/job_controller.h"
 
 #include <algorithm>
+#include <set>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -43,8 +44,8 @@ json RankJson(const v1::RankStatus& r) {
 }  // namespace
 
 JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
-                             NodeProvider* provider)
-    : config_(std::move(config)), clock_(clock), store_(store), provider_(provider) {}
+                             NodeProvider* provider, const RuleSet* rules)
+    : config_(std::move(config)), rules_(rules), clock_(clock), store_(store), provider_(provider) {}
 
 void JobController::SetNodeProvider(NodeProvider* provider) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -232,6 +233,13 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
        "node " + node->node_id + " (" + reg.hostname() + ", " + reg.address() +
            ") registered as group rank " + std::to_string(node->group_rank),
        d.dump());
+  auto health = store_->GetNodeHealth(node->node_id);
+  if (health.ok() && health->status == "suspect") {
+    Emit("node_suspect", node->node_id, -1, -1,
+         "warning: node " + node->node_id + " is marked suspect since job " + health->job_id +
+             ": " + health->reason,
+         json{{"reason", health->reason}, {"marked_by_job", health->job_id}}.dump());
+  }
   MaybeStartGeneration();
 }
 
@@ -330,6 +338,12 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node->node_id + " " +
                      DescribeExit(r) + " at step " + std::to_string(r.step());
   Emit("rank_exited", node->node_id, r.global_rank(), r.step(), what, d.dump());
+  if (!ok && exited.generation() == generation_ && incident_ && state_ == JobState::kStopping) {
+    // A rank that died on its own while the job was being stopped: its last
+    // words are evidence for the attribution (usually of a symptom).
+    for (const auto& line : exited.log_tail()) incident_->lines.push_back({r.global_rank(), node->node_id, line});
+    incident_->lines.push_back({r.global_rank(), node->node_id, "trainguard: " + what});
+  }
   if (!current) return;
   UpdateRank(node, r);
   if (ok) {
@@ -351,11 +365,19 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   std::string tail;
   if (exited.log_tail_size() > 0) tail = "; last output: " + exited.log_tail(exited.log_tail_size() - 1);
   Fail("rank_failed", what + tail, node->node_id, r.global_rank(), fault, {}, d.dump());
+  if (incident_ && incident_->first_rank == r.global_rank()) {
+    incident_->first_rank_step = r.step();
+    for (const auto& line : exited.log_tail()) incident_->lines.push_back({r.global_rank(), node->node_id, line});
+    incident_->lines.push_back({r.global_rank(), node->node_id, "trainguard: " + what});
+  }
 }
 
 void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
   if (stopped.free_port() > 0) node->free_port = stopped.free_port();
   for (const auto& s : stopped.stacks()) {
+    if (incident_ && stopped.generation() == generation_) {
+      incident_->stacks[s.global_rank()] = {s.proc_state(), s.python()};
+    }
     json d = {{"proc_state", s.proc_state()}, {"python", s.python()}, {"native", s.native()}};
     std::string where = s.python().empty() ? "no Python stack captured" : "Python stack captured";
     Emit("stacks", node->node_id, s.global_rank(), -1,
@@ -399,6 +421,7 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
   if (state_ == JobState::kRunning) {
     Fail("node_lost", "node " + id + " lost: " + why, id, -1, fault_wall, {},
          json{{"reason", why}}.dump());
+    if (incident_) incident_->lines.push_back({-1, id, "trainguard: node " + id + " lost: " + why});
   } else if (state_ == JobState::kStopping) {
     MaybeAllStopped();
   }
@@ -497,6 +520,18 @@ void JobController::CheckHangs(Nanos now) {
                      std::to_string(culprit_step);
   Fail("hang", desc, culprit_node, culprit_rank, fault_wall, hung,
        json{{"hung_ranks", evidence}}.dump());
+  if (incident_) {
+    incident_->hung_ranks = hung;
+    incident_->first_rank_step = culprit_step;
+    for (const auto& e : evidence) {
+      incident_->lines.push_back(
+          {e["rank"].get<int>(), e["node"].get<std::string>(),
+           "trainguard: rank " + std::to_string(e["rank"].get<int>()) + " made no progress for " +
+               std::to_string(e["age_ms"].get<std::int64_t>() / 1000) + " s at step " +
+               std::to_string(e["step"].get<std::int64_t>()) + " (process state " +
+               e["proc_state"].get<std::string>() + ", phase '" + e["phase"].get<std::string>() + "')"});
+    }
+  }
 }
 
 void JobController::Fail(const std::string& kind, const std::string& description,
@@ -515,6 +550,13 @@ void JobController::Fail(const std::string& kind, const std::string& description
   inc.failure_step = MaxStep();
   inc.checkpoint_step = checkpoint_step_;
   inc.generation = generation_;
+  inc.first_rank = rank;
+  inc.first_node = node;
+  for (const auto& n : nodes_) {
+    for (const auto& [r, view] : n.ranks) {
+      inc.last_step_wall = std::max<Nanos>(inc.last_step_wall, view.status.last_step_unix_ms() * kMillisecond);
+    }
+  }
   incident_ = inc;
   last_failure_ = description;
   json d = json::parse(detail_json, nullptr, false);
@@ -526,6 +568,7 @@ void JobController::Fail(const std::string& kind, const std::string& description
   d["detection_ms"] = (inc.detected_wall - fault_wall) / kMillisecond;
   d["failure_step"] = inc.failure_step;
   d["checkpoint_step"] = inc.checkpoint_step;
+  d["last_step_unix_ms"] = inc.last_step_wall / kMillisecond;
   Emit("failure", node, rank, inc.failure_step,
        "incident " + std::to_string(inc.number) + ": " + kind + ": " + description, d.dump());
 
@@ -555,13 +598,22 @@ void JobController::MaybeAllStopped() {
              Ms(now_wall - incident_->detected_wall) + " after detection",
          json{{"shutdown_ms", (now_wall - incident_->detected_wall) / kMillisecond}}.dump());
   }
+  std::vector<std::string> evict;
+  std::string why;
+  Decision decision = incident_ ? Decide(&evict, &why) : Decision::kRestart;
   if (restart_count_ >= config_.max_restarts) {
     Finish(JobState::kFailed,
            "job " + config_.job_id + " FAILED after " + std::to_string(restart_count_) +
                " restart(s) (--max-restarts " + std::to_string(config_.max_restarts) +
-               "); last failure: " + last_failure_);
+               "); last failure: " + last_failure_ + (why.empty() ? "" : "; " + why));
     return;
   }
+  if (decision == Decision::kStop) {
+    Finish(JobState::kFailed, "job " + config_.job_id + " FAILED: " + why +
+                                  " (after " + std::to_string(restart_count_) + " restart(s))");
+    return;
+  }
+  for (const auto& id : evict) Evict(id, why);
   ++restart_count_;
   waiting_since_mono_ = clock_->MonotonicNanos();
   SetState(JobState::kRestarting, "restart " + std::to_string(restart_count_));
@@ -569,6 +621,177 @@ void JobController::MaybeAllStopped() {
        "restarting all ranks (restart " + std::to_string(restart_count_) + "/" +
            std::to_string(config_.max_restarts) + ")");
   MaybeStartGeneration();
+}
+
+std::string JobController::NodeOfRank(int rank) const {
+  for (const auto& n : nodes_) {
+    if (n.ranks.count(rank)) return n.node_id;
+  }
+  return "";
+}
+
+namespace {
+
+// A Python stack (faulthandler) that waits inside a collective or autograd's
+// reduction, as opposed to one stuck in the user's own code.
+bool InCollective(const std::string& python_stack) {
+  for (const char* marker : {"torch/distributed/", "torch/autograd/", "torch/nn/parallel/",
+                             "in all_reduce", "in barrier", "in broadcast", "in all_gather",
+                             "in reduce_scatter", "in wait", "torch/_tensor.py"}) {
+    if (python_stack.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool HardwareCategory(const std::string& c) {
+  return c == "gpu_hardware" || c == "network" || c == "node_failure" || c == "storage";
+}
+
+}  // namespace
+
+JobController::Decision JobController::Decide(std::vector<std::string>* evict, std::string* why) {
+  Incident& inc = *incident_;
+  Attribution a;
+  if (rules_ != nullptr) a = Attribute(*rules_, inc.lines);
+  // Culprits. A hang names the ranks that were not waiting: a stopped process
+  // first, else ranks whose stack is outside any collective while others wait
+  // inside one; the timeouts of the waiting ranks are symptoms.
+  std::vector<int> culprits = a.culprit_ranks;
+  if (inc.kind == "hang") {
+    std::vector<int> stopped, outside;
+    bool some_inside = false;
+    for (int r : inc.hung_ranks) {
+      auto it = inc.stacks.find(r);
+      if (it == inc.stacks.end()) continue;
+      if (it->second.first == "T" || it->second.first == "t") stopped.push_back(r);
+      if (it->second.second.empty()) continue;
+      if (InCollective(it->second.second)) {
+        some_inside = true;
+      } else {
+        outside.push_back(r);
+      }
+    }
+    if (!stopped.empty()) {
+      culprits = stopped;
+    } else if (some_inside && !outside.empty()) {
+      culprits = outside;
+    } else if (a.category == "comm_hang" || culprits.empty()) {
+      culprits = {inc.first_rank};
+    }
+  } else if (culprits.empty() && inc.first_rank >= 0) {
+    culprits = {inc.first_rank};
+  }
+  std::set<std::string> nodes(a.culprit_nodes.begin(), a.culprit_nodes.end());
+  for (int r : culprits) {
+    std::string n = NodeOfRank(r);
+    if (!n.empty()) nodes.insert(n);
+  }
+  if (nodes.empty() && !inc.first_node.empty()) nodes.insert(inc.first_node);
+  int culprit_rank = culprits.empty() ? -1 : culprits.front();
+  std::string culprit_node = nodes.empty() ? "" : *nodes.begin();
+  std::int64_t step = inc.first_rank_step >= 0 ? inc.first_rank_step : inc.failure_step;
+
+  // History: hardware incidents of the same node in earlier jobs.
+  std::string history;
+  bool suspect_history = false;
+  for (const auto& n : nodes) {
+    auto past = store_->IncidentsOnNode(n);
+    if (!past.ok()) continue;
+    int count = 0;
+    for (const auto& p : *past) count += p.job_id != config_.job_id && HardwareCategory(p.category);
+    if (count > 0) {
+      suspect_history = true;
+      history = "node " + n + " had " + std::to_string(count) + " hardware incident(s) in earlier jobs";
+    }
+  }
+
+  Decision decision = Decision::kRestart;
+  std::string signature = a.category + "|" + a.rule_id + "|" + std::to_string(culprit_rank) + "|" +
+                          std::to_string(step);
+  bool repeat = std::count(signatures_.begin(), signatures_.end(), signature) > 0;
+  signatures_.push_back(signature);
+  // Progress is judged from the second incident on: did the job get further
+  // than it ever got before failing?
+  bool progress = signatures_.size() == 1 || inc.failure_step > best_failure_step_;
+  best_failure_step_ = std::max(best_failure_step_, inc.failure_step);
+  no_progress_incidents_ = progress ? 0 : no_progress_incidents_ + 1;
+
+  std::string culprit_text = culprit_rank >= 0
+                                 ? "rank " + std::to_string(culprit_rank) + " on " + culprit_node
+                                 : (culprit_node.empty() ? "unknown" : "node " + culprit_node);
+  if (a.action == "stop" && repeat) {
+    decision = Decision::kStop;
+    *why = "the same " + a.category + " failure (" + a.rule_id + ") of " + culprit_text +
+           " at step " + std::to_string(step) +
+           " happened again after a restart: it is deterministic, so restarting cannot help; " +
+           a.description;
+  } else if (no_progress_incidents_ >= config_.no_progress_restarts) {
+    decision = Decision::kStop;
+    *why = std::to_string(no_progress_incidents_) +
+           " failures in a row without getting past step " + std::to_string(best_failure_step_) +
+           ": stopping the restart loop; last: " + a.category + " (" + a.description + ")";
+  } else if (a.action == "evict_node" || (suspect_history && (HardwareCategory(a.category) ||
+                                                               a.category == "other" ||
+                                                               a.category == "comm_hang"))) {
+    decision = Decision::kEvict;
+    evict->assign(nodes.begin(), nodes.end());
+    *why = a.category + " on " + culprit_text + ": evicting node(s) and restarting" +
+           (history.empty() ? "" : " (" + history + ")");
+  } else {
+    *why = a.category + " on " + culprit_text + ": restarting" +
+           (a.action == "stop" ? " once to rule out a transient cause" : "");
+  }
+  const char* decision_name = decision == Decision::kStop    ? "stop"
+                              : decision == Decision::kEvict ? "evict_node"
+                                                             : "restart";
+  json evidence = json::array();
+  for (const auto& e : a.evidence) {
+    evidence.push_back({{"rank", e.rank}, {"node", e.node}, {"rule", e.rule_id},
+                        {"category", e.category}, {"role", e.role}, {"line", e.line}});
+  }
+  json d = {{"incident", inc.number},         {"failure_kind", inc.kind},
+            {"category", a.category},         {"rule", a.rule_id},
+            {"description", a.description},   {"hardware", a.hardware},
+            {"persistence", a.persistence},   {"confidence", a.confidence},
+            {"culprit_ranks", culprits},      {"culprit_nodes", std::vector<std::string>(nodes.begin(), nodes.end())},
+            {"recommended_action", a.action}, {"decision", decision_name},
+            {"reason", *why},                 {"history", history},
+            {"failure_step", step},           {"evidence", evidence}};
+  Emit("attribution", culprit_node, culprit_rank, step,
+       "incident " + std::to_string(inc.number) + ": " + a.category + " (" +
+           (a.hardware ? "hardware" : "software") + ", " + a.persistence + ", confidence " +
+           std::to_string(a.confidence).substr(0, 4) + "), culprit " + culprit_text,
+       d.dump());
+  Emit("decision", culprit_node, culprit_rank, step,
+       std::string("incident ") + std::to_string(inc.number) + ": " + decision_name + ": " + *why,
+       json{{"incident", inc.number}, {"decision", decision_name}, {"reason", *why}}.dump());
+  Status st = store_->RecordIncident({config_.job_id, inc.number, clock_->WallNanos(), culprit_node,
+                                      culprit_rank, a.category, a.rule_id, decision_name, step,
+                                      d.dump()});
+  if (!st.ok()) ++store_errors_;
+  if (decision == Decision::kEvict) {
+    for (const auto& n : nodes) {
+      Status hs = store_->SetNodeHealth({n, "suspect", a.category + ": " + a.description,
+                                         config_.job_id, clock_->WallNanos()});
+      if (!hs.ok()) ++store_errors_;
+    }
+  }
+  return decision;
+}
+
+void JobController::Evict(const std::string& node_id, const std::string& why) {
+  Node* node = NodeById(node_id);
+  if (node == nullptr) return;
+  Emit("node_evicted", node_id, -1, -1, "node " + node_id + " evicted: " + why);
+  if (node->link) {
+    std::shared_ptr<AgentLink> link = node->link;
+    node->conn = 0;
+    node->link.reset();
+    link->Close();
+  }
+  bool held_slot = node->group_rank >= 0;
+  node->group_rank = -1;
+  if (held_slot && provider_ != nullptr) provider_->ReplaceNode(node_id, why);
 }
 
 void JobController::RecordDowntime(Nanos first_step_wall) {

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "attribution/attribution.h"
 #include "common/clock.h"
 #include "proto/protocol.h"
 #include "store/event_store.h"
@@ -57,6 +58,9 @@ struct JobConfig {
   Nanos stop_timeout = 30 * kSecond;
   // How long the job waits for all nodes to (re)join before it fails.
   Nanos rendezvous_timeout = 300 * kSecond;
+  // Restart-storm guard: stop after this many incidents in a row in which
+  // the job made no step beyond the previous failure.
+  int no_progress_restarts = 3;
 };
 
 enum class JobState { kStarting, kRunning, kStopping, kRestarting, kSucceeded, kFailed };
@@ -83,8 +87,10 @@ class NodeProvider {
 class JobController {
  public:
   // `store` and `clock` must outlive the controller; `provider` may be null
-  // (lost nodes are then waited for until rendezvous_timeout).
-  JobController(JobConfig config, Clock* clock, EventStore* store, NodeProvider* provider);
+  // (lost nodes are then waited for until rendezvous_timeout). `rules` may be
+  // null: incidents are then not attributed and every failure is restarted.
+  JobController(JobConfig config, Clock* clock, EventStore* store, NodeProvider* provider,
+                const RuleSet* rules = nullptr);
 
   // Replaces the node provider (null: none). Takes effect for the next loss.
   void SetNodeProvider(NodeProvider* provider);
@@ -138,7 +144,15 @@ class JobController {
     std::int64_t failure_step = -1;
     std::int64_t checkpoint_step = -1;
     std::int64_t generation = -1;
+    Nanos last_step_wall = 0;         // newest step of any rank before the fault
+    int first_rank = -1;              // the rank whose failure was seen first
+    std::string first_node;
+    std::int64_t first_rank_step = -1;
+    std::vector<int> hung_ranks;
+    std::vector<LogLine> lines;       // what the attribution reads
+    std::map<int, std::pair<std::string, std::string>> stacks;  // rank -> (state, python)
   };
+  enum class Decision { kRestart, kEvict, kStop };
 
   Node* NodeByConn(std::uint64_t conn);
   Node* NodeById(const std::string& id);
@@ -156,6 +170,11 @@ class JobController {
             int rank, Nanos fault_wall, const std::vector<int>& capture_stacks_of,
             const std::string& detail_json);
   void MaybeAllStopped();
+  // Attributes the incident being recovered from and decides what to do;
+  // records both with their evidence. Sets *why to a one-line reason.
+  Decision Decide(std::vector<std::string>* evict_nodes, std::string* why);
+  void Evict(const std::string& node_id, const std::string& why);
+  std::string NodeOfRank(int rank) const;
   void Finish(JobState final_state, const std::string& summary);
   void SetState(JobState s, const std::string& why);
   void RecordDowntime(Nanos first_step_wall);
@@ -164,6 +183,7 @@ class JobController {
   std::int64_t MaxStep() const;
 
   const JobConfig config_;
+  const RuleSet* const rules_;
   Clock* const clock_;
   EventStore* const store_;
   NodeProvider* provider_;  // guarded by mu_
@@ -182,6 +202,9 @@ class JobController {
   int incident_count_ = 0;
   std::int64_t checkpoint_step_ = -1;  // newest committed, across generations
   std::string last_failure_;
+  std::vector<std::string> signatures_;   // category|rule|rank|step of each incident
+  std::int64_t best_failure_step_ = -1;   // highest step any incident failed at
+  int no_progress_incidents_ = 0;
   std::string summary_;
   std::int64_t store_errors_ = 0;
 };

@@ -47,6 +47,41 @@ StatusOr<std::vector<JobRecord>> InMemoryEventStore::Jobs() {
   return jobs_;
 }
 
+Status InMemoryEventStore::RecordIncident(const IncidentRecord& incident) {
+  std::lock_guard<std::mutex> lock(mu_);
+  incidents_.push_back(incident);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<IncidentRecord>> InMemoryEventStore::IncidentsOnNode(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<IncidentRecord> out;
+  for (const auto& i : incidents_) {
+    if (node.empty() || i.node == node) out.push_back(i);
+  }
+  return out;
+}
+
+Status InMemoryEventStore::SetNodeHealth(const NodeHealth& health) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& h : health_) {
+    if (h.node == health.node) {
+      h = health;
+      return Status::Ok();
+    }
+  }
+  health_.push_back(health);
+  return Status::Ok();
+}
+
+StatusOr<NodeHealth> InMemoryEventStore::GetNodeHealth(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& h : health_) {
+    if (h.node == node) return h;
+  }
+  return NodeHealth{node, "", "", "", 0};
+}
+
 // ---------------------------------------------------------------------------
 
 namespace {
@@ -73,6 +108,27 @@ CREATE TABLE IF NOT EXISTS events (
   detail_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
+CREATE TABLE IF NOT EXISTS incidents (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL,
+  incident INTEGER NOT NULL,
+  wall_ns INTEGER NOT NULL,
+  node TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  category TEXT NOT NULL,
+  rule TEXT NOT NULL,
+  action TEXT NOT NULL,
+  failure_step INTEGER NOT NULL,
+  detail_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS incidents_by_node ON incidents(node, id);
+CREATE TABLE IF NOT EXISTS node_health (
+  node TEXT PRIMARY KEY,
+  status TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  wall_ns INTEGER NOT NULL
+);
 )sql";
 
 // RAII prepared statement.
@@ -180,6 +236,68 @@ class SqliteEventStore final : public EventStore {
     }
     if (rc != SQLITE_DONE) return Error("read events of " + job_id);
     return out;
+  }
+
+  Status RecordIncident(const IncidentRecord& i) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO incidents(job_id, incident, wall_ns, node, rank, category, rule, "
+                "action, failure_step, detail_json) VALUES(?,?,?,?,?,?,?,?,?,?)");
+    if (!s.ok()) return Error("prepare insert incident");
+    s.Bind(1, i.job_id);
+    s.Bind(2, static_cast<std::int64_t>(i.incident));
+    s.Bind(3, i.wall_ns);
+    s.Bind(4, i.node);
+    s.Bind(5, static_cast<std::int64_t>(i.rank));
+    s.Bind(6, i.category);
+    s.Bind(7, i.rule);
+    s.Bind(8, i.action);
+    s.Bind(9, i.failure_step);
+    s.Bind(10, i.detail_json.empty() ? std::string("{}") : i.detail_json);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert incident");
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT job_id, incident, wall_ns, node, rank, category, rule, action, "
+                "failure_step, detail_json FROM incidents WHERE ?='' OR node=? ORDER BY id");
+    if (!s.ok()) return Error("prepare select incidents");
+    s.Bind(1, node);
+    s.Bind(2, node);
+    std::vector<IncidentRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back({s.Text(0), static_cast<int>(s.Int(1)), s.Int(2), s.Text(3),
+                     static_cast<int>(s.Int(4)), s.Text(5), s.Text(6), s.Text(7), s.Int(8), s.Text(9)});
+    }
+    if (rc != SQLITE_DONE) return Error("read incidents");
+    return out;
+  }
+
+  Status SetNodeHealth(const NodeHealth& h) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO node_health(node, status, reason, job_id, wall_ns) VALUES(?,?,?,?,?) "
+                "ON CONFLICT(node) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
+                "job_id=excluded.job_id, wall_ns=excluded.wall_ns");
+    if (!s.ok()) return Error("prepare node health");
+    s.Bind(1, h.node);
+    s.Bind(2, h.status);
+    s.Bind(3, h.reason);
+    s.Bind(4, h.job_id);
+    s.Bind(5, h.wall_ns);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("write node health of " + h.node);
+    return Status::Ok();
+  }
+
+  StatusOr<NodeHealth> GetNodeHealth(const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT status, reason, job_id, wall_ns FROM node_health WHERE node=?");
+    if (!s.ok()) return Error("prepare node health");
+    s.Bind(1, node);
+    int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_ROW) return NodeHealth{node, s.Text(0), s.Text(1), s.Text(2), s.Int(3)};
+    if (rc != SQLITE_DONE) return Error("read node health of " + node);
+    return NodeHealth{node, "", "", "", 0};
   }
 
   StatusOr<std::vector<JobRecord>> Jobs() override {

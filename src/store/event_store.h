@@ -40,6 +40,29 @@ struct Event {
   std::string detail_json;   // structured evidence, a JSON object ("{}" if none)
 };
 
+// One attributed incident, kept across jobs for the history checks.
+struct IncidentRecord {
+  std::string job_id;
+  int incident = 0;
+  Nanos wall_ns = 0;
+  std::string node;          // culprit node, "" if unknown
+  int rank = -1;             // culprit rank, -1 if unknown
+  std::string category;
+  std::string rule;
+  std::string action;        // the decision taken
+  std::int64_t failure_step = -1;
+  std::string detail_json;
+};
+
+// What is known about a node across jobs.
+struct NodeHealth {
+  std::string node;
+  std::string status;        // "suspect" (or "ok" after an operator cleared it)
+  std::string reason;
+  std::string job_id;        // the job that marked it
+  Nanos wall_ns = 0;
+};
+
 class EventStore {
  public:
   virtual ~EventStore() = default;
@@ -51,6 +74,13 @@ class EventStore {
   virtual StatusOr<std::vector<Event>> Events(const std::string& job_id) = 0;
   // All jobs, oldest first.
   virtual StatusOr<std::vector<JobRecord>> Jobs() = 0;
+
+  virtual Status RecordIncident(const IncidentRecord& incident) = 0;
+  // Incidents whose culprit is `node` ("" = any), of every job, oldest first.
+  virtual StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& node) = 0;
+  virtual Status SetNodeHealth(const NodeHealth& health) = 0;
+  // The node's record; status "" if none.
+  virtual StatusOr<NodeHealth> GetNodeHealth(const std::string& node) = 0;
 };
 
 class SqliteEventStore;
@@ -65,11 +95,17 @@ class InMemoryEventStore final : public EventStore {
   Status Append(const Event& event) override;
   StatusOr<std::vector<Event>> Events(const std::string& job_id) override;
   StatusOr<std::vector<JobRecord>> Jobs() override;
+  Status RecordIncident(const IncidentRecord& incident) override;
+  StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& node) override;
+  Status SetNodeHealth(const NodeHealth& health) override;
+  StatusOr<NodeHealth> GetNodeHealth(const std::string& node) override;
 
  private:
   std::mutex mu_;
   std::vector<JobRecord> jobs_;
   std::vector<Event> events_;
+  std::vector<IncidentRecord> incidents_;
+  std::vector<NodeHealth> health_;
 };
 
 }  // namespace trainguard

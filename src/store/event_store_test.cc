@@ -70,6 +70,29 @@ TEST_P(EventStoreTest, RoundTripsJobsAndEventsInOrder) {
   EXPECT_EQ((*jobs)[0].summary, "done");
 }
 
+TEST_P(EventStoreTest, KeepsIncidentsAndNodeHealthAcrossJobs) {
+  ASSERT_TRUE(store_->RecordIncident({"j1", 1, 10, "node3", 5, "gpu_hardware", "gpu-off-bus",
+                                      "evict_node", 40, "{}"}).ok());
+  ASSERT_TRUE(store_->RecordIncident({"j2", 1, 20, "node1", 0, "oom", "oom-gpu", "stop", 7, "{}"}).ok());
+  ASSERT_TRUE(store_->RecordIncident({"j2", 2, 30, "node3", 2, "gpu_hardware", "gpu-ecc",
+                                      "evict_node", 9, "{}"}).ok());
+  auto on3 = store_->IncidentsOnNode("node3");
+  ASSERT_TRUE(on3.ok());
+  ASSERT_EQ(on3->size(), 2u);
+  EXPECT_EQ((*on3)[0].job_id, "j1");
+  EXPECT_EQ((*on3)[1].rule, "gpu-ecc");
+  EXPECT_EQ(store_->IncidentsOnNode("")->size(), 3u);
+
+  EXPECT_EQ(store_->GetNodeHealth("node3")->status, "");
+  ASSERT_TRUE(store_->SetNodeHealth({"node3", "suspect", "Xid 79", "j2", 30}).ok());
+  ASSERT_TRUE(store_->SetNodeHealth({"node3", "suspect", "ECC", "j3", 40}).ok());
+  auto h = store_->GetNodeHealth("node3");
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->status, "suspect");
+  EXPECT_EQ(h->reason, "ECC");
+  EXPECT_EQ(h->job_id, "j3");
+}
+
 INSTANTIATE_TEST_SUITE_P(All, EventStoreTest, testing::Values("memory", "sqlite"));
 
 TEST(SqliteEventStoreTest, EventsSurviveReopen) {
