@@ -12,15 +12,19 @@ and at start every rank resumes from the newest complete checkpoint.
 Run under trainguard:
     trainguard run --nnodes 2 --nproc-per-node 2 -- /usr/bin/python3 examples/train_ddp.py
 
-Fault injection for tests (all off by default):
-    --crash-at-step N    rank --crash-rank exits with code 1 at step N (first attempt only)
-    --hang-at-step N     rank --crash-rank sleeps forever at step N (first attempt only)
+Fault injection for tests (all off by default; all act on rank --crash-rank):
+    --crash-at-step N    exits with code 1 at step N (first attempt only)
+    --hang-at-step N     sleeps forever at step N (first attempt only)
+    --raise-at-step N    raises a ValueError at step N (every attempt: a bug in the script)
+    --nan-at-step N      its loss becomes NaN at step N (every attempt); the NaN guard raises
+    --xid-at-step N      prints an NVIDIA Xid 79 line and dies by SIGKILL (first attempt only)
 """
 
 import argparse
 import contextlib
 import hashlib
 import os
+import signal
 import sys
 import time
 
@@ -48,6 +52,9 @@ def parse_args():
     p.add_argument("--out", default="", help="rank 0 writes the final checksum here")
     p.add_argument("--crash-at-step", type=int, default=-1)
     p.add_argument("--hang-at-step", type=int, default=-1)
+    p.add_argument("--raise-at-step", type=int, default=-1)
+    p.add_argument("--nan-at-step", type=int, default=-1)
+    p.add_argument("--xid-at-step", type=int, default=-1)
     p.add_argument("--crash-rank", type=int, default=1)
     return p.parse_args()
 
@@ -149,9 +156,19 @@ def main():
             print("rank %d: injected hang at step %d" % (rank, step), flush=True)
             while True:
                 time.sleep(3600)
+        if rank == args.crash_rank and step == args.raise_at_step:
+            raise ValueError("injected bug: batch %d has no labels" % step)
+        if restart == 0 and rank == args.crash_rank and step == args.xid_at_step:
+            print("NVRM: Xid (PCI:0000:3b:00): 79, pid=%d, GPU has fallen off the bus." % os.getpid(),
+                  flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
         x, y = batch_for(args.seed, step, rank, args.batch)
+        if rank == args.crash_rank and step == args.nan_at_step:
+            x = x * float("nan")
         with ctx("forward"):
             loss = nn.functional.mse_loss(ddp(x), y)
+        if not torch.isfinite(loss):
+            raise FloatingPointError("loss is %s at step %d" % (loss.item(), step))
         with ctx("backward"):
             opt.zero_grad()
             loss.backward()

@@ -14,7 +14,7 @@ using Kind = v1::ControllerMessage::KindCase;
 
 class JobControllerTest : public testing::Test {
  protected:
-  void Make(int nnodes = 2, int nproc = 2, int max_restarts = 2) {
+  void Make(int nnodes = 2, int nproc = 2, int max_restarts = 2, bool attribute = false) {
     config_.job_id = "job";
     config_.nnodes = nnodes;
     config_.nproc_per_node = nproc;
@@ -26,7 +26,12 @@ class JobControllerTest : public testing::Test {
     config_.startup_timeout = 60 * kSecond;
     config_.stop_timeout = 5 * kSecond;
     config_.rendezvous_timeout = 30 * kSecond;
-    controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_);
+    if (attribute) {
+      auto rules = RuleSet::Load(TG_RULES_FILE);
+      ASSERT_TRUE(rules.ok()) << rules.status().ToString();
+      rules_ = std::make_unique<RuleSet>(std::move(rules.value()));
+    }
+    controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, rules_.get());
     ASSERT_TRUE(controller_->Start().ok());
   }
 
@@ -64,7 +69,8 @@ class JobControllerTest : public testing::Test {
     controller_->OnMessage(node + 1, m);
   }
 
-  void Exit(int node, std::int64_t gen, int rank, int code, int sig = 0, std::int64_t step = 7) {
+  void Exit(int node, std::int64_t gen, int rank, int code, int sig = 0, std::int64_t step = 7,
+            const std::string& last_line = "Traceback: boom") {
     v1::AgentMessage m;
     auto* e = m.mutable_rank_exited();
     e->set_generation(gen);
@@ -72,7 +78,7 @@ class JobControllerTest : public testing::Test {
     e->mutable_rank()->set_running(false);
     e->mutable_rank()->set_exit_code(code);
     e->mutable_rank()->set_term_signal(sig);
-    e->add_log_tail("Traceback: boom");
+    e->add_log_tail(last_line);
     e->set_exit_unix_ms(clock_.WallNanos() / kMillisecond);
     controller_->OnMessage(node + 1, m);
   }
@@ -92,7 +98,12 @@ class JobControllerTest : public testing::Test {
     return out;
   }
 
+  nlohmann::json Detail(const std::string& kind, size_t i = 0) {
+    return nlohmann::json::parse(EventsOf(kind).at(i).detail_json);
+  }
+
   JobConfig config_;
+  std::unique_ptr<RuleSet> rules_;
   FakeClock clock_;
   InMemoryEventStore store_;
   FakeNodeProvider provider_;
@@ -357,6 +368,101 @@ TEST_F(JobControllerTest, CancelFailsTheJobAndShutsAgentsDown) {
   EXPECT_EQ(controller_->state(), JobState::kFailed);
   EXPECT_EQ(a->Count(Kind::kShutdown), 1);
   EXPECT_TRUE(controller_->WaitFinished(std::chrono::milliseconds(0)));
+}
+
+TEST_F(JobControllerTest, ADeterministicUserErrorStopsAtItsFirstRepeat) {
+  Make(1, 2, /*max_restarts=*/5, /*attribute=*/true);
+  Register(0);
+  for (int gen = 0; gen < 2; ++gen) {
+    Exit(0, gen, 1, 1, 0, 41, "ValueError: Expected input batch_size (4) to match target batch_size (1).");
+    Stopped(0, gen);
+  }
+  EXPECT_EQ(controller_->state(), JobState::kFailed);
+  EXPECT_EQ(controller_->restart_count(), 1);  // not all 5
+  EXPECT_NE(controller_->summary().find("deterministic"), std::string::npos) << controller_->summary();
+  EXPECT_EQ(Detail("attribution")["category"], "user_code");
+  EXPECT_EQ(Detail("decision", 0)["decision"], "restart");
+  EXPECT_EQ(Detail("decision", 1)["decision"], "stop");
+}
+
+TEST_F(JobControllerTest, AGpuFaultEvictsTheCulpritNodeAndMarksItSuspect) {
+  Make(2, 2, 3, true);
+  Register(0);
+  FakeAgentLink* b = Register(1);
+  Exit(1, 0, 3, 0, 9, 12, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  Stopped(0, 0);
+  Stopped(1, 0);
+  auto a = Detail("attribution");
+  EXPECT_EQ(a["category"], "gpu_hardware");
+  EXPECT_EQ(a["culprit_ranks"], nlohmann::json::array({3}));
+  EXPECT_EQ(a["culprit_nodes"], nlohmann::json::array({"node1"}));
+  EXPECT_EQ(Detail("decision")["decision"], "evict_node");
+  EXPECT_TRUE(b->closed);
+  EXPECT_EQ(provider_.replaced, std::vector<std::string>{"node1"});
+  EXPECT_EQ(store_.GetNodeHealth("node1")->status, "suspect");
+  EXPECT_EQ(controller_->state(), JobState::kRestarting);  // waits for the replacement
+  auto incidents = store_.IncidentsOnNode("node1");
+  ASSERT_EQ(incidents->size(), 1u);
+  EXPECT_EQ((*incidents)[0].category, "gpu_hardware");
+}
+
+TEST_F(JobControllerTest, ASuspectNodeIsAnnouncedWhenItJoinsTheNextJob) {
+  ASSERT_TRUE(store_.SetNodeHealth({"node0", "suspect", "gpu_hardware: Xid 79", "old-job", 1}).ok());
+  Make(1, 1);
+  Register(0);
+  auto warn = EventsOf("node_suspect");
+  ASSERT_EQ(warn.size(), 1u);
+  EXPECT_NE(warn[0].message.find("old-job"), std::string::npos);
+}
+
+TEST_F(JobControllerTest, HardwareHistoryOfANodeTurnsAVagueFailureIntoAnEviction) {
+  ASSERT_TRUE(store_.RecordIncident({"old-job", 1, 1, "node1", 2, "gpu_hardware", "gpu-ecc",
+                                     "evict_node", 5, "{}"}).ok());
+  Make(2, 1, 3, true);
+  Register(0);
+  Register(1);
+  Exit(1, 0, 1, 1, 0, 8, "something unclear");
+  Stopped(0, 0);
+  Stopped(1, 0);
+  EXPECT_EQ(Detail("decision")["decision"], "evict_node");
+  EXPECT_NE(Detail("decision")["reason"].get<std::string>().find("earlier jobs"), std::string::npos);
+}
+
+TEST_F(JobControllerTest, AHangIsPinnedOnTheRankOutsideTheCollective) {
+  Make(1, 3, 3, true);
+  FakeAgentLink* a = Register(0);
+  Heartbeat(0, 0, {Rank(0, 5), Rank(1, 5), Rank(2, 5)});
+  clock_.Advance(config_.hang_timeout + kSecond);
+  Heartbeat(0, 0, {Rank(0, 5, 11000), Rank(1, 5, 11000), Rank(2, 5, 11000)});
+  controller_->Tick();
+  ASSERT_EQ(controller_->state(), JobState::kStopping);
+  ASSERT_EQ(a->Last(Kind::kStop)->stop().capture_stacks_of_size(), 3);
+  v1::AgentMessage m;
+  m.mutable_stopped()->set_generation(0);
+  for (int r = 0; r < 3; ++r) {
+    auto* st = m.mutable_stopped()->add_stacks();
+    st->set_global_rank(r);
+    st->set_proc_state("S");
+    st->set_python(r == 1 ? "  File \"train.py\", line 135 in main\n"
+                          : "  File \"/usr/lib/python3/dist-packages/torch/autograd/__init__.py\", "
+                            "line 197 in backward\n  File \"train.py\", line 142 in main\n");
+  }
+  controller_->OnMessage(1, m);
+  auto d = Detail("attribution");
+  EXPECT_EQ(d["category"], "comm_hang");
+  EXPECT_EQ(d["culprit_ranks"], nlohmann::json::array({1}));
+}
+
+TEST_F(JobControllerTest, ARestartStormWithoutProgressIsStopped) {
+  config_.no_progress_restarts = 2;
+  Make(1, 1, 10, true);
+  Register(0);
+  for (int gen = 0; gen < 3; ++gen) {
+    Exit(0, gen, 0, 1, 0, 3, "mysterious exit " + std::to_string(gen));
+    Stopped(0, gen);
+  }
+  EXPECT_EQ(controller_->state(), JobState::kFailed);
+  EXPECT_NE(controller_->summary().find("without getting past step"), std::string::npos);
 }
 
 }  // namespace

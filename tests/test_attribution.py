@@ -1,0 +1,89 @@
+"""Acceptance tests of issue 4: attribution and decisions end to end with the
+example DDP job, and `trainguard attribute` on saved logs."""
+
+import json
+import os
+import subprocess
+
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, events, wait_for
+
+STEPS = 40
+
+
+def example(tmp_path, *extra):
+    return [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "5",
+            "--ckpt-dir", os.path.join(str(tmp_path), "ckpt"), *extra]
+
+
+def detail(job, kind, i=0):
+    return job.events(kind)[i]["detail"]
+
+
+def test_a_deterministic_bug_stops_after_its_first_repeat(tmp_path, no_leftovers):
+    job = Job(tmp_path, "bug", example(tmp_path, "--raise-at-step", "17"), flags=["--max-restarts", "5"])
+    assert job.wait() == 1
+    decisions = [e["detail"]["decision"] for e in job.events("decision")]
+    assert decisions == ["restart", "stop"]
+    assert detail(job, "attribution")["category"] == "user_code"
+    assert detail(job, "attribution")["culprit_ranks"] == [1]
+    out = job.output()
+    assert "deterministic" in out and "after 1 restart(s)" in out
+
+
+def test_a_nan_loss_is_numeric(tmp_path, no_leftovers):
+    job = Job(tmp_path, "nan", example(tmp_path, "--nan-at-step", "12"), flags=["--max-restarts", "3"])
+    assert job.wait() == 1
+    a = detail(job, "attribution")
+    assert a["category"] == "numeric" and a["culprit_ranks"] == [1]
+    assert any("loss is nan" in e["line"] for e in a["evidence"])
+
+
+def test_a_hung_rank_is_named_not_the_ranks_waiting_for_it(tmp_path, no_leftovers):
+    job = Job(tmp_path, "hang", example(tmp_path, "--hang-at-step", "12", "--crash-rank", "2",
+                                        "--step-delay", "0.02"),
+              flags=["--hang-timeout", "4", "--heartbeat-interval", "0.5"])
+    assert job.wait() == 0, job.output()[-2000:]
+    a = detail(job, "attribution")
+    assert a["category"] == "comm_hang"
+    assert a["culprit_ranks"] == [2], a
+    assert job.events("attribution")[0]["rank"] == 2
+
+
+def test_a_gpu_off_the_bus_evicts_its_node_and_warns_the_next_job(tmp_path, no_leftovers):
+    job = Job(tmp_path, "xid", example(tmp_path, "--xid-at-step", "9", "--crash-rank", "3"))
+    assert job.wait() == 0, job.output()[-2000:]
+    a = detail(job, "attribution")
+    assert a["category"] == "gpu_hardware" and a["hardware"]
+    assert a["culprit_ranks"] == [3] and a["culprit_nodes"] == ["node1"]
+    assert detail(job, "decision")["decision"] == "evict_node"
+    assert [e["node"] for e in job.events("node_evicted")] == ["node1"]
+    # The next job on the same store is told.
+    nxt = Job(tmp_path, "next", [PYTHON, "-c", "pass"], nnodes=2, nproc=1)
+    assert nxt.wait() == 0
+    warned = nxt.events("node_suspect")
+    assert [e["node"] for e in warned] == ["node1"] and "xid" in warned[0]["message"]
+
+
+def test_attribute_command_on_saved_rank_logs(tmp_path):
+    for r in range(4):
+        (tmp_path / ("rank%d.log" % r)).write_text(
+            "[E ProcessGroupNCCL.cpp:737] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.\n")
+    (tmp_path / "rank2.log").write_text("kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
+    files = [str(tmp_path / ("rank%d.log" % r)) for r in range(4)]
+    r = subprocess.run([TRAINGUARD, "attribute", "--json", *files], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    a = json.loads(r.stdout)
+    assert a["category"] == "gpu_hardware" and a["culprit_ranks"] == [2] and a["action"] == "evict_node"
+    text = subprocess.run([TRAINGUARD, "attribute", *files], capture_output=True, text=True).stdout
+    assert "gpu_hardware" in text and "rank 2" in text and "fallen off the bus" in text
+
+
+def test_attribute_rejects_a_bad_rule_file(tmp_path):
+    bad = tmp_path / "site.json"
+    bad.write_text('{"format": "trainguard-attribution-rules", "version": 1, "rules": '
+                   '[{"id": "x", "category": "disk", "pattern": "y", "priority": 5}]}')
+    log = tmp_path / "a.log"
+    log.write_text("hello\n")
+    r = subprocess.run([TRAINGUARD, "attribute", "--rules", str(bad), str(log)], capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown category 'disk'" in r.stderr and str(bad) in r.stderr
