@@ -87,3 +87,35 @@ def test_attribute_rejects_a_bad_rule_file(tmp_path):
     log.write_text("hello\n")
     r = subprocess.run([TRAINGUARD, "attribute", "--rules", str(bad), str(log)], capture_output=True, text=True)
     assert r.returncode == 2 and "unknown category 'disk'" in r.stderr and str(bad) in r.stderr
+
+
+def test_report_of_a_job_with_two_failures_accounts_for_the_wall_time(tmp_path, no_leftovers):
+    import signal
+    import time
+
+    from conftest import status_page_step
+
+    started = time.time()
+    command = example(tmp_path, "--crash-at-step", "12", "--step-delay", "0.04")
+    command[command.index("--steps") + 1] = "70"
+    job = Job(tmp_path, "two", command)
+    # Second failure: kill -9 of rank 2 once the restarted generation is past step 30.
+    wait_for(lambda: len(job.rank_pids(generation=1)) == 4, 90, "the restart")
+    wait_for(lambda: any((status_page_step("two", n, 2) or -1) >= 30 for n in ("node0", "node1")),
+             90, "step 30 after the restart")
+    os.kill(job.rank_pids(generation=1)[2], signal.SIGKILL)
+    assert job.wait() == 0, job.output()[-2000:]
+    measured = time.time() - started
+    r = subprocess.run([TRAINGUARD, "report", "--store", job.store, "two", "--json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["state"] == "SUCCEEDED" and rep["restarts"] == 2 and len(rep["incidents"]) == 2
+    terms = rep["downtime"]
+    total = sum(terms[k] for k in ("startup_s", "lost_work_s", "detection_s", "shutdown_s",
+                                   "restart_s", "tail_s"))
+    assert abs(total - (measured - rep["productive_s"])) <= 0.02 * measured, (total, measured, rep)
+    assert rep["incidents"][0]["lost_steps"] >= 1 and rep["incidents"][1]["lost_steps"] >= 1
+    assert 0 < rep["ettr"] < 1
+    text = subprocess.run([TRAINGUARD, "report", "--store", job.store, "two"], capture_output=True, text=True)
+    assert "where the time went" in text.stdout and "#2" in text.stdout

@@ -18,6 +18,7 @@
 #include "attribution/attribution.h"
 #include "agent/process.h"
 #include "cli/local_launcher.h"
+#include "cli/report.h"
 #include "controller/job_controller.h"
 #include "store/event_store.h"
 #include "trainguard/checkpoint.h"
@@ -279,26 +280,62 @@ int RunAgent(const AgentOptions& o) {
   return rc;
 }
 
-int ShowEvents(const EventsOptions& o) {
+namespace {
+
+// Opens the store and resolves the job ("" = the newest); prints the error.
+bool OpenJob(const EventsOptions& o, std::unique_ptr<EventStore>* store, std::string* job_id) {
   if (!fs::exists(o.store)) {
     std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", o.store.c_str());
-    return 2;
+    return false;
   }
-  auto store = OpenSqliteEventStore(o.store);
-  if (!store.ok()) {
-    std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
-    return 2;
+  auto opened = OpenSqliteEventStore(o.store);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", opened.status().message().c_str());
+    return false;
   }
-  std::string job_id = o.job_id;
-  if (job_id.empty()) {
+  *store = std::move(opened.value());
+  *job_id = o.job_id;
+  if (job_id->empty()) {
     auto jobs = (*store)->Jobs();
     if (!jobs.ok() || jobs->empty()) {
       std::fprintf(stderr, "trainguard: error: the store %s holds no jobs\n", o.store.c_str());
-      return 2;
+      return false;
     }
-    job_id = jobs->back().job_id;
+    *job_id = jobs->back().job_id;
   }
-  auto events = (*store)->Events(job_id);
+  return true;
+}
+
+}  // namespace
+
+int ShowReport(const EventsOptions& o) {
+  std::unique_ptr<EventStore> store;
+  std::string job_id;
+  if (!OpenJob(o, &store, &job_id)) return 2;
+  auto events = store->Events(job_id);
+  if (!events.ok() || events->empty()) {
+    std::fprintf(stderr, "trainguard: error: no events for job %s in %s\n", job_id.c_str(),
+                 o.store.c_str());
+    return 2;
+  }
+  auto report = ComputeReport(job_id, *events);
+  if (!report.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", report.status().message().c_str());
+    return 2;
+  }
+  if (o.json) {
+    std::cout << ReportJson(*report).dump(2) << "\n";
+  } else {
+    std::cout << ReportText(*report);
+  }
+  return 0;
+}
+
+int ShowEvents(const EventsOptions& o) {
+  std::unique_ptr<EventStore> store;
+  std::string job_id;
+  if (!OpenJob(o, &store, &job_id)) return 2;
+  auto events = store->Events(job_id);
   if (!events.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", events.status().message().c_str());
     return 2;

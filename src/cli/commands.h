@@ -71,6 +71,8 @@ int VerifyCheckpointsCommand(const CkptOptions& options);
 int RunController(const ControllerOptions& options);
 int RunAgent(const AgentOptions& options);
 int ShowEvents(const EventsOptions& options);
+// trainguard report: incidents with attribution, and the downtime accounting.
+int ShowReport(const EventsOptions& options);
 
 // Checks a job's options and command; "" if fine, else a one-line error.
 std::string ValidateJob(const JobOptions& options);

@@ -81,6 +81,12 @@ int main(int argc, char** argv) {
   ckpt_verify->add_option("dir", ckpt.dir, "checkpoint directory")->required();
   ckpt_verify->add_option("step", ckpt.step, "step to verify (default: every one)");
 
+  trainguard::EventsOptions report;
+  CLI::App* report_cmd = app.add_subcommand("report", "a job's incidents and where its time went");
+  report_cmd->add_option("--store", report.store, "SQLite event store")->capture_default_str();
+  report_cmd->add_option("job", report.job_id, "job id (default: the newest)");
+  report_cmd->add_flag("--json", report.json, "JSON output");
+
   trainguard::AttributeOptions attr;
   CLI::App* attr_cmd = app.add_subcommand("attribute", "say why a failure happened, from its logs");
   attr_cmd->add_option("files", attr.files, "log files, one per rank (rankN in the name), - for stdin")
@@ -102,6 +108,7 @@ int main(int argc, char** argv) {
   if (ctl_cmd->parsed()) return trainguard::RunController(ctl);
   if (agent_cmd->parsed()) return trainguard::RunAgent(agent);
   if (events_cmd->parsed()) return trainguard::ShowEvents(events);
+  if (report_cmd->parsed()) return trainguard::ShowReport(report);
   if (attr_cmd->parsed()) return trainguard::AttributeCommand(attr);
   if (ckpt_ls->parsed()) return trainguard::ListCheckpointsCommand(ckpt);
   if (ckpt_verify->parsed()) return trainguard::VerifyCheckpointsCommand(ckpt);

@@ -833,8 +833,14 @@ void JobController::Finish(JobState final_state, const std::string& summary) {
   if (incident_) RecordDowntime(0);
   summary_ = summary;
   SetState(final_state, summary);
+  Nanos last_step_wall = 0;
+  for (const auto& n : nodes_) {
+    for (const auto& [r, view] : n.ranks) {
+      last_step_wall = std::max<Nanos>(last_step_wall, view.status.last_step_unix_ms() * kMillisecond);
+    }
+  }
   Emit(final_state == JobState::kSucceeded ? "job_succeeded" : "job_failed", "", -1, MaxStep(),
-       summary, json{{"restart_count", restart_count_}}.dump());
+       summary, json{{"restart_count", restart_count_}, {"last_step_unix_ms", last_step_wall / kMillisecond}}.dump());
   Status s = store_->UpdateJob(config_.job_id, JobStateName(final_state), summary);
   if (!s.ok()) ++store_errors_;
   v1::ControllerMessage msg;

@@ -1,0 +1,228 @@
+#include "cli/report.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+#include "common/clock.h"
+
+namespace trainguard {
+
+using nlohmann::json;
+
+namespace {
+
+double Sec(Nanos ns) { return static_cast<double>(ns) / kSecond; }
+Nanos FromMs(const json& j, const char* key) {
+  return j.contains(key) ? j[key].get<std::int64_t>() * kMillisecond : 0;
+}
+
+struct Generation {
+  Nanos first_step = 0;        // wall time of its first step, 0 if none
+  std::int64_t first_step_no = -1;
+};
+
+}  // namespace
+
+StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vector<Event>& events) {
+  DowntimeReport r;
+  r.job_id = job_id;
+  Nanos start = 0, end = 0, final_last_step = 0;
+  std::map<std::int64_t, Generation> gens;
+  struct Failure {
+    json detail;
+    std::int64_t generation;
+    Nanos stopped = 0;
+    json attribution, decision;
+  };
+  std::vector<Failure> failures;
+  for (const auto& e : events) {
+    json d = json::parse(e.detail_json, nullptr, false);
+    if (d.is_discarded()) d = json::object();
+    if (e.kind == "job_created") start = e.wall_ns;
+    if (e.kind == "first_step") {
+      gens[e.generation] = {FromMs(d, "first_step_unix_ms"), e.step};
+    }
+    if (e.kind == "failure") failures.push_back({d, e.generation, 0, json(), json()});
+    if (e.kind == "stopped" && !failures.empty()) failures.back().stopped = e.wall_ns;
+    if (e.kind == "attribution" && !failures.empty()) failures.back().attribution = d;
+    if (e.kind == "decision" && !failures.empty()) failures.back().decision = d;
+    if (e.kind == "job_succeeded" || e.kind == "job_failed") {
+      end = e.wall_ns;
+      r.state = e.kind == "job_succeeded" ? "SUCCEEDED" : "FAILED";
+      r.restarts = d.value("restart_count", 0);
+      final_last_step = FromMs(d, "last_step_unix_ms");
+    }
+  }
+  if (start == 0) return NotFound("no job_created event for job " + job_id);
+  if (end == 0) return FailedPrecondition("job " + job_id + " has not ended yet (or its controller died)");
+  r.wall_s = Sec(end - start);
+  auto first_of = [&](std::int64_t g) { return gens.count(g) ? gens[g].first_step : 0; };
+  Nanos first0 = first_of(0);
+  // Before the first step of generation 0; if it never stepped, all is startup.
+  Nanos startup_end = first0 > 0 ? first0 : (failures.empty() ? end : FromMs(failures[0].detail, "fault_unix_ms"));
+  r.startup_s = Sec(startup_end - start);
+
+  for (size_t i = 0; i < failures.size(); ++i) {
+    const json& d = failures[i].detail;
+    std::int64_t g = failures[i].generation;
+    Nanos fault = FromMs(d, "fault_unix_ms");
+    Nanos detected = FromMs(d, "detected_unix_ms");
+    Nanos last_step = FromMs(d, "last_step_unix_ms");
+    std::int64_t fail_step = d.value("failure_step", -1LL), ckpt = d.value("checkpoint_step", -1LL);
+    Nanos first = first_of(g);
+    double productive = 0, lost = 0;
+    std::int64_t lost_steps = 0;
+    if (first > 0 && fault > first) {
+      // Steps of this generation ran from `first` to `last_step` at an even
+      // pace; work up to the checkpoint step was kept, the rest was lost.
+      std::int64_t first_no = gens[g].first_step_no;
+      Nanos kept_until = first;
+      if (ckpt >= first_no && fail_step > first_no && last_step > first) {
+        double per_step = static_cast<double>(last_step - first) / static_cast<double>(fail_step - first_no);
+        kept_until = first + static_cast<Nanos>(per_step * static_cast<double>(ckpt - first_no));
+        kept_until = std::min(kept_until, std::max(last_step, first));
+      }
+      productive = Sec(kept_until - first);
+      lost = Sec(fault - kept_until);
+      lost_steps = std::max<std::int64_t>(0, fail_step - std::max(ckpt, first_no - 1));
+    }
+    Nanos stopped = failures[i].stopped > 0 ? failures[i].stopped : detected;
+    // The restart runs until the next generation's first step, or, if that
+    // generation failed before stepping, until its fault; or to the job's end.
+    Nanos next = 0;
+    if (first_of(g + 1) > 0) {
+      next = first_of(g + 1);
+    } else if (i + 1 < failures.size()) {
+      next = FromMs(failures[i + 1].detail, "fault_unix_ms");
+    } else {
+      next = end;
+    }
+    double detection = Sec(detected - fault), shutdown = Sec(stopped - detected);
+    double restart = Sec(std::max<Nanos>(0, next - stopped));
+    r.productive_s += productive;
+    r.lost_s += lost;
+    r.lost_steps += lost_steps;
+    r.detection_s += detection;
+    r.shutdown_s += shutdown;
+    r.restart_s += restart;
+    json inc = {{"incident", d.value("incident", static_cast<int>(i + 1))},
+                {"failure_kind", d.value("failure_kind", "")},
+                {"generation", g},
+                {"failure_step", fail_step},
+                {"checkpoint_step", ckpt},
+                {"lost_steps", lost_steps},
+                {"lost_s", lost},
+                {"detection_s", detection},
+                {"shutdown_s", shutdown},
+                {"restart_s", restart}};
+    const json& a = failures[i].attribution;
+    if (a.is_object()) {
+      for (const char* k : {"category", "hardware", "persistence", "confidence", "culprit_ranks",
+                            "culprit_nodes", "rule", "description", "evidence"}) {
+        if (a.contains(k)) inc[k] = a[k];
+      }
+    }
+    if (failures[i].decision.is_object()) {
+      inc["decision"] = failures[i].decision.value("decision", "");
+      inc["reason"] = failures[i].decision.value("reason", "");
+    }
+    r.incidents.push_back(inc);
+  }
+  // The generation that ran last, after the last restart (if it stepped).
+  std::int64_t last_gen = gens.empty() ? -1 : gens.rbegin()->first;
+  bool last_failed = !failures.empty() && failures.back().generation >= last_gen;
+  if (last_gen >= 0 && !last_failed && first_of(last_gen) > 0) {
+    Nanos last = std::max(final_last_step, first_of(last_gen));
+    r.productive_s += Sec(last - first_of(last_gen));
+    r.tail_s = Sec(end - last);
+  } else if (failures.empty() && first0 > 0) {
+    r.tail_s = Sec(end - first0);
+  }
+  r.ettr = r.wall_s > 0 ? r.productive_s / r.wall_s : 0;
+  return r;
+}
+
+json ReportJson(const DowntimeReport& r) {
+  double downtime = r.startup_s + r.lost_s + r.detection_s + r.shutdown_s + r.restart_s + r.tail_s;
+  return {{"job_id", r.job_id},
+          {"state", r.state},
+          {"restarts", r.restarts},
+          {"wall_s", r.wall_s},
+          {"productive_s", r.productive_s},
+          {"ettr", r.ettr},
+          {"downtime",
+           {{"startup_s", r.startup_s},
+            {"lost_work_s", r.lost_s},
+            {"lost_steps", r.lost_steps},
+            {"detection_s", r.detection_s},
+            {"shutdown_s", r.shutdown_s},
+            {"restart_s", r.restart_s},
+            {"tail_s", r.tail_s},
+            {"checkpoint_overhead_s", nullptr},
+            {"total_s", downtime}}},
+          {"incidents", r.incidents}};
+}
+
+std::string ReportText(const DowntimeReport& r) {
+  std::string out;
+  char buf[512];
+  std::snprintf(buf, sizeof(buf),
+                "job %s: %s after %d restart(s); wall %.2f s, productive %.2f s, ETTR %.1f%%\n",
+                r.job_id.c_str(), r.state.c_str(), r.restarts, r.wall_s, r.productive_s, 100 * r.ettr);
+  out += buf;
+  if (!r.incidents.empty()) out += "\nincidents\n";
+  for (const auto& inc : r.incidents) {
+    std::string culprit;
+    for (const auto& c : inc.value("culprit_ranks", json::array())) {
+      culprit += (culprit.empty() ? "rank " : ", rank ") + std::to_string(c.get<int>());
+    }
+    std::string nodes;
+    for (const auto& n : inc.value("culprit_nodes", json::array())) {
+      nodes += (nodes.empty() ? "" : ", ") + n.get<std::string>();
+    }
+    std::snprintf(buf, sizeof(buf), "  #%d %s: %s (%s, %s), confidence %.2f\n",
+                  inc.value("incident", 0), inc.value("failure_kind", "").c_str(),
+                  inc.value("category", "unattributed").c_str(),
+                  inc.value("hardware", false) ? "hardware" : "software",
+                  inc.value("persistence", "unknown").c_str(), inc.value("confidence", 0.0));
+    out += buf;
+    out += "     culprit:  " + (culprit.empty() ? std::string("unknown") : culprit) +
+           (nodes.empty() ? "" : " on " + nodes) + "\n";
+    out += "     decision: " + inc.value("decision", std::string("-")) + ": " +
+           inc.value("reason", std::string("")) + "\n";
+    int shown = 0;
+    for (const auto& e : inc.value("evidence", json::array())) {
+      if (shown++ == 3) break;
+      std::string line = e.value("line", "");
+      if (line.size() > 160) line = line.substr(0, 157) + "...";
+      out += "     evidence: [" + e.value("role", "") + "] " + line + "\n";
+    }
+    std::snprintf(buf, sizeof(buf),
+                  "     downtime: detection %.2f s, lost %.2f s (%lld steps), shutdown %.2f s, "
+                  "restart %.2f s\n",
+                  inc.value("detection_s", 0.0), inc.value("lost_s", 0.0),
+                  static_cast<long long>(inc.value("lost_steps", 0LL)), inc.value("shutdown_s", 0.0),
+                  inc.value("restart_s", 0.0));
+    out += buf;
+  }
+  double downtime = r.startup_s + r.lost_s + r.detection_s + r.shutdown_s + r.restart_s + r.tail_s;
+  std::snprintf(buf, sizeof(buf),
+                "\nwhere the time went (s)\n"
+                "  productive (kept step time)     %8.2f\n"
+                "  startup (launch -> first step)  %8.2f\n"
+                "  lost work (%3lld steps)           %8.2f\n"
+                "  detection                       %8.2f\n"
+                "  shutdown                        %8.2f\n"
+                "  restart (stopped -> first step) %8.2f\n"
+                "  tail (last step -> end)         %8.2f\n"
+                "  checkpoint overhead             inside productive time (not separated yet)\n"
+                "  total downtime                  %8.2f  = wall %.2f - productive %.2f\n",
+                r.productive_s, r.startup_s, static_cast<long long>(r.lost_steps), r.lost_s,
+                r.detection_s, r.shutdown_s, r.restart_s, r.tail_s, downtime, r.wall_s,
+                r.productive_s);
+  out += buf;
+  return out;
+}
+
+}  // namespace trainguard

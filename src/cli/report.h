@@ -1,0 +1,37 @@
+// The downtime accounting of one job, computed from its event log
+// (docs/events.md), and its incidents with their attribution.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "store/event_store.h"
+
+namespace trainguard {
+
+// Seconds of the job's wall time, split so that the terms add up:
+//   wall = productive + startup + Σ(lost + detection + shutdown + restart) + tail
+struct DowntimeReport {
+  std::string job_id;
+  std::string state;
+  int restarts = 0;
+  double wall_s = 0;          // job created -> job ended
+  double productive_s = 0;    // step time whose work was kept
+  double startup_s = 0;       // job created -> first step
+  double lost_s = 0;          // step time thrown away (since the last checkpoint)
+  std::int64_t lost_steps = 0;
+  double detection_s = 0;
+  double shutdown_s = 0;
+  double restart_s = 0;
+  double tail_s = 0;          // last step -> job ended
+  double ettr = 0;            // productive / wall
+  nlohmann::json incidents = nlohmann::json::array();
+};
+
+StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vector<Event>& events);
+nlohmann::json ReportJson(const DowntimeReport& r);
+std::string ReportText(const DowntimeReport& r);
+
+}  // namespace trainguard
