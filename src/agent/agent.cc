@@ -151,8 +151,13 @@ struct Agent::Rank {
   ExitInfo exit;
 };
 
+// Kernel messages older than this are not sent with a failure.
+constexpr Nanos kKernelWindow = 10 * 60 * kSecond;
+constexpr size_t kKernelLines = 50;
+
 Agent::Agent(AgentConfig config, Clock* clock, ControllerLink* link)
-    : config_(std::move(config)), clock_(clock), link_(link) {}
+    : config_(std::move(config)), clock_(clock), link_(link),
+      kernel_(config_.kernel_log.empty() ? "/nonexistent" : config_.kernel_log) {}
 
 Agent::~Agent() { StopRanks(generation_, {}, 0, false); }
 
@@ -239,6 +244,7 @@ int Agent::Run() {
         return 0;
       }
     }
+    kernel_.Poll();
     ReapExited();
     if (welcomed && clock_->MonotonicNanos() >= next_heartbeat_) {
       SendHeartbeat();
@@ -388,6 +394,10 @@ void Agent::ReapExited() {
       for (const auto& line : rank->output->Tail()) e->add_log_tail(line);
     }
     e->set_exit_unix_ms(exit_wall / kMillisecond);
+    if (exit->exit_code != 0 || exit->signal != 0) {
+      kernel_.Poll();
+      for (const auto& line : kernel_.Recent(kKernelWindow, kKernelLines)) e->add_kernel_lines(line);
+    }
     Send(m);
   }
 }
@@ -514,6 +524,8 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
     pids_.clear();
   }
   if (report) {
+    kernel_.Poll();
+    for (const auto& line : kernel_.Recent(kKernelWindow, kKernelLines)) stopped->add_kernel_lines(line);
     stopped->set_free_port(FindFreePort());
     stopped->set_stopped_unix_ms(clock_->WallNanos() / kMillisecond);
     Send(reply);

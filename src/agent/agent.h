@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/kernel_log.h"
 #include "common/clock.h"
 #include "proto/protocol.h"
 
@@ -37,6 +38,7 @@ struct AgentConfig {
   int log_tail_lines = 20;
   int preferred_group_rank = -1;      // -1: whichever slot the controller gives
   std::uint32_t protocol_version = kProtocolVersion;  // only tests change it
+  std::string kernel_log = "/dev/kmsg";  // "" = do not read kernel messages
 };
 
 // How the agent sends to the controller. Send must not block for long;
@@ -90,6 +92,7 @@ class Agent {
   std::vector<int> pids_;
 
   // Control-loop state (Run() thread only).
+  KernelLog kernel_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::int64_t generation_ = -1;
   Nanos heartbeat_interval_ = 1 * kSecond;

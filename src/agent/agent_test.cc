@@ -52,6 +52,7 @@ class AgentTest : public testing::Test {
     config.run_dir = dir_;
     config.shm_dir = dir_;
     config.stream_output = false;
+    config.kernel_log = "";
     agent_ = std::make_unique<Agent>(config, RealClock::Get(), &link_);
     thread_ = std::thread([this] { rc_ = agent_->Run(); });
     v1::ControllerMessage welcome;
@@ -205,6 +206,30 @@ TEST_F(AgentTest, RefusedRegistrationEndsRunWithTheReason) {
   thread_.join();
   EXPECT_EQ(rc_, 1);
   EXPECT_NE(agent_->error().find("protocol version mismatch"), std::string::npos);
+}
+
+TEST(KernelLogTest, ReadsOnlyNewRecordsAndSkipsContinuationLines) {
+  std::string path = testing::TempDir() + "/kmsg_" + std::to_string(getpid());
+  {
+    std::ofstream f(path);
+    f << "6,1,100,-;old message before the agent started\n";
+  }
+  KernelLog log(path);
+  ASSERT_TRUE(log.available());
+  {
+    std::ofstream f(path, std::ios::app);
+    f << "3,2,200,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+      << " SUBSYSTEM=pci\n"
+      << "4,3,300,-;Out of memory: Killed process 1234 (python3)\n";
+  }
+  log.Poll();
+  std::vector<std::string> lines = log.Recent(60 * kSecond, 10);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  EXPECT_EQ(lines[1], "Out of memory: Killed process 1234 (python3)");
+  EXPECT_EQ(log.Recent(60 * kSecond, 1).size(), 1u);
+  EXPECT_FALSE(KernelLog("/nonexistent/kmsg").available());
+  unlink(path.c_str());
 }
 
 }  // namespace

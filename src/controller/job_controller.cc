@@ -333,6 +333,9 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   d["exit_code"] = r.exit_code();
   d["signal"] = r.term_signal();
   d["log_tail"] = std::vector<std::string>(exited.log_tail().begin(), exited.log_tail().end());
+  if (exited.kernel_lines_size() > 0) {
+    d["kernel_lines"] = std::vector<std::string>(exited.kernel_lines().begin(), exited.kernel_lines().end());
+  }
   bool current = exited.generation() == generation_ && state_ == JobState::kRunning;
   bool ok = r.exit_code() == 0 && r.term_signal() == 0;
   std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node->node_id + " " +
@@ -367,6 +370,8 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   Fail("rank_failed", what + tail, node->node_id, r.global_rank(), fault, {}, d.dump());
   if (incident_ && incident_->first_rank == r.global_rank()) {
     incident_->first_rank_step = r.step();
+    // The node's kernel messages come first: they usually happened first.
+    for (const auto& line : exited.kernel_lines()) incident_->lines.push_back({-1, node->node_id, line});
     for (const auto& line : exited.log_tail()) incident_->lines.push_back({r.global_rank(), node->node_id, line});
     incident_->lines.push_back({r.global_rank(), node->node_id, "trainguard: " + what});
   }
@@ -386,6 +391,13 @@ void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
          d.dump());
   }
   if (stopped.generation() != generation_ || state_ != JobState::kStopping) return;
+  if (incident_) {
+    for (const auto& line : stopped.kernel_lines()) {
+      bool seen = false;  // a rank exit may have carried the same lines
+      for (const auto& l : incident_->lines) seen |= l.node == node->node_id && l.text == line;
+      if (!seen) incident_->lines.push_back({-1, node->node_id, line});
+    }
+  }
   node->stopped_generation = stopped.generation();
   MaybeAllStopped();
 }
@@ -678,8 +690,8 @@ JobController::Decision JobController::Decide(std::vector<std::string>* evict, s
     } else if (a.category == "comm_hang" || culprits.empty()) {
       culprits = {inc.first_rank};
     }
-  } else if (culprits.empty() && inc.first_rank >= 0) {
-    culprits = {inc.first_rank};
+  } else if (culprits.empty() && a.culprit_nodes.empty() && inc.first_rank >= 0) {
+    culprits = {inc.first_rank};  // nothing better known than who failed first
   }
   std::set<std::string> nodes(a.culprit_nodes.begin(), a.culprit_nodes.end());
   for (int r : culprits) {

@@ -406,6 +406,24 @@ TEST_F(JobControllerTest, AGpuFaultEvictsTheCulpritNodeAndMarksItSuspect) {
   EXPECT_EQ((*incidents)[0].category, "gpu_hardware");
 }
 
+TEST_F(JobControllerTest, AnXidInOneNodesKernelLogNamesThatNodeNotTheFirstRankToFail) {
+  Make(2, 2, 3, true);
+  Register(0);
+  Register(1);
+  // Rank 0 on node0 fails first, only because its peer vanished...
+  Exit(0, 0, 0, 1, 0, 12, "RuntimeError: [gloo] Connection closed by peer [10.0.0.1]:1234");
+  // ...node1's kernel log, reported with its Stopped message, says why.
+  Stopped(0, 0);
+  v1::AgentMessage m;
+  m.mutable_stopped()->set_generation(0);
+  m.mutable_stopped()->add_kernel_lines("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  controller_->OnMessage(2, m);
+  auto a = Detail("attribution");
+  EXPECT_EQ(a["category"], "gpu_hardware");
+  EXPECT_EQ(a["culprit_nodes"], nlohmann::json::array({"node1"}));
+  EXPECT_EQ(provider_.replaced, std::vector<std::string>{"node1"});
+}
+
 TEST_F(JobControllerTest, ASuspectNodeIsAnnouncedWhenItJoinsTheNextJob) {
   ASSERT_TRUE(store_.SetNodeHealth({"node0", "suspect", "gpu_hardware: Xid 79", "old-job", 1}).ok());
   Make(1, 1);

@@ -1,0 +1,55 @@
+#include "agent/kernel_log.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace trainguard {
+
+namespace {
+constexpr size_t kKeep = 500;
+}  // namespace
+
+KernelLog::KernelLog(const std::string& path) {
+  fd_ = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd_ >= 0) lseek(fd_, 0, SEEK_END);  // only what happens from now on
+}
+
+KernelLog::~KernelLog() {
+  if (fd_ >= 0) close(fd_);
+}
+
+void KernelLog::Poll() {
+  if (fd_ < 0) return;
+  char buf[8192];
+  for (int i = 0; i < 1000; ++i) {
+    ssize_t n = read(fd_, buf, sizeof(buf));
+    if (n < 0 && errno == EPIPE) continue;  // records were overwritten; go on with the next
+    if (n <= 0) return;                     // EAGAIN (or end of a plain file): nothing new
+    // /dev/kmsg gives one record per read: "prio,seq,usec,flags;message" and
+    // continuation lines starting with a space ("KEY=value"), which are skipped.
+    pending_.append(buf, static_cast<size_t>(n));
+    size_t pos;
+    while ((pos = pending_.find('\n')) != std::string::npos) {
+      std::string line = pending_.substr(0, pos);
+      pending_.erase(0, pos + 1);
+      auto semi = line.find(';');
+      if (line.empty() || line[0] == ' ' || semi == std::string::npos) continue;
+      lines_.emplace_back(MonotonicNowNanos(), line.substr(semi + 1));
+      if (lines_.size() > kKeep) lines_.pop_front();
+    }
+  }
+}
+
+std::vector<std::string> KernelLog::Recent(Nanos window, size_t max) const {
+  std::vector<std::string> out;
+  Nanos since = MonotonicNowNanos() - window;
+  for (const auto& [when, line] : lines_) {
+    if (when >= since) out.push_back(line);
+  }
+  if (out.size() > max) out.erase(out.begin(), out.end() - static_cast<long>(max));
+  return out;
+}
+
+}  // namespace trainguard
