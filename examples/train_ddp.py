@@ -187,9 +187,12 @@ def main():
                     # reported to trainguard when every rank's part is durable.
                     ckpt.save(step, {"model": model.state_dict(), "opt": opt.state_dict(), "step": step})
                 else:
+                    t0 = time.perf_counter()
                     if rank == 0:
                         save_checkpoint(args.ckpt_dir, step, model, opt)
                     dist.barrier()
+                    if trainguard:
+                        trainguard.add_checkpoint_overhead(time.perf_counter() - t0)
                     if trainguard:
                         trainguard.checkpoint_committed(step)
 

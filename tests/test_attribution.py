@@ -113,9 +113,11 @@ def test_report_of_a_job_with_two_failures_accounts_for_the_wall_time(tmp_path, 
     assert rep["state"] == "SUCCEEDED" and rep["restarts"] == 2 and len(rep["incidents"]) == 2
     terms = rep["downtime"]
     total = sum(terms[k] for k in ("startup_s", "lost_work_s", "detection_s", "shutdown_s",
-                                   "restart_s", "tail_s"))
+                                   "restart_s", "tail_s", "checkpoint_overhead_s"))
+    assert terms["checkpoint_overhead_s"] > 0
     assert abs(total - (measured - rep["productive_s"])) <= 0.02 * measured, (total, measured, rep)
-    assert rep["incidents"][0]["lost_steps"] >= 1 and rep["incidents"][1]["lost_steps"] >= 1
+    # The crash at step 12 threw away the steps since checkpoint 10; the kill may land on a checkpoint.
+    assert rep["incidents"][0]["lost_steps"] >= 1 and rep["incidents"][1]["lost_steps"] >= 0
     assert 0 < rep["ettr"] < 1
     text = subprocess.run([TRAINGUARD, "report", "--store", job.store, "two"], capture_output=True, text=True)
     assert "where the time went" in text.stdout and "#2" in text.stdout

@@ -13,6 +13,7 @@ int tg_init(void);
 void tg_step(int64_t step);
 void tg_set_phase(const char* name);
 void tg_checkpoint_committed(int64_t step);
+void tg_add_checkpoint_overhead(int64_t nanos);
 void tg_shutdown(void);
 
 #ifdef __cplusplus

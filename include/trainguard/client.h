@@ -34,6 +34,11 @@ void SetPhase(const char* name);
 // to count lost work after a failure.
 void CheckpointCommitted(std::int64_t step);
 
+// Adds time the training loop spent blocked in a checkpoint save; the
+// controller counts it as checkpoint overhead (trainguard's own checkpointer
+// calls this itself).
+void AddCheckpointOverhead(std::int64_t nanos);
+
 // Unmaps the page. Further calls are no-ops until Init() again.
 void Shutdown();
 

@@ -20,7 +20,8 @@ import signal
 
 from . import _core
 
-__all__ = ["init", "attached", "step", "phase", "checkpoint_committed", "shutdown",
+__all__ = ["init", "attached", "step", "phase", "checkpoint_committed", "add_checkpoint_overhead",
+           "shutdown",
            "Checkpointer", "CheckpointError"]
 
 _STACKS_READY_MARKER = "trainguard-stacks-ready"
@@ -72,6 +73,12 @@ def phase(name):
 def checkpoint_committed(step):
     """Record that the checkpoint of `step` is durable (lost work is counted from it)."""
     _core.checkpoint_committed(int(step))
+
+
+def add_checkpoint_overhead(seconds):
+    """Count `seconds` the training loop spent blocked saving a checkpoint
+    (trainguard.Checkpointer does this itself; for torch.save and the like)."""
+    _core.add_checkpoint_overhead(int(seconds * 1e9))
 
 
 def shutdown():

@@ -367,6 +367,7 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
     s.set_first_step_unix_ms(to_unix_ms(snap.first_step_mono_ns));
     s.set_last_step_unix_ms(to_unix_ms(snap.last_step_mono_ns));
     s.set_checkpoint_step(snap.checkpoint_step);
+    s.set_checkpoint_blocked_ms(snap.checkpoint_blocked_ns / kMillisecond);
     s.set_phase(snap.phase);
     if (snap.phase_mono_ns > 0) s.set_phase_age_ms((now_mono - snap.phase_mono_ns) / kMillisecond);
     if (snap.last_step_mono_ns > 0) since = snap.last_step_mono_ns;

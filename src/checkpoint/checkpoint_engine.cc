@@ -67,6 +67,7 @@ class PosixCheckpointEngine final : public CheckpointEngine {
 
   Status Save(const SaveRequest& req) override {
     TG_RETURN_IF_ERROR(Validate(req));
+    Nanos entered = MonotonicNowNanos();
     std::vector<int> group = req.replica_group.empty() ? std::vector<int>{req.rank} : req.replica_group;
     int index = static_cast<int>(std::find(group.begin(), group.end(), req.rank) - group.begin());
     {
@@ -108,6 +109,7 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     }
     stats_.last_snapshot_s = SecondsSince(t0);
     ++stats_.saves;
+    if (options_.report_to_trainguard) client::AddCheckpointOverhead(MonotonicNowNanos() - entered);
     job_ = std::move(job);
     has_job_ = true;
     cv_.notify_all();

@@ -12,7 +12,7 @@
 namespace trainguard {
 
 // Seconds of the job's wall time, split so that the terms add up:
-//   wall = productive + startup + Σ(lost + detection + shutdown + restart) + tail
+//   wall = productive + checkpoint + startup + Σ(lost + detection + shutdown + restart) + tail
 struct DowntimeReport {
   std::string job_id;
   std::string state;
@@ -26,6 +26,7 @@ struct DowntimeReport {
   double shutdown_s = 0;
   double restart_s = 0;
   double tail_s = 0;          // last step -> job ended
+  double checkpoint_s = 0;    // blocked in checkpoint saves, of the kept step time
   double ettr = 0;            // productive / wall
   nlohmann::json incidents = nlohmann::json::array();
 };

@@ -67,6 +67,12 @@ void CheckpointCommitted(std::int64_t step) {
   page->checkpoint_step.store(step, std::memory_order_release);
 }
 
+void AddCheckpointOverhead(std::int64_t nanos) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr || nanos <= 0) return;
+  page->checkpoint_blocked_ns.fetch_add(nanos, std::memory_order_relaxed);
+}
+
 void Shutdown() {
   std::lock_guard<std::mutex> lock(g_init_mu);
   g_page.store(nullptr, std::memory_order_release);
@@ -82,4 +88,5 @@ void tg_step(int64_t step) { trainguard::client::Step(step); }
 void tg_set_phase(const char* name) { trainguard::client::SetPhase(name); }
 void tg_checkpoint_committed(int64_t step) { trainguard::client::CheckpointCommitted(step); }
 void tg_shutdown(void) { trainguard::client::Shutdown(); }
+void tg_add_checkpoint_overhead(int64_t nanos) { trainguard::client::AddCheckpointOverhead(nanos); }
 }

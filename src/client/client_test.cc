@@ -35,6 +35,8 @@ TEST(ClientTest, WritesProgressIntoThePageTheAgentReads) {
   tg_step(7);
   client::SetPhase("backward");
   client::CheckpointCommitted(5);
+  client::AddCheckpointOverhead(1500);
+  tg_add_checkpoint_overhead(500);
 
   StatusSnapshot s = ReadStatusPage(*page->get());
   EXPECT_EQ(s.step, 7);
@@ -43,6 +45,7 @@ TEST(ClientTest, WritesProgressIntoThePageTheAgentReads) {
   EXPECT_GE(s.last_step_mono_ns, s.first_step_mono_ns);
   EXPECT_EQ(s.phase, "backward");
   EXPECT_EQ(s.checkpoint_step, 5);
+  EXPECT_EQ(s.checkpoint_blocked_ns, 2000);
 
   client::Shutdown();
   client::Step(100);

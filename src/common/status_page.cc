@@ -41,6 +41,7 @@ StatusSnapshot ReadStatusPage(const StatusPage& page) {
   s.last_step_mono_ns = page.last_step_mono_ns.load(std::memory_order_relaxed);
   s.first_step_mono_ns = page.first_step_mono_ns.load(std::memory_order_relaxed);
   s.checkpoint_step = page.checkpoint_step.load(std::memory_order_acquire);
+  s.checkpoint_blocked_ns = page.checkpoint_blocked_ns.load(std::memory_order_relaxed);
   // A writer that died mid-update leaves the counter odd forever: give up after
   // a bounded number of tries and report no phase rather than spin.
   for (int attempt = 0; attempt < 100; ++attempt) {

@@ -38,6 +38,9 @@ struct StatusPage {
   std::atomic<std::uint64_t> phase_seq;          // seqlock over phase_name
   std::atomic<std::int64_t> phase_mono_ns;       // when the current phase began
   char phase_name[kPhaseNameCapacity];
+  // Total time the training loop was blocked in checkpoint saves. Added in
+  // place of padding: agents that predate it read 0, so version stays 1.
+  std::atomic<std::int64_t> checkpoint_blocked_ns;
 };
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
@@ -56,6 +59,7 @@ struct StatusSnapshot {
   std::int64_t first_step_mono_ns = 0;
   std::int64_t checkpoint_step = kNoStep;
   std::int64_t phase_mono_ns = 0;
+  std::int64_t checkpoint_blocked_ns = 0;
   std::string phase;
 };
 

@@ -581,6 +581,7 @@ void JobController::Fail(const std::string& kind, const std::string& description
   d["failure_step"] = inc.failure_step;
   d["checkpoint_step"] = inc.checkpoint_step;
   d["last_step_unix_ms"] = inc.last_step_wall / kMillisecond;
+  d["checkpoint_overhead_ms"] = CheckpointOverheadMs();
   Emit("failure", node, rank, inc.failure_step,
        "incident " + std::to_string(inc.number) + ": " + kind + ": " + description, d.dump());
 
@@ -852,7 +853,8 @@ void JobController::Finish(JobState final_state, const std::string& summary) {
     }
   }
   Emit(final_state == JobState::kSucceeded ? "job_succeeded" : "job_failed", "", -1, MaxStep(),
-       summary, json{{"restart_count", restart_count_}, {"last_step_unix_ms", last_step_wall / kMillisecond}}.dump());
+       summary, json{{"restart_count", restart_count_}, {"last_step_unix_ms", last_step_wall / kMillisecond},
+                     {"checkpoint_overhead_ms", CheckpointOverheadMs()}}.dump());
   Status s = store_->UpdateJob(config_.job_id, JobStateName(final_state), summary);
   if (!s.ok()) ++store_errors_;
   v1::ControllerMessage msg;
@@ -895,6 +897,16 @@ void JobController::Emit(const std::string& kind, const std::string& node, int r
     std::fprintf(stderr, "trainguard: event not stored (%s): %s: %s\n", s.ToString().c_str(),
                  kind.c_str(), message.c_str());
   }
+}
+
+std::int64_t JobController::CheckpointOverheadMs() const {
+  // Ranks save at the same steps and block at the same time: the job lost
+  // the longest of them, not their sum.
+  std::int64_t m = 0;
+  for (const auto& n : nodes_) {
+    for (const auto& [rank, view] : n.ranks) m = std::max(m, view.status.checkpoint_blocked_ms());
+  }
+  return m;
 }
 
 std::int64_t JobController::MaxStep() const {

@@ -181,6 +181,8 @@ class JobController {
   void Emit(const std::string& kind, const std::string& node, int rank, std::int64_t step,
             const std::string& message, const std::string& detail_json = "{}");
   std::int64_t MaxStep() const;
+  // Checkpoint time of the current generation, the slowest rank's.
+  std::int64_t CheckpointOverheadMs() const;
 
   const JobConfig config_;
   const RuleSet* const rules_;

@@ -51,6 +51,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("set_phase", [](const std::string& name) { client::SetPhase(name.c_str()); },
         py::arg("name"));
   m.def("checkpoint_committed", &client::CheckpointCommitted, py::arg("step"));
+  m.def("add_checkpoint_overhead", &client::AddCheckpointOverhead, py::arg("nanos"));
   m.def("shutdown", &client::Shutdown);
 
   py::class_<CheckpointEngine>(m, "CheckpointEngine")
