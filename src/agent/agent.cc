@@ -436,6 +436,8 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
   v1::AgentMessage reply;
   v1::Stopped* stopped = reply.mutable_stopped();
   stopped->set_generation(generation);
+  // Ranks that ended on their own before the stop are failures to report.
+  if (report) ReapExited();
 
   // 1. Stacks of the ranks the controller asked about, in parallel.
   std::vector<Rank*> to_capture;
@@ -517,6 +519,14 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
     }
     SignalGroup(rank->pid, SIGKILL);  // leftovers of the group
     if (rank->output) rank->output->Finish(200 * kMillisecond);
+    if (report && rank->output) {
+      // What each rank printed last: a rank that was about to fail when the
+      // stop came (a NaN guard, say) explains the incident only here.
+      v1::RankExited* r = stopped->add_ranks();
+      r->set_generation(generation);
+      *r->mutable_rank() = Describe(*rank);
+      for (const auto& line : rank->output->Tail()) r->add_log_tail(line);
+    }
     if (rank->page.get() != nullptr) unlink(rank->page.path().c_str());
   }
   ranks_.clear();

@@ -341,6 +341,7 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node->node_id + " " +
                      DescribeExit(r) + " at step " + std::to_string(r.step());
   Emit("rank_exited", node->node_id, r.global_rank(), r.step(), what, d.dump());
+  if (exited.generation() == generation_ && incident_) incident_->rank_steps[r.global_rank()] = r.step();
   if (!ok && exited.generation() == generation_ && incident_ && state_ == JobState::kStopping) {
     // A rank that died on its own while the job was being stopped: its last
     // words are evidence for the attribution (usually of a symptom).
@@ -392,6 +393,15 @@ void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
   }
   if (stopped.generation() != generation_ || state_ != JobState::kStopping) return;
   if (incident_) {
+    for (const auto& r : stopped.ranks()) {
+      int rank = r.rank().global_rank();
+      incident_->rank_steps[rank] = r.rank().step();
+      for (const auto& line : r.log_tail()) {
+        bool seen = false;  // its RankExited may have carried the same lines
+        for (const auto& l : incident_->lines) seen |= l.rank == rank && l.text == line;
+        if (!seen) incident_->lines.push_back({rank, node->node_id, line});
+      }
+    }
     for (const auto& line : stopped.kernel_lines()) {
       bool seen = false;  // a rank exit may have carried the same lines
       for (const auto& l : incident_->lines) seen |= l.node == node->node_id && l.text == line;
@@ -702,7 +712,9 @@ JobController::Decision JobController::Decide(std::vector<std::string>* evict, s
   if (nodes.empty() && !inc.first_node.empty()) nodes.insert(inc.first_node);
   int culprit_rank = culprits.empty() ? -1 : culprits.front();
   std::string culprit_node = nodes.empty() ? "" : *nodes.begin();
+  // The step the culprit failed at: what makes a failure deterministic.
   std::int64_t step = inc.first_rank_step >= 0 ? inc.first_rank_step : inc.failure_step;
+  if (culprit_rank >= 0 && inc.rank_steps.count(culprit_rank)) step = inc.rank_steps[culprit_rank];
 
   // History: hardware incidents of the same node in earlier jobs.
   std::string history;
