@@ -36,6 +36,13 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o) {
   cmd->add_option("command", o->command, "the training command, after --")->required();
 }
 
+// Options of the commands that read one job from the store.
+void AddStoredJobOptions(CLI::App* cmd, trainguard::EventsOptions* o) {
+  cmd->add_option("--store", o->store, "SQLite event store")->capture_default_str();
+  cmd->add_option("job", o->job_id, "job id (default: the newest)");
+  cmd->add_flag("--json", o->json, "JSON output");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,9 +74,7 @@ int main(int argc, char** argv) {
 
   trainguard::EventsOptions events;
   CLI::App* events_cmd = app.add_subcommand("events", "show a job's event log");
-  events_cmd->add_option("--store", events.store, "SQLite event store")->capture_default_str();
-  events_cmd->add_option("job", events.job_id, "job id (default: the newest)");
-  events_cmd->add_flag("--json", events.json, "JSON output");
+  AddStoredJobOptions(events_cmd, &events);
 
   trainguard::CkptOptions ckpt;
   CLI::App* ckpt_cmd = app.add_subcommand("ckpt", "inspect checkpoints");
@@ -83,9 +88,7 @@ int main(int argc, char** argv) {
 
   trainguard::EventsOptions report;
   CLI::App* report_cmd = app.add_subcommand("report", "a job's incidents and where its time went");
-  report_cmd->add_option("--store", report.store, "SQLite event store")->capture_default_str();
-  report_cmd->add_option("job", report.job_id, "job id (default: the newest)");
-  report_cmd->add_flag("--json", report.json, "JSON output");
+  AddStoredJobOptions(report_cmd, &report);
 
   trainguard::AttributeOptions attr;
   CLI::App* attr_cmd = app.add_subcommand("attribute", "say why a failure happened, from its logs");
