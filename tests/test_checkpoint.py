@@ -188,3 +188,13 @@ def test_shard_groups_store_each_distinct_shard_once(tmp_path):
                                   "--shard-groups", "2")
     assert codes == [0] * 4, errs
     assert all(o["step"] == 5 and o["matches"] for o in outs), outs
+
+
+def test_no_usable_checkpoint_is_an_error_not_a_silent_fresh_start(tmp_path):
+    d = str(tmp_path / "ck")
+    codes, _, errs = run_ranks(2, "--dir", d, "--mode", "save", "--steps", "10", "--numel", "1000")
+    assert codes == [0, 0], errs
+    # A job of another size cannot use them: it must say so.
+    codes, outs, errs = run_ranks(1, "--dir", d, "--mode", "load", "--numel", "1000")
+    assert codes[0] != 0
+    assert "none of the 1 complete checkpoints" in errs[0] and "saved by 2 ranks" in errs[0]

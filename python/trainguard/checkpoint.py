@@ -177,13 +177,21 @@ class Checkpointer:
 
     def load_latest(self):
         """Restores the newest checkpoint every rank can read and verify.
-        Returns (step, state), or None if there is none. A step that is
-        incomplete or corrupt on any rank is skipped, with a warning naming
-        the problem, in favour of the one before it."""
-        for step in self.steps():
+        Returns (step, state), or None if the directory holds no complete
+        checkpoint. A step that is corrupt or unreadable on any rank is
+        skipped, with a warning naming the problem, in favour of the one
+        before it; if none is usable, CheckpointError says why, rather than
+        letting the job silently start again from scratch."""
+        steps = self.steps()
+        reasons = []
+        for step in steps:
             state = self._try_load(step)
             if state is not None:
                 return step, state
+            reasons.append("step %d: %s" % (step, self.last_error))
+        if steps:
+            raise CheckpointError("none of the %d complete checkpoints in %s is usable (%s)"
+                                  % (len(steps), self.directory, "; ".join(reasons)))
         return None
 
     def load(self, step):

@@ -200,6 +200,16 @@ int Supervise(const JobOptions& o, const std::string& listen, bool local) {
   if (launcher) {
     controller.SetNodeProvider(nullptr);
     launcher->StopAll(static_cast<int>(o.stop_grace_s * 1000) + 15000);
+    // Agents that were killed (lost nodes) could not remove their ranks'
+    // status pages; every agent of this job is gone now.
+    std::error_code ec;
+    for (int node = 0; node < o.nnodes; ++node) {
+      for (int local = 0; local < o.nproc_per_node; ++local) {
+        int rank = node * o.nproc_per_node + local;
+        fs::remove("/dev/shm/trainguard-" + job_id + "-node" + std::to_string(node) + "-r" +
+                       std::to_string(rank), ec);
+      }
+    }
   }
   server.Shutdown(2000);
   bool ok = controller.state() == JobState::kSucceeded;
