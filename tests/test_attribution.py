@@ -121,3 +121,19 @@ def test_report_of_a_job_with_two_failures_accounts_for_the_wall_time(tmp_path, 
     assert 0 < rep["ettr"] < 1
     text = subprocess.run([TRAINGUARD, "report", "--store", job.store, "two"], capture_output=True, text=True)
     assert "where the time went" in text.stdout and "#2" in text.stdout
+
+
+def test_attribute_generalizes_to_common_failure_texts(tmp_path):
+    """Typical failure texts written for this test (not the shared dev set):
+    each must get its category."""
+    cases = [json.loads(l) for l in open(os.path.join(os.path.dirname(__file__), "data",
+                                                       "attribution_cases.jsonl"))]
+    wrong = []
+    for i, case in enumerate(cases):
+        log = tmp_path / ("case%d.log" % i)
+        log.write_text(case["log"] + "\n")
+        r = subprocess.run([TRAINGUARD, "attribute", "--json", str(log)], capture_output=True, text=True)
+        got = json.loads(r.stdout)["category"]
+        if got != case["label"]:
+            wrong.append((case["label"], got, case["log"][:80]))
+    assert not wrong, wrong
