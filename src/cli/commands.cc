@@ -133,7 +133,9 @@ void PrintDowntime(EventStore* store, const std::string& job_id) {
   auto events = store->Events(job_id);
   if (!events.ok()) return;
   for (const auto& e : *events) {
-    if (e.kind == "downtime") std::fprintf(stderr, "trainguard:   %s\n", e.message.c_str());
+    if (e.kind == "attribution" || e.kind == "decision" || e.kind == "downtime") {
+      std::fprintf(stderr, "trainguard:   %s\n", e.message.c_str());
+    }
   }
 }
 

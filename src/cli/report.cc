@@ -42,7 +42,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     if (d.is_discarded()) d = json::object();
     if (e.kind == "job_created") start = e.wall_ns;
     if (e.kind == "first_step") {
-      gens[e.generation] = {FromMs(d, "first_step_unix_ms"), e.step};
+      gens[e.generation] = {FromMs(d, "first_step_unix_ms"), d.value("first_step", e.step)};
     }
     if (e.kind == "failure") failures.push_back({d, e.generation, 0, json(), json()});
     if (e.kind == "stopped" && !failures.empty()) failures.back().stopped = e.wall_ns;

@@ -301,6 +301,9 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
          "generation " + std::to_string(generation_) + " made its first step " +
              Ms(first_wall - generation_start_wall_) + " after launch",
          json{{"first_step_unix_ms", status.first_step_unix_ms()},
+              // The step number of the first step: steps are counted, so
+              // this holds when the loop steps one at a time.
+              {"first_step", status.step() - std::max<std::int64_t>(status.step_count(), 1) + 1},
               {"since_launch_ms", (first_wall - generation_start_wall_) / kMillisecond}}
              .dump());
     RecordDowntime(first_wall);
