@@ -54,6 +54,9 @@ class OutputPump {
     log_ = nullptr;
   }
 
+  // When the process closed its output (at its exit, as a rule); 0 if not yet.
+  Nanos eof_wall() const { return eof_ ? eof_wall_.load() : 0; }
+
   std::vector<std::string> Tail() {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<std::string> out(tail_.begin(), tail_.end());
@@ -71,6 +74,7 @@ class OutputPump {
       ssize_t n = read(fd_, buf, sizeof(buf));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
+        eof_wall_ = WallNowNanos();
         eof_ = true;
         // Flush a last line without newline.
         std::lock_guard<std::mutex> lock(mu_);
@@ -110,6 +114,7 @@ class OutputPump {
   std::string partial_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> eof_{false};
+  std::atomic<Nanos> eof_wall_{0};
   std::thread thread_;
 };
 
@@ -393,6 +398,12 @@ void Agent::ReapExited() {
     *e->mutable_rank() = Describe(*rank);
     if (rank->output) {
       for (const auto& line : rank->output->Tail()) e->add_log_tail(line);
+    }
+    // The reap can lag the exit by a poll interval, and several ranks that
+    // died together are reaped in rank order; the end of the rank's output
+    // tells the order they really died in.
+    if (rank->output && rank->output->eof_wall() > 0) {
+      exit_wall = std::min(exit_wall, rank->output->eof_wall());
     }
     e->set_exit_unix_ms(exit_wall / kMillisecond);
     if (exit->exit_code != 0 || exit->signal != 0) {

@@ -164,6 +164,7 @@ Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
   const Rule& win = *best->rule;
   a.category = win.category;
   a.rule_id = win.id;
+  a.role = win.role;
   a.description = win.description;
   a.hardware = win.hardware;
   a.persistence = win.persistence;

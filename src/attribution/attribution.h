@@ -73,6 +73,7 @@ struct Evidence {
 struct Attribution {
   std::string category = "other";
   std::string rule_id;          // the deciding rule, "" if none matched
+  std::string role;             // the deciding rule's role: "cause", "symptom", or "" if none
   std::string description;
   bool hardware = false;
   std::string persistence = "unknown";

@@ -345,6 +345,9 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
                      DescribeExit(r) + " at step " + std::to_string(r.step());
   Emit("rank_exited", node->node_id, r.global_rank(), r.step(), what, d.dump());
   if (exited.generation() == generation_ && incident_) incident_->rank_steps[r.global_rank()] = r.step();
+  if (!ok && exited.generation() == generation_ && incident_ && exited.exit_unix_ms() > 0) {
+    incident_->exit_times[r.global_rank()] = exited.exit_unix_ms() * kMillisecond;
+  }
   if (!ok && exited.generation() == generation_ && incident_ && state_ == JobState::kStopping) {
     // A rank that died on its own while the job was being stopped: its last
     // words are evidence for the attribution (usually of a symptom).
@@ -374,6 +377,7 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   Fail("rank_failed", what + tail, node->node_id, r.global_rank(), fault, {}, d.dump());
   if (incident_ && incident_->first_rank == r.global_rank()) {
     incident_->first_rank_step = r.step();
+    incident_->exit_times[r.global_rank()] = fault;
     // The node's kernel messages come first: they usually happened first.
     for (const auto& line : exited.kernel_lines()) incident_->lines.push_back({-1, node->node_id, line});
     for (const auto& line : exited.log_tail()) incident_->lines.push_back({r.global_rank(), node->node_id, line});
@@ -679,6 +683,30 @@ JobController::Decision JobController::Decide(std::vector<std::string>* evict, s
   Incident& inc = *incident_;
   Attribution a;
   if (rules_ != nullptr) a = Attribute(*rules_, inc.lines);
+  // The first failure in time matters more than the loudest. If only a
+  // symptom decided (peers that lost their connection) and the rank that died
+  // first shows no such symptom itself, its own lines (and the nodes' kernel
+  // lines) are what explains the incident.
+  std::string first_in_time;
+  if (rules_ != nullptr && a.role == "symptom" && !inc.exit_times.empty()) {
+    int earliest = std::min_element(inc.exit_times.begin(), inc.exit_times.end(),
+                                    [](const auto& x, const auto& y) { return x.second < y.second; })
+                       ->first;
+    bool has_symptom = false;
+    for (const auto& e : a.evidence) has_symptom |= e.rank == earliest && e.rule_id == a.rule_id;
+    if (!has_symptom) {
+      std::vector<LogLine> own;
+      for (const auto& l : inc.lines) {
+        if (l.rank == earliest || l.rank < 0) own.push_back(l);
+      }
+      Attribution first = Attribute(*rules_, own);
+      if (first.culprit_ranks.empty() && first.culprit_nodes.empty()) first.culprit_ranks = {earliest};
+      first.evidence.insert(first.evidence.end(), a.evidence.begin(), a.evidence.end());
+      first_in_time = "rank " + std::to_string(earliest) + " failed first; the " + a.category +
+                      " errors of other ranks are symptoms of it";
+      a = first;
+    }
+  }
   // Culprits. A hang names the ranks that were not waiting: a stopped process
   // first, else ranks whose stack is outside any collective while others wait
   // inside one; the timeouts of the waiting ranks are symptoms.
@@ -784,7 +812,8 @@ JobController::Decision JobController::Decide(std::vector<std::string>* evict, s
             {"culprit_ranks", culprits},      {"culprit_nodes", std::vector<std::string>(nodes.begin(), nodes.end())},
             {"recommended_action", a.action}, {"decision", decision_name},
             {"reason", *why},                 {"history", history},
-            {"failure_step", step},           {"evidence", evidence}};
+            {"failure_step", step},           {"evidence", evidence},
+            {"first_in_time", first_in_time}};
   Emit("attribution", culprit_node, culprit_rank, step,
        "incident " + std::to_string(inc.number) + ": " + a.category + " (" +
            (a.hardware ? "hardware" : "software") + ", " + a.persistence + ", confidence " +

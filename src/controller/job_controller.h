@@ -152,6 +152,7 @@ class JobController {
     std::vector<LogLine> lines;       // what the attribution reads
     std::map<int, std::pair<std::string, std::string>> stacks;  // rank -> (state, python)
     std::map<int, std::int64_t> rank_steps;  // last step of each rank, as reported at the end
+    std::map<int, Nanos> exit_times;         // ranks that failed on their own: when
   };
   enum class Decision { kRestart, kEvict, kStop };
 

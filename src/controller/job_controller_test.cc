@@ -70,7 +70,7 @@ class JobControllerTest : public testing::Test {
   }
 
   void Exit(int node, std::int64_t gen, int rank, int code, int sig = 0, std::int64_t step = 7,
-            const std::string& last_line = "Traceback: boom") {
+            const std::string& last_line = "Traceback: boom", Nanos exit_wall = 0) {
     v1::AgentMessage m;
     auto* e = m.mutable_rank_exited();
     e->set_generation(gen);
@@ -79,7 +79,7 @@ class JobControllerTest : public testing::Test {
     e->mutable_rank()->set_exit_code(code);
     e->mutable_rank()->set_term_signal(sig);
     e->add_log_tail(last_line);
-    e->set_exit_unix_ms(clock_.WallNanos() / kMillisecond);
+    e->set_exit_unix_ms((exit_wall > 0 ? exit_wall : clock_.WallNanos()) / kMillisecond);
     controller_->OnMessage(node + 1, m);
   }
 
@@ -422,6 +422,21 @@ TEST_F(JobControllerTest, AnXidInOneNodesKernelLogNamesThatNodeNotTheFirstRankTo
   EXPECT_EQ(a["category"], "gpu_hardware");
   EXPECT_EQ(a["culprit_nodes"], nlohmann::json::array({"node1"}));
   EXPECT_EQ(provider_.replaced, std::vector<std::string>{"node1"});
+}
+
+TEST_F(JobControllerTest, TheRankThatDiedFirstOutweighsPeersThatLostTheirConnection) {
+  Make(1, 2, 3, true);
+  Register(0);
+  Nanos t = clock_.WallNanos();
+  // Rank 0's report arrives first, but rank 1 died 5 ms earlier, saying
+  // nothing a rule knows; rank 0 only lost its connection to it.
+  Exit(0, 0, 0, 1, 0, 24, "RuntimeError: [gloo] Read error: Connection reset by peer", t + 5 * kMillisecond);
+  Exit(0, 0, 1, 1, 0, 24, "rank 1: something went wrong in my loop", t);
+  Stopped(0, 0);
+  auto a = Detail("attribution");
+  EXPECT_EQ(a["category"], "other");
+  EXPECT_EQ(a["culprit_ranks"], nlohmann::json::array({1}));
+  EXPECT_NE(a["first_in_time"].get<std::string>().find("rank 1 failed first"), std::string::npos);
 }
 
 TEST_F(JobControllerTest, ASuspectNodeIsAnnouncedWhenItJoinsTheNextJob) {
