@@ -67,33 +67,60 @@ Status ReadAndVerify(const std::string& step_dir, const ManifestFile& m, char* d
     return IoError(path + ": holds " + std::to_string(st.st_size) + " bytes, the manifest says " +
                    std::to_string(size));
   }
-  // Read in 32 MiB chunks, then check every piece, both in parallel.
-  constexpr std::uint64_t kChunk = 32ULL << 20;
+  // Segments cover the range: the checksummed pieces and the padding between
+  // them. Each is read in 4 MiB chunks, and a piece's checksum is updated
+  // right after each chunk, while the chunk is still in the cache.
+  struct Segment {
+    std::uint64_t offset, length;  // in the range
+    const StoredPiece* piece;      // nullptr for padding
+  };
+  std::vector<const StoredPiece*> sorted;
+  for (const auto& p : m.pieces) sorted.push_back(&p);
+  std::sort(sorted.begin(), sorted.end(), [](auto* x, auto* y) { return x->offset < y->offset; });
+  std::vector<Segment> segments;
+  std::uint64_t cursor = 0;
+  for (const StoredPiece* p : sorted) {
+    std::uint64_t at = p->offset - m.manifest.lo;
+    if (at > cursor) segments.push_back({cursor, at - cursor, nullptr});
+    segments.push_back({at, p->length, p});
+    cursor = at + p->length;
+  }
+  if (size > cursor) segments.push_back({cursor, size - cursor, nullptr});
+  constexpr std::uint64_t kChunk = 4ULL << 20;
   std::mutex mu;
   Status error;
-  ParallelFor((size + kChunk - 1) / kChunk, threads, [&](std::size_t c) {
-    std::uint64_t off = c * kChunk, len = std::min(kChunk, size - off), done = 0;
-    while (done < len) {
-      ssize_t n = pread(fd, dest + off + done, len - done, static_cast<off_t>(off + done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (error.ok()) error = IoError(ErrnoMessage("read", path));
-        return;
+  std::vector<std::uint64_t> bad;
+  ParallelFor(segments.size(), threads, [&](std::size_t i) {
+    const Segment& seg = segments[i];
+    XXH3_state_t* state = seg.piece != nullptr ? XXH3_createState() : nullptr;
+    if (state != nullptr) XXH3_64bits_reset(state);
+    for (std::uint64_t off = 0; off < seg.length;) {
+      std::uint64_t len = std::min(kChunk, seg.length - off), done = 0;
+      char* at = dest + seg.offset + off;
+      while (done < len) {
+        ssize_t n = pread(fd, at + done, len - done, static_cast<off_t>(seg.offset + off + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (error.ok()) error = IoError(ErrnoMessage("read", path));
+          if (state != nullptr) XXH3_freeState(state);
+          return;
+        }
+        done += static_cast<std::uint64_t>(n);
       }
-      done += static_cast<std::uint64_t>(n);
+      if (state != nullptr) XXH3_64bits_update(state, at, len);
+      off += len;
+    }
+    if (state != nullptr) {
+      if (XXH3_64bits_digest(state) != seg.piece->xxh3) {
+        std::lock_guard<std::mutex> lock(mu);
+        bad.push_back(seg.piece->offset);
+      }
+      XXH3_freeState(state);
     }
   });
   close(fd);
   if (!error.ok()) return error;
-  std::vector<std::uint64_t> bad;
-  ParallelFor(m.pieces.size(), threads, [&](std::size_t i) {
-    const StoredPiece& p = m.pieces[i];
-    if (XXH3_64bits(dest + (p.offset - m.manifest.lo), p.length) != p.xxh3) {
-      std::lock_guard<std::mutex> lock(mu);
-      bad.push_back(p.offset);
-    }
-  });
   if (!bad.empty()) {
     return IoError(path + ": checksum mismatch in " + std::to_string(bad.size()) +
                    " piece(s), first at stream offset " +
