@@ -2,6 +2,7 @@
 several with the torchrun environment). Prints one JSON line at the end."""
 
 import argparse
+import glob
 import json
 import os
 import signal
@@ -38,6 +39,12 @@ def main():
     p.add_argument("--numel", type=int, default=1 << 20)
     p.add_argument("--kill-at-step", type=int, default=-1, help="SIGKILL self right after this save")
     p.add_argument("--kill-rank", type=int, default=1)
+    p.add_argument("--die-before-step", type=int, default=-1,
+                   help="--kill-rank SIGKILLs itself before saving this step")
+    p.add_argument("--offset", type=int, default=0,
+                   help="added to the state's values: attempts of a job differ")
+    p.add_argument("--rank0-first-at", type=int, default=-1,
+                   help="at this step the other ranks save only once rank 0's part is durable")
     p.add_argument("--replicated", type=int, default=1)
     p.add_argument("--shard-groups", type=int, default=0,
                    help="N > 0: ranks r and r+N... hold the same state (N distinct shards)")
@@ -55,11 +62,20 @@ def main():
         replicated, group = groups[shard], pgs[shard]
     ck = trainguard.Checkpointer(args.dir, keep_last=args.keep_last, replicated=replicated,
                                  process_group=group, commit_timeout=args.commit_timeout)
-    offset = 1000 * shard  # each shard group holds different state
+    offset = 1000 * shard + args.offset  # each shard group holds different state
     out = {"rank": rank}
     if args.mode == "save":
         results = []
         for step in [int(s) for s in args.steps.split(",")]:
+            if step == args.die_before_step and rank == args.kill_rank:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if step == args.rank0_first_at and rank != 0:
+                pattern = os.path.join(args.dir, "step-%012d" % step, "save-*", "rank-00000.json")
+                deadline = time.monotonic() + 60
+                while not glob.glob(pattern) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                # Rank 0's manifest of this save is durable; its poll finds the others' old ones.
+                time.sleep(0.2)
             ck.save(step, state_for(step + offset, args.numel))
             if step == args.kill_at_step and rank == args.kill_rank:
                 os.kill(os.getpid(), signal.SIGKILL)  # during phase 2
@@ -72,6 +88,8 @@ def main():
         r = ck.load_latest()
         out["step"] = r[0] if r else None
         out["matches"] = bool(r) and matches(r[1], r[0] + offset, args.numel)
+        out["matches_offsets"] = [o for o in range(0, 2001, 500)
+                                  if bool(r) and matches(r[1], r[0] + 1000 * shard + o, args.numel)]
         out["bytes_read"] = ck.bytes_read
     dist.barrier()
     print(json.dumps(out), flush=True)

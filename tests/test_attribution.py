@@ -62,6 +62,25 @@ def test_a_gpu_off_the_bus_evicts_its_node_and_warns_the_next_job(tmp_path, no_l
     assert nxt.wait() == 0
     warned = nxt.events("node_suspect")
     assert [e["node"] for e in warned] == ["node1"] and "xid" in warned[0]["message"]
+    # `trainguard nodes` shows it; `trainguard uncordon` clears it, and the
+    # job after that is not warned.
+    nodes = json.loads(subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"],
+                                      capture_output=True, text=True, check=True).stdout)
+    node1 = [n for n in nodes if n["node"] == "node1"][0]
+    assert node1["status"] == "suspect" and node1["hardware_incidents_counting"] == 1, nodes
+    cleared = subprocess.run([TRAINGUARD, "uncordon", "--store", job.store, "node1"],
+                             capture_output=True, text=True)
+    assert cleared.returncode == 0 and "cleared" in cleared.stdout, cleared.stderr
+    nodes = json.loads(subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"],
+                                      capture_output=True, text=True, check=True).stdout)
+    node1 = [n for n in nodes if n["node"] == "node1"][0]
+    assert node1["status"] == "ok" and node1["hardware_incidents_counting"] == 0, nodes
+    after = Job(tmp_path, "after", [PYTHON, "-c", "pass"], nnodes=2, nproc=1)
+    assert after.wait() == 0
+    assert not after.events("node_suspect")
+    unknown = subprocess.run([TRAINGUARD, "uncordon", "--store", job.store, "node9"],
+                             capture_output=True, text=True)
+    assert unknown.returncode == 1 and "node9 has no record" in unknown.stderr
 
 
 def test_attribute_command_on_saved_rank_logs(tmp_path):

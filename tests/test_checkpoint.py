@@ -45,6 +45,13 @@ def steps_on_disk(d):
     return json.loads(r.stdout)
 
 
+def committed_save_dir(d, step):
+    """The directory of the save that step's COMMIT.json names."""
+    entry = next(c for c in steps_on_disk(d) if c["step"] == step)
+    assert entry["committed"], entry
+    return os.path.join(entry["path"], entry["save"])
+
+
 def test_ddp_replicas_write_and_read_the_state_once(tmp_path):
     d = str(tmp_path / "ck")
     numel = 1 << 20  # 4 MiB of float32 plus small tensors
@@ -82,7 +89,7 @@ def test_a_flipped_byte_is_detected_reported_and_restore_falls_back(tmp_path):
     d = str(tmp_path / "ck")
     codes, _, errs = run_ranks(2, "--dir", d, "--mode", "save", "--steps", "10,20", "--numel", "100000")
     assert codes == [0, 0], errs
-    shard = os.path.join(d, "step-000000000020", "rank-00001.data")
+    shard = os.path.join(committed_save_dir(d, 20), "rank-00001.data")
     with open(shard, "r+b") as f:
         f.seek(1000)
         b = f.read(1)
@@ -101,7 +108,7 @@ def test_a_missing_rank_shard_makes_the_checkpoint_incomplete_and_skipped(tmp_pa
     d = str(tmp_path / "ck")
     codes, _, errs = run_ranks(2, "--dir", d, "--mode", "save", "--steps", "10,20", "--numel", "1000")
     assert codes == [0, 0], errs
-    os.remove(os.path.join(d, "step-000000000020", "rank-00000.json"))
+    os.remove(os.path.join(committed_save_dir(d, 20), "rank-00000.json"))
     verify = subprocess.run([TRAINGUARD, "ckpt", "verify", d, "20"], capture_output=True, text=True)
     assert verify.returncode != 0 and "manifest of rank 0 is missing" in verify.stdout + verify.stderr
     codes, outs, errs = run_ranks(2, "--dir", d, "--mode", "load", "--numel", "1000")
@@ -198,3 +205,34 @@ def test_no_usable_checkpoint_is_an_error_not_a_silent_fresh_start(tmp_path):
     codes, outs, errs = run_ranks(1, "--dir", d, "--mode", "load", "--numel", "1000")
     assert codes[0] != 0
     assert "none of the 1 complete checkpoints" in errs[0] and "saved by 2 ranks" in errs[0]
+
+
+def test_a_restart_that_saves_a_step_again_never_commits_the_crashed_attempts_parts(tmp_path):
+    """Issue 7: rank 0 dies before its part of step 30, ranks 1-3 wrote theirs;
+    the restart saves step 30 again with another state, rank 0 first. The
+    commit must wait for the restart's own parts: never a mix."""
+    d = str(tmp_path / "ck")
+    numel = 1 << 16
+    codes, _, errs = run_ranks(4, "--dir", d, "--mode", "save", "--steps", "10,20,30",
+                               "--numel", str(numel), "--die-before-step", "30", "--kill-rank", "0",
+                               "--commit-timeout", "2")
+    assert codes[0] == -9
+    by_step = {c["step"]: c for c in steps_on_disk(d)}
+    assert by_step[20]["complete"] and not by_step[30]["committed"]
+    assert by_step[30]["manifests"] == 3          # the crashed attempt's parts of step 30
+    codes, outs, errs = run_ranks(4, "--dir", d, "--mode", "save", "--steps", "30", "--numel",
+                                  str(numel), "--offset", "500", "--rank0-first-at", "30")
+    assert codes == [0] * 4, errs
+    assert all(o["saves"][0]["ok"] for o in outs), outs
+    listing = steps_on_disk(d)
+    step30 = next(c for c in listing if c["step"] == 30)
+    assert step30["complete"] and step30["manifests"] == 4
+    assert len([n for n in os.listdir(step30["path"]) if n.startswith("save-")]) == 1  # debris gone
+    verify = subprocess.run([TRAINGUARD, "ckpt", "verify", d, "30"], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    codes, outs, errs = run_ranks(4, "--dir", d, "--mode", "load", "--numel", str(numel),
+                                  "--offset", "500")
+    assert codes == [0] * 4, errs
+    # Every tensor and value is the restart's: the whole state equals the
+    # restart's state and no other attempt's.
+    assert all(o["step"] == 30 and o["matches"] and o["matches_offsets"] == [500] for o in outs), outs

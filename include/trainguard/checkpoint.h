@@ -2,9 +2,13 @@
 // background persist with checksums and an atomic multi-rank commit (phase 2).
 // Format: docs/checkpoint_format.md.
 //
-// A checkpoint of step S lives in DIR/step-<S, 12 digits>/. Each rank writes a
-// data file and a manifest; rank 0 writes COMMIT.json once every rank's
-// manifest is durable. Only checkpoints with COMMIT.json are visible.
+// A checkpoint of step S lives in DIR/step-<S, 12 digits>/. Every save is
+// identified (SaveRequest::attempt and ::sequence) and writes into a
+// directory of its own, save-<attempt>-<sequence>/, where each rank writes a
+// new data file and a manifest; rank 0 writes COMMIT.json, naming that save,
+// once every rank's manifest of that same save is durable. Only the save that
+// COMMIT.json names is visible; debris of other saves is never read, and a
+// step is retired by renaming it away before its files are deleted.
 //
 // Ranks that hold identical state form a replica group (DDP: all ranks). The
 // group's state is laid out as one byte stream; member i of R persists bytes
@@ -46,6 +50,21 @@ struct SaveRequest {
   // The ranks holding the same state as this one, in order, including `rank`.
   // Empty means {rank} (no deduplication).
   std::vector<int> replica_group;
+  // For on_device tensors: the CUDA stream (a cudaStream_t) on which the
+  // work that produces them was queued. The snapshot's copies wait for the
+  // work queued on it before Save() was called, and for nothing else.
+  // nullptr: the legacy default stream.
+  void* device_stream = nullptr;
+  // Which save this is. `attempt` names this run of the job: every rank passes
+  // the same value, and each restart of the job a new one (e.g. a random nonce
+  // that rank 0 draws and broadcasts). `sequence` counts the saves of this
+  // attempt: the same on every rank for one save, larger for each later save.
+  // Together they must never repeat within a directory; a commit binds only
+  // the parts of exactly this save. 1-64 characters of [A-Za-z0-9_].
+  // An empty attempt is allowed only for world_size 1: the engine then uses a
+  // nonce of its own and counts the sequence itself.
+  std::string attempt;
+  std::int64_t sequence = 0;
 };
 
 enum class OverflowPolicy {
@@ -107,6 +126,8 @@ struct TensorLayout {
 // One rank's manifest (rank-<R>.json), parsed.
 struct RankManifest {
   std::int64_t step = 0;
+  std::string attempt;            // the save it belongs to (SaveRequest)
+  std::int64_t sequence = 0;
   int rank = 0;
   int world_size = 0;
   std::vector<int> replica_group;
@@ -120,22 +141,34 @@ struct RankManifest {
 struct CheckpointInfo {
   std::int64_t step = 0;
   std::string path;
-  bool committed = false;         // COMMIT.json present
+  bool committed = false;         // a valid COMMIT.json names a save
+  bool complete = false;          // committed, and every manifest it binds and every
+                                  // data file of the right size present (checksums
+                                  // are checked by VerifyCheckpoint, not here)
+  std::string problem;            // why a committed step is not complete, or why its
+                                  // COMMIT.json cannot be used (e.g. another format version)
+  std::string save;               // the committed save's directory name ("" if none)
   int world_size = 0;             // from COMMIT.json (0 if uncommitted)
-  int manifests = 0;              // rank manifests present
-  std::uint64_t bytes = 0;        // data bytes on disk
+  int manifests = 0;              // manifests of the committed save, or of all saves if none
+  std::uint64_t bytes = 0;        // data bytes of the committed save, or of all saves if none
 };
 
-// All step directories under `dir`, newest first.
+// All step directories under `dir`, newest first. Steps being retired
+// (renamed away) are not listed.
 StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& dir);
+// The manifest of `rank` in the save that the step's COMMIT.json names,
+// checked against the checksum recorded there. kNotFound: not committed.
 StatusOr<RankManifest> ReadManifest(const std::string& dir, std::int64_t step, int rank);
-// Reads bytes [lo, hi) of the group stream that `rank` stored into `dest`
-// (hi - lo bytes), verifying the checksum of every piece. Corruption and
-// missing files are kIoError / kNotFound with the file named.
-Status ReadStoredRange(const std::string& dir, std::int64_t step, int rank, void* dest,
+// Reads bytes [lo, hi) of the group stream that `manifest` describes (from
+// ReadManifest) into `dest` (hi - lo bytes), verifying the checksum of every
+// piece. Fails with kFailedPrecondition if the step's commit no longer names
+// the manifest's save (re-saved meanwhile): a reader never mixes two saves.
+// Corruption and missing files are kIoError / kNotFound with the file named.
+Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, void* dest,
                        std::uint64_t size, int threads = 4);
-// Checks a step: committed, every rank's manifest and data present, every
-// checksum right. Returns OK or the list of problems (one per line).
+// Checks a step: committed, every rank's manifest of the committed save and
+// its data present, every checksum right. Returns OK or the list of problems
+// (one per line).
 Status VerifyCheckpoint(const std::string& dir, std::int64_t step);
 
 }  // namespace trainguard

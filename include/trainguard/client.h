@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace trainguard::client {
 
@@ -38,6 +40,21 @@ void CheckpointCommitted(std::int64_t step);
 // controller counts it as checkpoint overhead (trainguard's own checkpointer
 // calls this itself).
 void AddCheckpointOverhead(std::int64_t nanos);
+
+// The journal of communication operations (docs/status_page.md). Python's
+// automatic instrumentation calls these for every collective and
+// point-to-point operation, DDP's gradient buckets included.
+//
+// Registers process group `id` (the same id on every rank) with its members'
+// global ranks; returns a slot for JournalIssue, or -1 (not attached, or the
+// table is full).
+int JournalGroup(std::int32_t id, const std::string& name, const std::vector<std::int32_t>& members);
+// Records an operation issued now: `op` and `dtype` are the journal's codes
+// (OpKind, DtypeCode in common/op_journal.h); `peer` is the global rank of a
+// send's or receive's peer, else -1. Returns a token for JournalComplete, or
+// -1 if nothing was recorded.
+std::int64_t JournalIssue(int group_slot, int op, int dtype, std::int64_t numel, std::int32_t peer);
+void JournalComplete(std::int64_t token);
 
 // Unmaps the page. Further calls are no-ops until Init() again.
 void Shutdown();

@@ -27,6 +27,7 @@ __all__ = ["init", "attached", "step", "phase", "checkpoint_committed", "add_che
 _STACKS_READY_MARKER = "trainguard-stacks-ready"
 _stacks_file = None
 _step_counter = -1
+_explicit_steps = False   # the script reports steps itself: automatic counting stops
 
 
 def init():
@@ -55,7 +56,8 @@ def attached():
 
 def step(n=None):
     """Record that step `n` finished (default: one more than the last call)."""
-    global _step_counter
+    global _step_counter, _explicit_steps
+    _explicit_steps = True
     _step_counter = _step_counter + 1 if n is None else int(n)
     _core.step(_step_counter)
 

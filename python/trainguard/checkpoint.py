@@ -21,9 +21,17 @@ groups of ranks (ZeRO/FSDP shard groups replicated across data-parallel
 ranks), pass `replicated=[ranks holding the same state as this one]` and
 `process_group=` a process group of exactly those ranks; `replicated=False`
 means every rank's state is its own.
+
+Every rank must create the Checkpointer and call `save` for every checkpoint,
+in the same order (as with torch.distributed.checkpoint). Each save is
+identified by an attempt nonce that the ranks agree on when the Checkpointer
+is created (rank 0 draws it and broadcasts it; at the first save if
+torch.distributed is initialized only later) and a save counter, and a commit binds exactly that save's parts, so a
+restart that saves a step again never mixes its parts with those of the run
+before. Restores make every rank read the same save of a step.
 """
 
-import io
+import hashlib
 import os
 import pickle
 import sys
@@ -97,6 +105,22 @@ def _dist():
     return None
 
 
+def _collective_device(group=None):
+    """Where tensors for collectives on `group` must live: NCCL takes only CUDA tensors."""
+    import torch
+
+    dist = _dist()
+    if dist is not None and dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _save_key(attempt, sequence):
+    """A 62-bit number naming one save, equal on every rank that read the same save."""
+    digest = hashlib.blake2b(("%s-%d" % (attempt, sequence)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 2
+
+
 class Checkpointer:
     """Saves and restores checkpoints of one job in `directory` (shared by all ranks)."""
 
@@ -129,6 +153,10 @@ class Checkpointer:
                                               writer_threads, overflow, float(commit_timeout), True)
         self.last_error = ""
         self.bytes_read = 0
+        self._attempt = None      # agreed by all ranks, here or at the first save
+        self._sequence = 0        # saves so far, skipped ones included: equal on every rank
+        if dist is not None:
+            self._agreed_attempt()
 
     # ---- saving --------------------------------------------------------
 
@@ -139,15 +167,53 @@ class Checkpointer:
         skeleton = _flatten(state, "", flat)
         keep = []   # the tensors whose memory is read until save() returns
         specs = []
+        devices = []
         for name, t in flat:
             t = t.detach()
             if not t.is_contiguous():
                 t = t.contiguous()
             keep.append(t)
+            if t.is_cuda and t.device not in devices:
+                devices.append(t.device)
             specs.append((name, _dtype_name(t), list(t.shape), t.data_ptr(),
                           t.numel() * t.element_size(), t.is_cuda))
         blob = pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
-        return self._engine.save(int(step), self.rank, self.world_size, self.group, specs, blob)
+        attempt = self._agreed_attempt()
+        sequence = self._sequence
+        self._sequence += 1
+        # The snapshot of CUDA tensors waits for the work queued on the
+        # current stream (the values the training loop sees), not for all of
+        # the GPU; tensors on further devices are waited for here.
+        stream = 0
+        if devices:
+            import torch
+
+            stream = torch.cuda.current_stream(devices[0]).cuda_stream
+            for d in devices[1:]:
+                torch.cuda.current_stream(d).synchronize()
+        return self._engine.save(int(step), self.rank, self.world_size, self.group, specs, blob,
+                                 attempt, sequence, stream)
+
+    def _agreed_attempt(self):
+        """A nonce naming this run of the job, the same on every rank: rank 0
+        draws it and broadcasts it when the Checkpointer is made (or, if
+        torch.distributed was not initialized then, on the first save)."""
+        if self._attempt is not None:
+            return self._attempt
+        nonce = int.from_bytes(os.urandom(8), "little") >> 1
+        if self.world_size > 1:
+            dist = _dist()
+            if dist is None:
+                raise CheckpointError("a checkpoint of %d ranks needs torch.distributed to be "
+                                      "initialized before the first save: the ranks agree on the "
+                                      "save's identity through it" % self.world_size)
+            import torch
+
+            t = torch.tensor([nonce], dtype=torch.int64, device=_collective_device())
+            dist.broadcast(t, src=0)
+            nonce = int(t.item())
+        self._attempt = "%016x" % nonce
+        return self._attempt
 
     def wait(self):
         """Waits until every save is durable and committed (or abandoned).
@@ -169,9 +235,9 @@ class Checkpointer:
     # ---- restoring -----------------------------------------------------
 
     def steps(self):
-        """Committed steps, newest first."""
+        """Complete steps (committed, every part present), newest first."""
         try:
-            return [c["step"] for c in _core.list_checkpoints(self.directory) if c["committed"]]
+            return [c["step"] for c in _core.list_checkpoints(self.directory) if c["complete"]]
         except RuntimeError:
             return []
 
@@ -183,6 +249,15 @@ class Checkpointer:
         before it; if none is usable, CheckpointError says why, rather than
         letting the job silently start again from scratch."""
         steps = self.steps()
+        if not steps:
+            try:
+                unusable = [c for c in _core.list_checkpoints(self.directory) if c["problem"]]
+            except RuntimeError:
+                unusable = []
+            if unusable:
+                raise CheckpointError("%s holds no usable checkpoint, but %d step(s) with a commit "
+                                      "that cannot be used (%s); refusing to start from scratch"
+                                      % (self.directory, len(unusable), unusable[0]["problem"]))
         reasons = []
         for step in steps:
             state = self._try_load(step)
@@ -201,21 +276,28 @@ class Checkpointer:
             raise CheckpointError("checkpoint of step %d is unusable: %s" % (step, self.last_error))
         return state
 
-    def _agree(self, ok):
+    def _agree(self, ok, key):
+        """True if every rank read its part without error, and all of them
+        from the same save (`key`)."""
         dist = _dist()
         if dist is None or self.world_size == 1:
             return ok
         import torch
 
-        flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        return bool(flag.item())
+        v = torch.tensor([1 if ok else 0, key, -key], dtype=torch.int64, device=_collective_device())
+        dist.all_reduce(v, op=dist.ReduceOp.MIN)
+        lowest, highest = int(v[1].item()), -int(v[2].item())
+        if int(v[0].item()) == 1 and lowest != highest:
+            self.last_error = "the ranks read different saves of this step (re-saved meanwhile)"
+            return False
+        return bool(v[0].item())
 
     def _try_load(self, step, quiet=True):
         import torch
 
         reason = ""
         local = manifest = None
+        key = 0
         try:
             manifest = _core.read_manifest(self.directory, step, self.rank)
             if manifest["world_size"] != self.world_size or manifest["replica_group"] != self.group:
@@ -224,17 +306,19 @@ class Checkpointer:
                     % (manifest["world_size"], manifest["replica_group"], self.world_size, self.group))
             size = manifest["hi"] - manifest["lo"]
             local = torch.empty(max(size, 1), dtype=torch.uint8)
-            _core.read_stored_range(self.directory, step, self.rank, local.data_ptr(), size,
-                                    self.read_threads)
+            key = _save_key(manifest["attempt"], manifest["sequence"])
+            _core.read_stored_range(self.directory, step, self.rank, manifest["attempt"],
+                                    manifest["sequence"], local.data_ptr(), size, self.read_threads)
             self.bytes_read += size
         except (RuntimeError, CheckpointError) as e:
             reason = str(e)
-        ok = self._agree(not reason)
+        self.last_error = ""
+        ok = self._agree(not reason, key)
         if not ok:
-            self.last_error = reason or "unusable on another rank"
+            self.last_error = reason or self.last_error or "unusable on another rank"
             msg = "checkpoint of step %d unusable on rank %d: %s" % (step, self.rank, self.last_error)
             if not reason:
-                msg = "checkpoint of step %d unusable on another rank" % step
+                msg = "checkpoint of step %d: %s" % (step, self.last_error)
             if quiet:
                 warnings.warn("trainguard: %s; falling back to an older one" % msg, RuntimeWarning)
                 print("trainguard: %s; falling back to an older one" % msg, file=sys.stderr, flush=True)
@@ -267,13 +351,14 @@ class Checkpointer:
             return local[:total]
         # Every member's range is `chunk` bytes but the last (see layout.h).
         dist = _dist()
-        sizes = torch.tensor([manifest["hi"] - manifest["lo"]], dtype=torch.int64)
+        device = _collective_device(self.process_group)
+        sizes = torch.tensor([manifest["hi"] - manifest["lo"]], dtype=torch.int64, device=device)
         dist.all_reduce(sizes, op=dist.ReduceOp.MAX, group=self.process_group)
         chunk = max(int(sizes.item()), 1)
-        padded = torch.zeros(chunk, dtype=torch.uint8)
+        padded = torch.zeros(chunk, dtype=torch.uint8, device=device)
         n = manifest["hi"] - manifest["lo"]
-        padded[:n] = local[:n]
-        full = torch.empty(chunk * len(group), dtype=torch.uint8)
+        padded[:n] = local[:n].to(device)
+        full = torch.empty(chunk * len(group), dtype=torch.uint8, device=device)
         parts = list(full.split(chunk))
         dist.all_gather(parts, padded, group=self.process_group)
-        return full[:total]
+        return full[:total].cpu()

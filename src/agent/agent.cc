@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/journal_status.h"
 #include "agent/process.h"
 #include "common/status_page.h"
 
@@ -154,6 +155,7 @@ struct Agent::Rank {
   std::unique_ptr<OutputPump> output;
   bool running = false;
   ExitInfo exit;
+  ActivityTracker activity{0};
 };
 
 // Kernel messages older than this are not sent with a failure.
@@ -275,11 +277,15 @@ void Agent::StartRanks(const v1::Start& start) {
   base["TORCHELASTIC_RUN_ID"] = start.run_id();
   base["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   base.erase("TORCHELASTIC_ERROR_FILE");  // not inherited: no torchelastic agent reads it
-  base["TRAINGUARD_NODE_ID"] = config_.node_id;
-  base["TRAINGUARD_JOB_ID"] = start.run_id();
+  if (!base.count("NCCL_ASYNC_ERROR_HANDLING")) base["NCCL_ASYNC_ERROR_HANDLING"] = "1";  // as torchrun
   if (!base.count("OMP_NUM_THREADS") && start.nproc_per_node() > 1) base["OMP_NUM_THREADS"] = "1";
-  if (!base.count("PYTHONUNBUFFERED")) base["PYTHONUNBUFFERED"] = "1";
-  if (!config_.python_dir.empty()) {
+  const bool instrument = !start.no_instrument();
+  if (instrument) {
+    base["TRAINGUARD_NODE_ID"] = config_.node_id;
+    base["TRAINGUARD_JOB_ID"] = start.run_id();
+    if (!base.count("PYTHONUNBUFFERED")) base["PYTHONUNBUFFERED"] = "1";
+  }
+  if (instrument && !config_.python_dir.empty()) {
     auto it = base.find("PYTHONPATH");
     base["PYTHONPATH"] = config_.python_dir +
                          (it != base.end() && !it->second.empty() ? ":" + it->second : "");
@@ -309,16 +315,17 @@ void Agent::StartRanks(const v1::Start& start) {
     env["RANK"] = std::to_string(rank->global_rank);
     env["LOCAL_RANK"] = std::to_string(local);
     env["ROLE_RANK"] = std::to_string(rank->global_rank);
-    env["TRAINGUARD_STACKS_FILE"] = rank->stacks_path;
+    if (instrument) env["TRAINGUARD_STACKS_FILE"] = rank->stacks_path;
     if (page.ok()) {
       rank->page = std::move(page.value());
-      env["TRAINGUARD_STATUS_PAGE"] = page_path;
+      if (instrument) env["TRAINGUARD_STATUS_PAGE"] = page_path;
     } else {
       std::fprintf(stderr, "trainguard agent %s: rank %d runs without a status page: %s\n",
                    config_.node_id.c_str(), rank->global_rank, page.status().ToString().c_str());
     }
     SpawnSpec spec{std::vector<std::string>(start.argv().begin(), start.argv().end()), env, ""};
     rank->launch_mono = clock_->MonotonicNanos();
+    rank->activity = ActivityTracker(rank->launch_mono);
     auto proc = Spawn(spec);
     if (!proc.ok()) {
       // Report it as an exit with the conventional "cannot execute" code.
@@ -373,12 +380,19 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
     s.set_last_step_unix_ms(to_unix_ms(snap.last_step_mono_ns));
     s.set_checkpoint_step(snap.checkpoint_step);
     s.set_checkpoint_blocked_ms(snap.checkpoint_blocked_ns / kMillisecond);
+    s.set_max_step_ms(snap.max_step_ns / kMillisecond);
     s.set_phase(snap.phase);
     if (snap.phase_mono_ns > 0) s.set_phase_age_ms((now_mono - snap.phase_mono_ns) / kMillisecond);
     if (snap.last_step_mono_ns > 0) since = snap.last_step_mono_ns;
+    DescribeJournal(ReadJournal(rank.page.get()->journal), now_mono, &s);
   }
   s.set_progress_age_ms(std::max<Nanos>(0, now_mono - since) / kMillisecond);
   if (rank.running) s.set_proc_state(ProcState(rank.pid));
+  if (rank.running && rank.activity.sampled()) {
+    s.set_activity_sampled(true);
+    s.set_activity_age_ms(std::max<Nanos>(0, clock_->MonotonicNanos() - rank.activity.last_change()) /
+                          kMillisecond);
+  }
   return s;
 }
 
@@ -418,7 +432,16 @@ void Agent::SendHeartbeat() {
   v1::AgentMessage m;
   v1::Heartbeat* hb = m.mutable_heartbeat();
   hb->set_generation(generation_);
-  for (const auto& rank : ranks_) *hb->add_ranks() = Describe(*rank);
+  std::vector<pid_t> groups;
+  for (const auto& rank : ranks_) {
+    if (rank->running) groups.push_back(rank->pid);
+  }
+  std::map<pid_t, GroupActivity> activity = SampleGroupsActivity(groups);
+  Nanos sampled = clock_->MonotonicNanos();
+  for (const auto& rank : ranks_) {
+    if (rank->running) rank->activity.Update(activity[rank->pid], sampled);
+    *hb->add_ranks() = Describe(*rank);
+  }
   double load1 = 0;
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
     if (std::fscanf(f, "%lf", &load1) != 1) load1 = 0;

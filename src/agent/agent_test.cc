@@ -234,3 +234,58 @@ TEST(KernelLogTest, ReadsOnlyNewRecordsAndSkipsContinuationLines) {
 
 }  // namespace
 }  // namespace trainguard
+
+namespace trainguard {
+namespace {
+
+TEST(ActivityTrackerTest, CpuAboveTheFloorOrAnyIoCountsAsActivity) {
+  ActivityTracker t(0);
+  EXPECT_FALSE(t.sampled());
+  t.Update({0, 100, 1}, 1 * kSecond);               // first sample: a baseline only
+  EXPECT_EQ(t.last_change(), 0);
+  t.Update({10 * kMillisecond, 100, 1}, 2 * kSecond);   // 1 % of a core: below the floor
+  EXPECT_EQ(t.last_change(), 0);
+  t.Update({400 * kMillisecond, 100, 1}, 3 * kSecond);  // 39 %: computing
+  EXPECT_EQ(t.last_change(), 3 * kSecond);
+  t.Update({400 * kMillisecond, 101, 1}, 4 * kSecond);  // one byte of output
+  EXPECT_EQ(t.last_change(), 4 * kSecond);
+  t.Update({400 * kMillisecond, 101, 1}, 9 * kSecond);  // nothing moved
+  EXPECT_EQ(t.last_change(), 4 * kSecond);
+}
+
+TEST(ActivityTrackerTest, SamplesARealProcessGroupBusyOrAsleep) {
+  auto busy = Spawn({{"/bin/sh", "-c", "while :; do :; done"}, {{"PATH", "/usr/bin:/bin"}}, ""});
+  auto idle = Spawn({{"/bin/sh", "-c", "sleep 30"}, {{"PATH", "/usr/bin:/bin"}}, ""});
+  ASSERT_TRUE(busy.ok() && idle.ok());
+  // The idle group settles once sh has started its sleep (exec reads files).
+  GroupActivity i0 = SampleGroupActivity(idle->pid);
+  for (int i = 0; i < 500; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    GroupActivity again = SampleGroupActivity(idle->pid);
+    bool settled = again.processes == 2 && again.io_bytes == i0.io_bytes;
+    i0 = again;
+    if (settled) break;
+  }
+  GroupActivity b0 = SampleGroupActivity(busy->pid);
+  // Wait (bounded) until the busy group has used 200 ms of CPU.
+  GroupActivity b1 = b0;
+  for (int i = 0; i < 500 && b1.cpu - b0.cpu < 200 * kMillisecond; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    b1 = SampleGroupActivity(busy->pid);
+  }
+  GroupActivity i1 = SampleGroupActivity(idle->pid);
+  EXPECT_GE(b1.cpu - b0.cpu, 200 * kMillisecond);
+  EXPECT_GE(b1.processes, 1);
+  EXPECT_EQ(i1.processes, 2);              // sh and its sleep, one group
+  EXPECT_LT(i1.cpu - i0.cpu, 20 * kMillisecond);
+  EXPECT_EQ(i1.io_bytes, i0.io_bytes);
+  SignalGroup(busy->pid, SIGKILL);
+  SignalGroup(idle->pid, SIGKILL);
+  while (!TryReap(busy->pid)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  while (!TryReap(idle->pid)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  close(busy->output_fd);
+  close(idle->output_fd);
+}
+
+}  // namespace
+}  // namespace trainguard

@@ -1,5 +1,6 @@
 #include "agent/process.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -10,6 +11,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <vector>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -119,6 +122,58 @@ std::string ProcState(pid_t pid) {
   auto close_paren = line.rfind(')');
   if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return "";
   return std::string(1, line[close_paren + 2]);
+}
+
+GroupActivity SampleGroupActivity(pid_t pgid) { return SampleGroupsActivity({pgid})[pgid]; }
+
+std::map<pid_t, GroupActivity> SampleGroupsActivity(const std::vector<pid_t>& pgids) {
+  std::map<pid_t, GroupActivity> groups;
+  for (pid_t g : pgids) groups[g];
+  static const long ticks_per_second = sysconf(_SC_CLK_TCK);
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return groups;
+  while (dirent* entry = readdir(proc)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    std::string base = std::string("/proc/") + entry->d_name;
+    std::ifstream stat(base + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    auto close_paren = line.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    // Fields after the comm: state(3) ppid(4) pgrp(5) ... utime(14) stime(15).
+    std::istringstream fields(line.substr(close_paren + 2));
+    std::string field;
+    std::vector<std::string> f;
+    while (f.size() < 13 && fields >> field) f.push_back(field);
+    if (f.size() < 13) continue;
+    auto group = groups.find(static_cast<pid_t>(std::atol(f[2].c_str())));
+    if (group == groups.end()) continue;
+    GroupActivity& total = group->second;
+    unsigned long long ticks = std::strtoull(f[11].c_str(), nullptr, 10) +
+                               std::strtoull(f[12].c_str(), nullptr, 10);
+    total.cpu += static_cast<Nanos>(ticks) * kSecond / ticks_per_second;
+    ++total.processes;
+    std::ifstream io(base + "/io");
+    std::string key;
+    unsigned long long value;
+    while (io >> key >> value) {
+      if (key == "rchar:" || key == "wchar:") total.io_bytes += value;
+    }
+  }
+  closedir(proc);
+  return groups;
+}
+
+void ActivityTracker::Update(const GroupActivity& sample, Nanos now_mono) {
+  Nanos elapsed = now_mono - last_sample_mono_;
+  if (sampled_) {
+    bool cpu = sample.cpu - last_.cpu > static_cast<Nanos>(kMinCpuShare * static_cast<double>(elapsed));
+    bool io = sample.io_bytes != last_.io_bytes;
+    if (cpu || io) last_change_ = now_mono;
+  }
+  sampled_ = true;
+  last_ = sample;
+  last_sample_mono_ = now_mono;
 }
 
 int FindFreePort() {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "trainguard/status.h"
 
 namespace trainguard {
@@ -45,6 +46,37 @@ void SignalGroup(pid_t pgid, int sig);
 
 // The state letter from /proc/PID/stat (R, S, D, T, t, Z, ...), "" if gone.
 std::string ProcState(pid_t pid);
+
+// What every process of a process group has consumed so far: CPU time
+// (user + system) and bytes read and written through any file descriptor —
+// sockets, pipes (its output), files (/proc/PID/io rchar + wchar).
+struct GroupActivity {
+  Nanos cpu = 0;
+  std::uint64_t io_bytes = 0;
+  int processes = 0;
+};
+// One pass over /proc for all the groups an agent watches.
+std::map<pid_t, GroupActivity> SampleGroupsActivity(const std::vector<pid_t>& pgids);
+GroupActivity SampleGroupActivity(pid_t pgid);
+
+// Whether a rank is doing anything, from successive GroupActivity samples:
+// the last time its CPU use (above a floor) or its I/O moved. Pure logic; the
+// agent feeds it samples.
+class ActivityTracker {
+ public:
+  // A sample's CPU counts as activity above this share of one core.
+  static constexpr double kMinCpuShare = 0.02;
+  explicit ActivityTracker(Nanos start) : last_change_(start), last_sample_mono_(start) {}
+  void Update(const GroupActivity& sample, Nanos now_mono);
+  Nanos last_change() const { return last_change_; }
+  bool sampled() const { return sampled_; }
+
+ private:
+  Nanos last_change_;
+  Nanos last_sample_mono_;
+  GroupActivity last_;
+  bool sampled_ = false;
+};
 
 // Looks `name` up in PATH (or returns it if it contains a '/').
 StatusOr<std::string> FindExecutable(const std::string& name);

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_format.h"
+#include "checkpoint/commit.h"
 #include "checkpoint/files.h"
 #include "checkpoint/host_memory.h"
 #include "checkpoint/layout.h"
@@ -34,6 +35,7 @@ double SecondsSince(Nanos start) {
 
 struct Job {
   std::int64_t step = 0;
+  SaveId save;
   int rank = 0;
   int world_size = 1;
   std::vector<int> group;
@@ -42,8 +44,10 @@ struct Job {
   std::vector<Piece> pieces;
 };
 
+// A save this rank made durable whose commit it has not seen yet.
 struct Pending {
   std::int64_t step;
+  SaveId save;
   int rank;        // rank 0 is the committer
   int world_size;
   Nanos deadline;
@@ -53,6 +57,7 @@ class PosixCheckpointEngine final : public CheckpointEngine {
  public:
   PosixCheckpointEngine(CheckpointOptions options, std::unique_ptr<HostMemory> memory)
       : options_(std::move(options)), memory_(std::move(memory)), buffer_(memory_.get()) {
+    own_attempt_ = RandomHex();
     thread_ = std::thread([this] { Loop(); });
   }
 
@@ -94,6 +99,8 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     Nanos t0 = MonotonicNowNanos();
     Job job;
     job.step = req.step;
+    job.save = req.attempt.empty() ? SaveId{own_attempt_, own_sequence_++}
+                                   : SaveId{req.attempt, req.sequence};
     job.rank = req.rank;
     job.world_size = req.world_size;
     job.group = group;
@@ -136,6 +143,15 @@ class PosixCheckpointEngine final : public CheckpointEngine {
                              " is not within world size " + std::to_string(req.world_size));
     }
     if (req.step < 0) return InvalidArgument("checkpoint: step must not be negative");
+    if (req.attempt.empty() && req.world_size > 1) {
+      return InvalidArgument("checkpoint: a save of " + std::to_string(req.world_size) +
+                             " ranks needs an attempt identity that every rank agrees on");
+    }
+    if (!req.attempt.empty() && !IsValidAttempt(req.attempt)) {
+      return InvalidArgument("checkpoint: attempt '" + req.attempt +
+                             "' must be 1-64 characters of [A-Za-z0-9_]");
+    }
+    if (req.sequence < 0) return InvalidArgument("checkpoint: sequence must not be negative");
     if (!req.replica_group.empty()) {
       std::set<int> members(req.replica_group.begin(), req.replica_group.end());
       if (members.size() != req.replica_group.size() || !members.count(req.rank) ||
@@ -190,7 +206,9 @@ class PosixCheckpointEngine final : public CheckpointEngine {
       cursor = p.offset + p.length;
     }
     if (job.hi > cursor) std::memset(base + (cursor - job.lo), 0, job.hi - cursor);
-    Status device_status;
+    bool any_device = std::any_of(segments.begin(), segments.end(),
+                                  [](const Segment& s) { return s.device; });
+    if (any_device) TG_RETURN_IF_ERROR(memory_->WaitFor(req.device_stream));
     for (const auto& s : segments) {
       if (s.device) {
         Status st = memory_->CopyFromDevice(s.dst, s.src, s.len);
@@ -234,13 +252,19 @@ class PosixCheckpointEngine final : public CheckpointEngine {
 
   std::string StepDir(std::int64_t step) const { return options_.dir + "/" + StepDirName(step); }
 
-  // Phase 2: data file (parallel pwrite + checksums), fsync, manifest.
+  // Phase 2: into the save's own directory, new files only: the data file
+  // (parallel pwrite + checksums, fsync), then the manifest (atomic rename).
+  // Nothing another save wrote is touched.
   Status Persist(const Job& job) {
     Nanos t0 = MonotonicNowNanos();
-    std::string dir = StepDir(job.step);
+    std::string step_dir = StepDir(job.step);
+    std::string dir = step_dir + "/" + job.save.DirName();
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) return IoError("cannot create checkpoint directory " + dir + ": " + ec.message());
+    // The new directories' entries must be durable before the commit can name them.
+    TG_RETURN_IF_ERROR(FsyncDir(options_.dir));
+    TG_RETURN_IF_ERROR(FsyncDir(step_dir));
     std::string stem = RankFileStem(job.rank);
     std::string data_path = dir + "/" + stem + ".data";
     std::string manifest_path = dir + "/" + stem + ".json";
@@ -248,11 +272,18 @@ class PosixCheckpointEngine final : public CheckpointEngine {
       unlink(data_path.c_str());
       unlink(manifest_path.c_str());
       unlink((manifest_path + ".tmp").c_str());
+      rmdir(dir.c_str());  // only if no other rank wrote into it
       return s;
     };
     std::uint64_t size = job.hi - job.lo;
-    int fd = open(data_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(IoError(ErrnoMessage("create", data_path)));
+    // O_EXCL: a save never truncates a file; an existing one means a reused save identity.
+    int fd = open(data_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      bool reused = errno == EEXIST;  // read before anything else can change errno
+      Status s = IoError(ErrnoMessage("create", data_path) +
+                         (reused ? " (the save identity was used before)" : ""));
+      return reused ? s : fail(s);  // a reused identity's files are not ours to delete
+    }
     // Reserve the space first: a full disk is reported before any write.
     if (size > 0) {
       int rc = posix_fallocate(fd, 0, static_cast<off_t>(size));
@@ -296,6 +327,8 @@ class PosixCheckpointEngine final : public CheckpointEngine {
 
     ManifestFile m;
     m.manifest.step = job.step;
+    m.manifest.attempt = job.save.attempt;
+    m.manifest.sequence = job.save.sequence;
     m.manifest.rank = job.rank;
     m.manifest.world_size = job.world_size;
     m.manifest.replica_group = job.group;
@@ -312,13 +345,13 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.bytes_written += size;
     stats_.last_persist_s = SecondsSince(t0);
-    pending_.push_back({job.step, job.rank, job.world_size,
+    pending_.push_back({job.step, job.save, job.rank, job.world_size,
                         MonotonicNowNanos() + static_cast<Nanos>(options_.commit_timeout_s * kSecond)});
     return Status::Ok();
   }
 
-  // Rank 0 commits a step once every rank's manifest is there; every rank
-  // learns of the commit from COMMIT.json.
+  // Rank 0 commits a save once every rank's manifest of that save is there;
+  // every rank learns of the commit from COMMIT.json naming its save.
   void PollCommits() {
     std::vector<Pending> pending;
     {
@@ -326,30 +359,31 @@ class PosixCheckpointEngine final : public CheckpointEngine {
       pending = pending_;
     }
     for (const Pending& p : pending) {
-      std::string dir = StepDir(p.step);
-      bool committed = fs::exists(dir + "/" + kCommitFile);
+      std::string step_dir = StepDir(p.step);
+      auto commit = LoadCommit(step_dir);
+      bool committed = commit.ok() && commit->save == p.save;
+      bool superseded = false;
       Status error;
       if (!committed && p.rank == 0) {
-        CommitRecord c;
-        c.step = p.step;
-        c.world_size = p.world_size;
-        c.created_unix_ms = WallNowNanos() / kMillisecond;
-        bool all = true;
-        for (int r = 0; r < p.world_size && all; ++r) {
-          auto text = ReadWholeFile(dir + "/" + RankFileStem(r) + ".json");
-          all = text.ok();
-          if (all) c.manifest_xxh3.push_back(XXH3_64bits(text->data(), text->size()));
-        }
-        if (all) {
-          error = WriteFileAtomic(dir + "/" + kCommitFile, EncodeCommit(c));
-          committed = error.ok();
+        auto result = CommitIfComplete(step_dir, p.step, p.save, p.world_size,
+                                       WallNowNanos() / kMillisecond);
+        if (!result.ok()) {
+          error = result.status();
+        } else {
+          committed = *result == CommitResult::kCommitted;
+          superseded = *result == CommitResult::kSuperseded;
         }
       }
-      if (committed && p.rank == 0) Retain(p.step);  // before Wait() can return
+      if (committed && p.rank == 0) {  // before Wait() can return
+        Status s = Retain(options_.dir, p.step, p.save, options_.keep_last);
+        if (!s.ok()) std::fprintf(stderr, "trainguard: checkpoint %s\n", s.message().c_str());
+      }
+      // Gone: rank 0 committed and already retired it, or removed it as debris.
+      bool gone = !committed && !fs::exists(step_dir + "/" + p.save.DirName());
       {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = std::find_if(pending_.begin(), pending_.end(),
-                               [&](const Pending& q) { return q.step == p.step; });
+                               [&](const Pending& q) { return q.save == p.save; });
         if (!error.ok()) {
           RecordError(error);
           pending_.erase(it);
@@ -357,6 +391,8 @@ class PosixCheckpointEngine final : public CheckpointEngine {
           pending_.erase(it);
           stats_.last_committed_step = std::max(stats_.last_committed_step, p.step);
           if (options_.report_to_trainguard) client::CheckpointCommitted(p.step);
+        } else if (superseded || gone) {
+          pending_.erase(it);
         } else if (MonotonicNowNanos() > p.deadline) {
           pending_.erase(it);
           ++stats_.abandoned;
@@ -366,23 +402,6 @@ class PosixCheckpointEngine final : public CheckpointEngine {
                        static_cast<long long>(p.step), options_.commit_timeout_s);
         }
         cv_.notify_all();
-      }
-    }
-  }
-
-  // Keeps the newest keep_last committed checkpoints and removes debris of
-  // saves older than the newest commit.
-  void Retain(std::int64_t newest) {
-    auto list = ListCheckpoints(options_.dir);
-    if (!list.ok()) return;
-    int kept = 0;
-    for (const auto& c : *list) {
-      if (c.step > newest) continue;  // may still be in progress
-      bool keep = c.committed && kept < std::max(options_.keep_last, 1);
-      if (c.committed && keep) ++kept;
-      if (!keep) {
-        std::error_code ec;
-        fs::remove_all(c.path, ec);
       }
     }
   }
@@ -397,6 +416,8 @@ class PosixCheckpointEngine final : public CheckpointEngine {
   bool has_job_ = false;
   bool stopping_ = false;
   Job job_;
+  std::string own_attempt_;            // for requests without an attempt (world size 1)
+  std::int64_t own_sequence_ = 0;      // guarded by busy_ (only Save() with the buffer uses it)
   std::vector<Pending> pending_;
   CheckpointStats stats_;
   Status first_error_;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "checkpoint/checkpoint_format.h"
+#include "checkpoint/commit.h"
 #include "checkpoint/files.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/parallel.h"
@@ -26,38 +27,9 @@ std::string StepPath(const std::string& dir, std::int64_t step) {
   return dir + "/" + StepDirName(step);
 }
 
-// Reads and decodes a rank's manifest, checking it against COMMIT.json when
-// `commit` is given.
-StatusOr<ManifestFile> LoadManifest(const std::string& dir, std::int64_t step, int rank,
-                                    const CommitRecord* commit) {
-  std::string path = StepPath(dir, step) + "/" + RankFileStem(rank) + ".json";
-  auto text = ReadWholeFile(path);
-  if (!text.ok()) return NotFound("step " + std::to_string(step) + ": manifest of rank " +
-                                  std::to_string(rank) + " is missing (" + path + ")");
-  if (commit != nullptr && (rank >= static_cast<int>(commit->manifest_xxh3.size()) ||
-                            commit->manifest_xxh3[rank] != XXH3_64bits(text->data(), text->size()))) {
-    return IoError(path + ": does not match the checksum recorded in " + kCommitFile);
-  }
-  auto m = DecodeManifest(*text, path);
-  if (!m.ok()) return m.status();
-  if (m->manifest.step != step || m->manifest.rank != rank) {
-    return InvalidArgument(path + ": names step " + std::to_string(m->manifest.step) + " rank " +
-                           std::to_string(m->manifest.rank));
-  }
-  return m;
-}
-
-StatusOr<CommitRecord> LoadCommit(const std::string& dir, std::int64_t step) {
-  std::string path = StepPath(dir, step) + "/" + kCommitFile;
-  auto text = ReadWholeFile(path);
-  if (!text.ok()) return NotFound("step " + std::to_string(step) + " is not committed (no " +
-                                  path + ")");
-  return DecodeCommit(*text, path);
-}
-
 // Reads the stored range of `m` into dest, verifying every piece.
-Status ReadAndVerify(const std::string& step_dir, const ManifestFile& m, char* dest, int threads) {
-  std::string path = step_dir + "/" + m.data_file;
+Status ReadAndVerify(const std::string& save_dir, const ManifestFile& m, char* dest, int threads) {
+  std::string path = save_dir + "/" + m.data_file;
   std::uint64_t size = m.manifest.hi - m.manifest.lo;
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return NotFound(ErrnoMessage("open", path));
@@ -143,15 +115,36 @@ StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& dir) {
     CheckpointInfo info;
     info.step = std::stoll(m[1]);
     info.path = entry.path().string();
-    auto commit = LoadCommit(dir, info.step);
-    info.committed = commit.ok();
-    if (commit.ok()) info.world_size = commit->world_size;
-    for (const auto& f : fs::directory_iterator(entry.path(), ec)) {
-      std::string fname = f.path().filename().string();
-      if (fname.rfind("rank-", 0) != 0) continue;
-      if (fname.size() > 5 && fname.substr(fname.size() - 5) == ".json") ++info.manifests;
-      if (fname.size() > 5 && fname.substr(fname.size() - 5) == ".data") {
-        info.bytes += f.file_size(ec);
+    StepScan scan = ScanStep(info.path);
+    info.committed = scan.has_commit;
+    info.problem = scan.commit_problem;
+    std::vector<SaveId> counted = scan.saves;
+    if (scan.has_commit) {
+      info.world_size = scan.commit.world_size;
+      info.save = scan.commit.save.DirName();
+      counted = {scan.commit.save};
+      info.complete = true;
+      for (int r = 0; r < scan.commit.world_size && info.complete; ++r) {
+        auto man = LoadManifest(info.path, info.step, scan.commit.save, r, &scan.commit);
+        std::uint64_t want = man.ok() ? man->manifest.hi - man->manifest.lo : 0;
+        std::string data = man.ok() ? info.path + "/" + info.save + "/" + man->data_file : "";
+        std::error_code size_ec;
+        if (!man.ok()) {
+          info.complete = false;
+          info.problem = man.status().message();
+        } else if (fs::file_size(data, size_ec) != want || size_ec) {
+          info.complete = false;
+          info.problem = data + (size_ec ? " is missing" : " has the wrong size");
+        }
+      }
+    }
+    for (const SaveId& save : counted) {
+      for (const auto& f : fs::directory_iterator(info.path + "/" + save.DirName(), ec)) {
+        std::string fname = f.path().filename().string();
+        if (fname.rfind("rank-", 0) != 0 || fname.size() <= 5) continue;
+        std::string ext = fname.substr(fname.size() - 5);
+        if (ext == ".json") ++info.manifests;
+        if (ext == ".data") info.bytes += f.file_size(ec);
       }
     }
     out.push_back(info);
@@ -161,40 +154,53 @@ StatusOr<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& dir) {
 }
 
 StatusOr<RankManifest> ReadManifest(const std::string& dir, std::int64_t step, int rank) {
-  auto commit = LoadCommit(dir, step);
-  if (!commit.ok()) return commit.status();
-  auto m = LoadManifest(dir, step, rank, &commit.value());
+  std::string step_dir = StepPath(dir, step);
+  auto commit = LoadCommit(step_dir);
+  if (!commit.ok()) return Status(commit.status().code(), "step " + std::to_string(step) + ": " +
+                                                              commit.status().message());
+  auto m = LoadManifest(step_dir, step, commit->save, rank, &commit.value());
   if (!m.ok()) return m.status();
   return m->manifest;
 }
 
-Status ReadStoredRange(const std::string& dir, std::int64_t step, int rank, void* dest,
+Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, void* dest,
                        std::uint64_t size, int threads) {
-  auto commit = LoadCommit(dir, step);
-  if (!commit.ok()) return commit.status();
-  auto m = LoadManifest(dir, step, rank, &commit.value());
+  std::int64_t step = manifest.step;
+  std::string step_dir = StepPath(dir, step);
+  SaveId save{manifest.attempt, manifest.sequence};
+  auto commit = LoadCommit(step_dir);
+  if (!commit.ok()) return Status(commit.status().code(), "step " + std::to_string(step) + ": " +
+                                                              commit.status().message());
+  if (commit->save != save) {
+    return FailedPrecondition("step " + std::to_string(step) + " was re-committed to " +
+                              commit->save.DirName() + " while " + save.DirName() +
+                              " was being read");
+  }
+  auto m = LoadManifest(step_dir, step, save, manifest.rank, &commit.value());
   if (!m.ok()) return m.status();
   if (size != m->manifest.hi - m->manifest.lo) {
-    return InvalidArgument("step " + std::to_string(step) + " rank " + std::to_string(rank) +
+    return InvalidArgument("step " + std::to_string(step) + " rank " + std::to_string(manifest.rank) +
                            ": destination holds " + std::to_string(size) + " bytes, the range " +
                            std::to_string(m->manifest.hi - m->manifest.lo));
   }
-  return ReadAndVerify(StepPath(dir, step), *m, static_cast<char*>(dest), threads);
+  return ReadAndVerify(step_dir + "/" + save.DirName(), *m, static_cast<char*>(dest), threads);
 }
 
 Status VerifyCheckpoint(const std::string& dir, std::int64_t step) {
-  auto commit = LoadCommit(dir, step);
-  if (!commit.ok()) return commit.status();
+  std::string step_dir = StepPath(dir, step);
+  auto commit = LoadCommit(step_dir);
+  if (!commit.ok()) return Status(commit.status().code(), "step " + std::to_string(step) + ": " +
+                                                              commit.status().message());
   std::vector<std::string> problems;
   std::vector<char> buffer;
   for (int r = 0; r < commit->world_size; ++r) {
-    auto m = LoadManifest(dir, step, r, &commit.value());
+    auto m = LoadManifest(step_dir, step, commit->save, r, &commit.value());
     if (!m.ok()) {
       problems.push_back(m.status().message());
       continue;
     }
     buffer.resize(m->manifest.hi - m->manifest.lo + 1);
-    Status s = ReadAndVerify(StepPath(dir, step), *m, buffer.data(), 2);
+    Status s = ReadAndVerify(step_dir + "/" + commit->save.DirName(), *m, buffer.data(), 2);
     if (!s.ok()) problems.push_back(s.message());
   }
   if (problems.empty()) return Status::Ok();

@@ -49,10 +49,21 @@ class CheckpointTest : public testing::Test {
     for (int r : ranks) {
       auto m = ReadManifest(dir_, step, r);
       EXPECT_TRUE(m.ok());
-      Status s = ReadStoredRange(dir_, step, r, stream.data() + m->lo, m->hi - m->lo);
+      Status s = ReadStoredRange(dir_, *m, stream.data() + m->lo, m->hi - m->lo);
       EXPECT_TRUE(s.ok()) << s.ToString();
     }
     return stream;
+  }
+
+  // The directory of the save that step's commit names.
+  std::string SaveDir(std::int64_t step) {
+    auto list = ListCheckpoints(dir_);
+    EXPECT_TRUE(list.ok());
+    for (const auto& c : *list) {
+      if (c.step == step) return c.path + "/" + c.save;
+    }
+    ADD_FAILURE() << "no step " << step;
+    return "";
   }
 
   std::string dir_;
@@ -107,6 +118,7 @@ TEST_F(CheckpointTest, AReplicaGroupStoresItsStateOnceSplitAcrossMembers) {
     req.step = 5;
     req.rank = r;
     req.world_size = kReplicas;
+    req.attempt = "a";
     req.replica_group = {0, 1, 2, 3};
     req.blob = "b";
     req.tensors = {{"a", "u8", {10}, a.data(), a.size()}, {"b", "u8", {3}, b.data(), b.size()}};
@@ -134,6 +146,7 @@ TEST_F(CheckpointTest, AStepIsInvisibleUntilEveryRankIsDurable) {
   SaveRequest req;
   req.step = 9;
   req.world_size = 2;
+  req.attempt = "a";
   req.tensors = {{"a", "u8", {1000}, a.data(), a.size()}};
   ASSERT_TRUE(rank0->Save(req).ok());
   ASSERT_TRUE(rank0->Wait().ok());  // returns once the step is abandoned
@@ -142,7 +155,7 @@ TEST_F(CheckpointTest, AStepIsInvisibleUntilEveryRankIsDurable) {
   auto list = ListCheckpoints(dir_);
   ASSERT_EQ(list->size(), 1u);
   EXPECT_FALSE((*list)[0].committed);
-  EXPECT_EQ(ReadStoredRange(dir_, 9, 0, a.data(), 1000).code(), StatusCode::kNotFound);
+  EXPECT_EQ(ReadManifest(dir_, 9, 0).status().code(), StatusCode::kNotFound);
 }
 
 TEST_F(CheckpointTest, AFlippedByteIsDetected) {
@@ -153,7 +166,7 @@ TEST_F(CheckpointTest, AFlippedByteIsDetected) {
   req.tensors = {{"a", "u8", {1 << 20}, a.data(), a.size()}};
   ASSERT_TRUE(engine->Save(req).ok());
   ASSERT_TRUE(engine->Wait().ok());
-  std::string data = dir_ + "/" + StepDirName(1) + "/" + RankFileStem(0) + ".data";
+  std::string data = SaveDir(1) + "/" + RankFileStem(0) + ".data";
   {
     std::fstream f(data, std::ios::in | std::ios::out | std::ios::binary);
     f.seekg(12345);
@@ -165,7 +178,7 @@ TEST_F(CheckpointTest, AFlippedByteIsDetected) {
   }
   auto m = ReadManifest(dir_, 1, 0);
   std::vector<char> out(m->hi - m->lo);
-  Status s = ReadStoredRange(dir_, 1, 0, out.data(), out.size());
+  Status s = ReadStoredRange(dir_, *m, out.data(), out.size());
   EXPECT_EQ(s.code(), StatusCode::kIoError);
   EXPECT_NE(s.message().find("checksum mismatch"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find(data), std::string::npos);
@@ -180,13 +193,15 @@ TEST_F(CheckpointTest, AMissingRankShardMakesTheStepFailVerification) {
     req.step = 3;
     req.rank = r;
     req.world_size = 2;
+    req.attempt = "a";
+  req.attempt = "a";
     req.tensors = {{"a", "u8", {4096}, a.data(), a.size()}};
     ASSERT_TRUE((r == 0 ? r0 : r1)->Save(req).ok());
   }
   ASSERT_TRUE(r0->Wait().ok());
   ASSERT_TRUE(r1->Wait().ok());
   ASSERT_TRUE(VerifyCheckpoint(dir_, 3).ok());
-  fs::remove(dir_ + "/" + StepDirName(3) + "/" + RankFileStem(1) + ".data");
+  fs::remove(SaveDir(3) + "/" + RankFileStem(1) + ".data");
   Status s = VerifyCheckpoint(dir_, 3);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("rank-00001.data"), std::string::npos) << s.message();
@@ -249,7 +264,7 @@ TEST_F(CheckpointTest, RoundTripsAStateLargerThanOneGiB) {
   auto m = ReadManifest(dir_, 7, 0);
   ASSERT_TRUE(m.ok());
   std::vector<char> out(m->hi - m->lo);
-  ASSERT_TRUE(ReadStoredRange(dir_, 7, 0, out.data(), out.size()).ok());
+  ASSERT_TRUE(ReadStoredRange(dir_, *m, out.data(), out.size()).ok());
   EXPECT_EQ(std::memcmp(out.data() + m->tensors[0].offset, a.data(), a.size()), 0);
 }
 
@@ -267,6 +282,7 @@ TEST_F(CheckpointTest, BadRequestsAreRejectedWithTheReason) {
   EXPECT_EQ(engine->Save(rank).code(), StatusCode::kInvalidArgument);
   SaveRequest group;
   group.world_size = 2;
+  group.attempt = "a";
   group.replica_group = {1};
   EXPECT_EQ(engine->Save(group).code(), StatusCode::kInvalidArgument);
   SaveRequest device;

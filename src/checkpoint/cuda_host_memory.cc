@@ -11,14 +11,31 @@ namespace {
 
 class CudaHostMemory final : public HostMemory {
  public:
-  CudaHostMemory() { cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); }
-  ~CudaHostMemory() override { cudaStreamDestroy(stream_); }
+  CudaHostMemory() {
+    cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+    cudaEventCreateWithFlags(&produced_, cudaEventDisableTiming);
+  }
+  ~CudaHostMemory() override {
+    cudaEventDestroy(produced_);
+    cudaStreamDestroy(stream_);
+  }
   void* Allocate(std::size_t bytes) override {
     void* p = nullptr;
     if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) return nullptr;
     return p;
   }
   void Free(void* p, std::size_t) override { cudaFreeHost(p); }
+  // The side stream does not synchronise with any other stream by itself
+  // (cudaStreamNonBlocking): without this wait the copies could overtake the
+  // training stream's queued kernels and save stale values.
+  Status WaitFor(void* device_stream) override {
+    cudaStream_t producer = device_stream != nullptr ? static_cast<cudaStream_t>(device_stream)
+                                                     : cudaStreamLegacy;
+    cudaError_t err = cudaEventRecord(produced_, producer);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(stream_, produced_, 0);
+    if (err != cudaSuccess) return IoError(std::string("waiting for the training stream: ") + cudaGetErrorString(err));
+    return Status::Ok();
+  }
   Status CopyFromDevice(void* dst, const void* src, std::size_t bytes) override {
     cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_);
     if (err != cudaSuccess) return IoError(std::string("cudaMemcpyAsync: ") + cudaGetErrorString(err));
@@ -33,6 +50,7 @@ class CudaHostMemory final : public HostMemory {
 
  private:
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t produced_ = nullptr;
 };
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 namespace trainguard {
@@ -19,6 +20,11 @@ std::string HexU64(std::uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+std::string RandomHex() {
+  std::random_device rd;
+  return HexU64((static_cast<std::uint64_t>(rd()) << 32) ^ rd());
 }
 
 Status FsyncDir(const std::string& dir) {

@@ -14,5 +14,7 @@ Status FsyncDir(const std::string& dir);
 StatusOr<std::string> ReadWholeFile(const std::string& path);
 std::string ErrnoMessage(const std::string& what, const std::string& path);
 std::string HexU64(std::uint64_t v);
+// 16 hex digits from std::random_device: names that must not repeat.
+std::string RandomHex();
 
 }  // namespace trainguard

@@ -23,6 +23,7 @@ class CpuHostMemory final : public HostMemory {
     return p;
   }
   void Free(void* p, std::size_t) override { std::free(p); }
+  Status WaitFor(void*) override { return Status::Ok(); }
   Status CopyFromDevice(void*, const void*, std::size_t) override {
     return FailedPrecondition("a device tensor was given, but this build has no CUDA or no GPU");
   }

@@ -18,7 +18,10 @@ class HostMemory {
   virtual ~HostMemory() = default;
   virtual void* Allocate(std::size_t bytes) = 0;  // nullptr on failure
   virtual void Free(void* p, std::size_t bytes) = 0;
-  // Device-to-host copies of a save are queued, then Sync() waits for all.
+  // Device-to-host copies of a save: first WaitFor() the producer's stream
+  // (the copies start only after the work queued on it so far), then the
+  // copies are queued, then Sync() waits for all of them.
+  virtual Status WaitFor(void* device_stream) = 0;
   virtual Status CopyFromDevice(void* dst, const void* src, std::size_t bytes) = 0;
   virtual Status Sync() = 0;
   virtual const char* name() const = 0;

@@ -23,6 +23,7 @@ std::string EncodeManifest(const ManifestFile& f) {
   json j = {{"format", kCheckpointFormat},
             {"version", kCheckpointVersion},
             {"step", m.step},
+            {"save", {{"attempt", m.attempt}, {"sequence", m.sequence}}},
             {"rank", m.rank},
             {"world_size", m.world_size},
             {"replica_group", m.replica_group},
@@ -61,6 +62,9 @@ StatusOr<ManifestFile> DecodeManifest(const std::string& text, const std::string
     ManifestFile f;
     RankManifest& m = f.manifest;
     m.step = j.at("step").get<std::int64_t>();
+    m.attempt = j.at("save").at("attempt").get<std::string>();
+    m.sequence = j.at("save").at("sequence").get<std::int64_t>();
+    if (!IsValidAttempt(m.attempt)) return InvalidArgument(origin + ": bad save attempt");
     m.rank = j.at("rank").get<int>();
     m.world_size = j.at("world_size").get<int>();
     m.replica_group = j.at("replica_group").get<std::vector<int>>();
@@ -97,11 +101,16 @@ StatusOr<ManifestFile> DecodeManifest(const std::string& text, const std::string
 std::string EncodeCommit(const CommitRecord& c) {
   json ranks = json::array();
   for (size_t r = 0; r < c.manifest_xxh3.size(); ++r) {
-    ranks.push_back({{"rank", r}, {"manifest", RankFileStem(static_cast<int>(r)) + ".json"},
+    ranks.push_back({{"rank", r},
+                     {"manifest", c.save.DirName() + "/" + RankFileStem(static_cast<int>(r)) + ".json"},
                      {"xxh3", HexU64(c.manifest_xxh3[r])}});
   }
-  json j = {{"format", kCheckpointFormat}, {"version", kCheckpointVersion}, {"step", c.step},
-            {"world_size", c.world_size},  {"created_unix_ms", c.created_unix_ms},
+  json j = {{"format", kCheckpointFormat},
+            {"version", kCheckpointVersion},
+            {"step", c.step},
+            {"save", {{"attempt", c.save.attempt}, {"sequence", c.save.sequence}}},
+            {"world_size", c.world_size},
+            {"created_unix_ms", c.created_unix_ms},
             {"ranks", ranks}};
   return j.dump(1) + "\n";
 }
@@ -113,9 +122,20 @@ StatusOr<CommitRecord> DecodeCommit(const std::string& text, const std::string& 
   try {
     CommitRecord c;
     c.step = j.at("step").get<std::int64_t>();
+    c.save.attempt = j.at("save").at("attempt").get<std::string>();
+    c.save.sequence = j.at("save").at("sequence").get<std::int64_t>();
+    if (!IsValidAttempt(c.save.attempt) || c.save.sequence < 0) {
+      return InvalidArgument(origin + ": bad save identity");
+    }
     c.world_size = j.at("world_size").get<int>();
     c.created_unix_ms = j.value("created_unix_ms", 0LL);
     for (const auto& r : j.at("ranks")) {
+      int rank = r.at("rank").get<int>();
+      if (rank != static_cast<int>(c.manifest_xxh3.size()) ||
+          r.at("manifest").get<std::string>() !=
+              c.save.DirName() + "/" + RankFileStem(rank) + ".json") {
+        return InvalidArgument(origin + ": rank entries out of order or naming another save");
+      }
       c.manifest_xxh3.push_back(std::stoull(r.at("xxh3").get<std::string>(), nullptr, 16));
     }
     if (static_cast<int>(c.manifest_xxh3.size()) != c.world_size) {

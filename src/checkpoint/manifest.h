@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/checkpoint_format.h"
 #include "trainguard/checkpoint.h"
 
 namespace trainguard {
@@ -16,8 +17,8 @@ struct StoredPiece {
 };
 
 struct ManifestFile {
-  RankManifest manifest;
-  std::string data_file;      // relative to the step directory
+  RankManifest manifest;      // manifest.attempt/sequence name the save it belongs to
+  std::string data_file;      // relative to the save's directory
   std::vector<StoredPiece> pieces;
 };
 
@@ -27,6 +28,7 @@ StatusOr<ManifestFile> DecodeManifest(const std::string& text, const std::string
 
 struct CommitRecord {
   std::int64_t step = 0;
+  SaveId save;                // the one save whose parts this commit binds
   int world_size = 0;
   std::int64_t created_unix_ms = 0;
   std::vector<std::uint64_t> manifest_xxh3;  // by rank

@@ -18,6 +18,7 @@
 #include "attribution/attribution.h"
 #include "agent/process.h"
 #include "cli/local_launcher.h"
+#include "cli/hang_view.h"
 #include "cli/report.h"
 #include "controller/job_controller.h"
 #include "store/event_store.h"
@@ -111,14 +112,34 @@ class SignalWatcher {
 };
 
 
+}  // namespace
+
+std::string DefaultStorePath() {
+  fs::path dir;
+  if (const char* state = std::getenv("XDG_STATE_HOME"); state != nullptr && *state == '/') {
+    dir = fs::path(state) / "trainguard";
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home == '/') {
+    dir = fs::path(home) / ".local" / "state" / "trainguard";
+  } else {
+    dir = fs::path("/tmp") / ("trainguard-" + std::to_string(getuid()));
+  }
+  return (dir / "trainguard.db").string();
+}
+
+namespace {
+
 JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
   JobConfig c;
   c.job_id = job_id;
   c.nnodes = o.nnodes;
   c.nproc_per_node = o.nproc_per_node;
   c.argv = o.command;
+  c.env = o.env;
   c.max_restarts = o.max_restarts;
+  c.no_instrument = o.no_instrument;
   c.hang_timeout = Seconds(o.hang_timeout_s);
+  c.hang_timeout_auto = o.hang_timeout_auto;
+  c.hang_timeout_floor = Seconds(o.hang_timeout_floor_s);
   c.startup_timeout = Seconds(o.startup_timeout_s);
   c.heartbeat_interval = Seconds(o.heartbeat_interval_s);
   c.missed_heartbeats = o.missed_heartbeats;
@@ -146,6 +167,12 @@ int Supervise(const JobOptions& o, const std::string& listen, bool local) {
     std::fprintf(stderr, "trainguard: error: %s\n", error.c_str());
     return 2;
   }
+  // The default store's per-user directory is made on first use; a --store
+  // in a directory that does not exist is an error, as the user wrote it.
+  if (o.store == DefaultStorePath()) {
+    std::error_code dir_error;
+    fs::create_directories(fs::path(o.store).parent_path(), dir_error);
+  }
   auto store = OpenSqliteEventStore(o.store);
   if (!store.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
@@ -167,7 +194,9 @@ int Supervise(const JobOptions& o, const std::string& listen, bool local) {
     std::fprintf(stderr, "trainguard: error: %s\n", started.message().c_str());
     return 2;
   }
+  std::atomic<int> interrupted_by{0};
   SignalWatcher signals([&](int sig) {
+    interrupted_by = sig;
     controller.Cancel(std::string("interrupted by signal ") + strsignal(sig));
   });
   GrpcControllerServer server(&controller);
@@ -221,7 +250,11 @@ int Supervise(const JobOptions& o, const std::string& listen, bool local) {
     std::fprintf(stderr, "trainguard: rank logs are in %s; events: trainguard events --store %s %s\n",
                  run_dir.c_str(), o.store.c_str(), job_id.c_str());
   }
-  return ok ? 0 : 1;
+  if (ok) return 0;
+  // A shell's convention for a run that a signal ended (130 for Ctrl-C);
+  // otherwise what the failing rank exited with (FailureExitStatus).
+  if (interrupted_by.load() != 0) return 128 + interrupted_by.load();
+  return controller.FailureExitStatus();
 }
 
 }  // namespace
@@ -231,7 +264,9 @@ std::string ValidateJob(const JobOptions& o) {
   if (o.nnodes < 1) return "--nnodes must be at least 1";
   if (o.nproc_per_node < 1) return "--nproc-per-node must be at least 1";
   if (o.max_restarts < 0) return "--max-restarts must not be negative";
-  if (o.hang_timeout_s <= 0 || o.startup_timeout_s <= 0) return "timeouts must be positive";
+  if (o.hang_timeout_s <= 0 || o.startup_timeout_s <= 0 || o.hang_timeout_floor_s <= 0) {
+    return "timeouts must be positive";
+  }
   if (o.heartbeat_interval_s <= 0 || o.missed_heartbeats < 1) {
     return "--heartbeat-interval must be positive and --missed-heartbeats at least 1";
   }
@@ -246,7 +281,30 @@ std::string ValidateJob(const JobOptions& o) {
   return "";
 }
 
-int RunJob(const JobOptions& options) { return Supervise(options, "127.0.0.1:0", true); }
+int RunJob(const JobOptions& options) {
+  if (options.dry_run) {
+    std::string error = ValidateJob(options);
+    if (!error.empty()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", error.c_str());
+      return 2;
+    }
+    json env = options.env;
+    std::cout << json{{"nnodes", options.nnodes},
+                      {"nproc_per_node", options.nproc_per_node},
+                      {"world_size", options.nnodes * options.nproc_per_node},
+                      {"max_restarts", options.max_restarts},
+                      {"job_id", options.job_id},
+                      {"run_dir", options.run_dir},
+                      {"store", options.store},
+                      {"master_addr", "127.0.0.1"},
+                      {"env", env},
+                      {"command", options.command}}
+                     .dump()
+              << "\n";
+    return 0;
+  }
+  return Supervise(options, "127.0.0.1:0", true);
+}
 
 int RunController(const ControllerOptions& options) {
   return Supervise(options.job, options.listen, false);
@@ -343,6 +401,28 @@ int ShowReport(const EventsOptions& o) {
   return 0;
 }
 
+int ShowHang(const HangOptions& o) {
+  std::unique_ptr<EventStore> store;
+  std::string job_id;
+  if (!OpenJob(o.stored, &store, &job_id)) return 2;
+  auto events = store->Events(job_id);
+  if (!events.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", events.status().message().c_str());
+    return 2;
+  }
+  auto hang = FindHang(job_id, *events, o.incident);
+  if (!hang.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", hang.status().message().c_str());
+    return 1;
+  }
+  if (o.stored.json) {
+    std::cout << hang->dump(2) << "\n";
+  } else {
+    std::cout << HangText(*hang);
+  }
+  return 0;
+}
+
 int ShowEvents(const EventsOptions& o) {
   std::unique_ptr<EventStore> store;
   std::string job_id;
@@ -391,16 +471,23 @@ int ListCheckpointsCommand(const CkptOptions& o) {
     json out = json::array();
     for (const auto& c : *list) {
       out.push_back({{"step", c.step}, {"path", c.path}, {"committed", c.committed},
+                     {"complete", c.complete}, {"problem", c.problem}, {"save", c.save},
                      {"world_size", c.world_size}, {"manifests", c.manifests}, {"bytes", c.bytes}});
     }
     std::cout << out.dump(2) << "\n";
     return 0;
   }
-  std::printf("%-14s %-10s %6s %10s %14s\n", "STEP", "STATE", "RANKS", "MANIFESTS", "BYTES");
+  std::printf("%-14s %-10s %6s %10s %14s  %s\n", "STEP", "STATE", "RANKS", "MANIFESTS", "BYTES",
+              "SAVE");
   for (const auto& c : *list) {
-    std::printf("%-14lld %-10s %6d %10d %14llu\n", static_cast<long long>(c.step),
-                c.committed ? "complete" : "INCOMPLETE", c.world_size, c.manifests,
-                static_cast<unsigned long long>(c.bytes));
+    const char* state = c.complete             ? "complete"
+                        : c.committed          ? "DAMAGED"
+                        : !c.problem.empty()   ? "UNREADABLE"
+                                               : "INCOMPLETE";
+    std::printf("%-14lld %-10s %6d %10d %14llu  %s\n", static_cast<long long>(c.step), state,
+                c.world_size, c.manifests, static_cast<unsigned long long>(c.bytes),
+                c.save.c_str());
+    if (!c.problem.empty()) std::printf("  %s\n", c.problem.c_str());
   }
   if (list->empty()) std::printf("(no checkpoints in %s)\n", o.dir.c_str());
   return 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,8 @@ struct JobOptions {
   int nproc_per_node = 1;
   int max_restarts = 3;
   double hang_timeout_s = 300;
+  bool hang_timeout_auto = false;     // --hang-timeout auto
+  double hang_timeout_floor_s = 60;
   double startup_timeout_s = 600;
   double heartbeat_interval_s = 1;
   int missed_heartbeats = 5;
@@ -23,9 +26,12 @@ struct JobOptions {
   std::string job_id;       // "" = generated
   std::string run_dir;      // "" = /tmp/trainguard/<job_id>
   bool native_stacks = false;
+  bool no_instrument = false;
   int no_progress_restarts = 3;
   std::vector<std::string> extra_rules;  // attribution rules merged over the shipped ones
   std::vector<std::string> command;
+  std::map<std::string, std::string> env;  // extra environment for every rank
+  bool dry_run = false;     // print the resolved job as JSON and exit
 };
 
 struct ControllerOptions {
@@ -52,6 +58,11 @@ struct EventsOptions {
   bool json = false;
 };
 
+struct HangOptions {
+  EventsOptions stored;
+  int incident = 0;         // 0 = the newest hang
+};
+
 struct CkptOptions {
   std::string dir;
   std::int64_t step = -1;   // verify: -1 = every step
@@ -65,6 +76,10 @@ struct AttributeOptions {
 };
 
 int RunJob(const JobOptions& options);
+// Where the event store lives unless --store says otherwise: a per-user state
+// directory ($XDG_STATE_HOME/trainguard, else ~/.local/state/trainguard, else
+// /tmp/trainguard-UID), created when needed.
+std::string DefaultStorePath();
 int AttributeCommand(const AttributeOptions& options);
 int ListCheckpointsCommand(const CkptOptions& options);
 int VerifyCheckpointsCommand(const CkptOptions& options);
@@ -73,6 +88,15 @@ int RunAgent(const AgentOptions& options);
 int ShowEvents(const EventsOptions& options);
 // trainguard report: incidents with attribution, and the downtime accounting.
 int ShowReport(const EventsOptions& options);
+
+// trainguard nodes: what the store knows of each node across jobs.
+int ShowNodes(const EventsOptions& options);
+// trainguard uncordon NODE: clears the node's suspicion; its earlier
+// incidents no longer count against it.
+int UncordonNode(const std::string& store, const std::string& node);
+
+// trainguard hang: where the job's hang sat in its parallel layout.
+int ShowHang(const HangOptions& options);
 
 // Checks a job's options and command; "" if fine, else a one-line error.
 std::string ValidateJob(const JobOptions& options);

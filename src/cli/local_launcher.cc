@@ -1,9 +1,15 @@
 #include "cli/local_launcher.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <sstream>
 
 #include "agent/process.h"
 
@@ -82,11 +88,66 @@ void LocalLauncher::Launch(const std::string& node_id) {
   agents_[node_id] = proc->pid;
 }
 
+namespace {
+
+std::string DescribeAgentExit(const std::string& node_id, const ExitInfo& e) {
+  std::string how = e.signal != 0 ? "was killed by signal " + std::to_string(e.signal)
+                                  : "exited with code " + std::to_string(e.exit_code);
+  return "the agent of node " + node_id + " " + how +
+         " while its host stayed up: a fault of the agent process, not of the node";
+}
+
+// How a child that has exited but is not reaped yet ended: field 52 of
+// /proc/PID/stat (exit_code, in waitpid's encoding; Linux >= 3.5).
+std::optional<ExitInfo> ZombieExit(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size() || stat[close + 2] != 'Z') {
+    return std::nullopt;
+  }
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  int index = 3;  // the state is field 3
+  int status = -1;
+  while (rest >> field) {
+    if (index == 52) status = std::atoi(field.c_str());
+    ++index;
+  }
+  if (status < 0) return std::nullopt;
+  ExitInfo e;
+  if (WIFSIGNALED(status)) {
+    e.signal = WTERMSIG(status);
+  } else {
+    e.exit_code = WEXITSTATUS(status);
+  }
+  return e;
+}
+
+}  // namespace
+
+std::string LocalLauncher::ExplainLoss(const std::string& node_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto live = agents_.find(node_id);
+  if (live != agents_.end()) {
+    // Connection gone, process exiting: it may not be a zombie yet.
+    for (int i = 0; i < 20; ++i) {
+      if (auto e = ZombieExit(live->second)) return DescribeAgentExit(node_id, *e);
+      if (kill(live->second, 0) != 0) break;  // reaped meanwhile
+      usleep(1000);
+    }
+    return "";
+  }
+  auto gone = exits_.find(node_id);
+  return gone == exits_.end() ? "" : DescribeAgentExit(node_id, gone->second);
+}
+
 void LocalLauncher::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   auto reap = [&] {
     for (auto it = agents_.begin(); it != agents_.end();) {
-      if (TryReap(it->second)) {
+      if (auto exit = TryReap(it->second)) {
+        exits_[it->first] = *exit;
         it = agents_.erase(it);
       } else {
         ++it;

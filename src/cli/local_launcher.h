@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/process.h"
 #include "controller/job_controller.h"
 
 namespace trainguard {
@@ -32,6 +33,9 @@ class LocalLauncher final : public NodeProvider {
   // the agent asks for that group rank.
   void StartNode(const std::string& node_id);
   void ReplaceNode(const std::string& node_id, const std::string& reason) override;
+  // The agent's exit status when its process has exited (this host is up:
+  // it is the one running the launcher): a fault of the agent, not the node.
+  std::string ExplainLoss(const std::string& node_id) override;
   // Waits up to `timeout_ms` for all agents to exit, then SIGKILLs the rest
   // and reaps them. Returns the number that had to be killed.
   int StopAll(int timeout_ms);
@@ -52,6 +56,7 @@ class LocalLauncher final : public NodeProvider {
   std::condition_variable cv_;
   std::deque<Request> requests_;
   std::map<std::string, pid_t> agents_;  // live agents by node id
+  std::map<std::string, ExitInfo> exits_; // how each node's last agent ended, once reaped
   std::vector<pid_t> dying_;              // killed, not yet reaped
   bool stopping_ = false;
   int stop_timeout_ms_ = 0;

@@ -1,18 +1,46 @@
 // trainguard: parses the command line and calls one subcommand (commands.h).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
+#include "cli/torchrun_options.h"
 
 namespace {
 
-void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o) {
-  cmd->add_option("--nnodes", o->nnodes, "number of nodes (agents)")->capture_default_str();
-  cmd->add_option("--nproc-per-node", o->nproc_per_node, "ranks per node")->capture_default_str();
-  cmd->add_option("--max-restarts", o->max_restarts, "restarts before the job fails")
+void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
+  if (!torchrun) {
+    cmd->add_option("--nnodes", o->nnodes, "number of nodes (agents)")->capture_default_str();
+    cmd->add_option("--nproc-per-node,--nproc_per_node", o->nproc_per_node, "ranks per node")
+        ->capture_default_str();
+  }
+  cmd->add_option("--max-restarts,--max_restarts", o->max_restarts, "restarts before the job fails")
       ->capture_default_str();
-  cmd->add_option("--hang-timeout", o->hang_timeout_s,
-                  "seconds without a step before a rank counts as hung")->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--hang-timeout",
+         [o](const std::string& v) {
+           if (v == "auto") {
+             o->hang_timeout_auto = true;
+             return;
+           }
+           std::size_t used = 0;
+           double s = 0;
+           try {
+             s = std::stod(v, &used);
+           } catch (const std::exception&) {
+             used = 0;
+           }
+           if (used != v.size() || used == 0) {
+             throw CLI::ValidationError("--hang-timeout", "'" + v + "' is neither seconds nor 'auto'");
+           }
+           o->hang_timeout_s = s;
+         },
+         "seconds without a step before a rank counts as hung, or 'auto': 10 x the slowest "
+         "step so far, at least --hang-timeout-floor (default 300)");
+  cmd->add_option("--hang-timeout-floor", o->hang_timeout_floor_s,
+                  "with --hang-timeout auto: the shortest timeout, seconds")->capture_default_str();
   cmd->add_option("--startup-timeout", o->startup_timeout_s,
                   "seconds allowed before a rank's first step")->capture_default_str();
   cmd->add_option("--heartbeat-interval", o->heartbeat_interval_s, "agent heartbeat, seconds")
@@ -30,10 +58,44 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o) {
   cmd->add_option("--job-id", o->job_id, "job id (default: generated)");
   cmd->add_option("--run-dir", o->run_dir, "logs and stacks (default /tmp/trainguard/JOB)");
   cmd->add_flag("--native-stacks", o->native_stacks, "also capture gdb backtraces of hung ranks");
+  cmd->add_flag("--no-instrument", o->no_instrument,
+                "launch ranks with torchrun's environment only: no automatic instrumentation "
+                "(steps then come only from scripts that call trainguard.step())");
   cmd->add_option("--no-progress-restarts", o->no_progress_restarts,
                   "stop after this many failures in a row without progress")->capture_default_str();
   cmd->add_option("--rules", o->extra_rules, "extra attribution rule file(s)");
-  cmd->add_option("command", o->command, "the training command, after --")->required();
+  // The command (SCRIPT|PROGRAM [ARGS...]) is what follows the options, or `--`.
+  cmd->prefix_command();
+}
+
+// torchrun's options, in both spellings, with torchrun's meanings
+// (cli/torchrun_options.h resolves them).
+void AddTorchrunOptions(CLI::App* cmd, trainguard::TorchrunOptions* t, trainguard::JobOptions* o) {
+  cmd->add_option("--nnodes", t->nnodes, "number of nodes, N or MIN:MAX (torchrun)")
+      ->capture_default_str();
+  cmd->add_option("--nproc-per-node,--nproc_per_node", t->nproc_per_node,
+                  "ranks per node: N, auto, cpu or gpu")->capture_default_str();
+  cmd->add_option("--node-rank,--node_rank", t->node_rank, "this host's node rank (torchrun)");
+  cmd->add_flag("--standalone", t->standalone, "single host (what `run` does anyway)");
+  cmd->add_option("--rdzv-backend,--rdzv_backend", t->rdzv_backend, "torchrun; the controller is the rendezvous");
+  cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", t->rdzv_endpoint, "torchrun's rendezvous HOST:PORT");
+  cmd->add_option("--rdzv-id,--rdzv_id", t->rdzv_id, "the run id (TORCHELASTIC_RUN_ID); the job id unless --job-id");
+  cmd->add_option("--rdzv-conf,--rdzv_conf", t->rdzv_conf, "torchrun; not used");
+  cmd->add_option("--monitor-interval,--monitor_interval", t->monitor_interval, "torchrun; not used");
+  cmd->add_option("--master-addr,--master_addr", t->master_addr, "torchrun; trainguard sets MASTER_ADDR");
+  cmd->add_option("--master-port,--master_port", t->master_port, "torchrun; trainguard picks a free port per restart");
+  cmd->add_option("--role", t->role, "ROLE_NAME of every rank");
+  cmd->add_option("--log-dir,--log_dir", t->log_dir, "logs go to LOG_DIR/JOB (unless --run-dir)");
+  cmd->add_option("-r,--redirects", t->redirects, "torchrun; output always goes to the logs and the console");
+  cmd->add_option("-t,--tee", t->tee, "torchrun; output always goes to the logs and the console");
+  cmd->add_option("--local-ranks-filter,--local_ranks_filter", t->local_ranks_filter, "torchrun; all ranks are shown");
+  cmd->add_flag("--no-python,--no_python", t->no_python, "run the command as a program, not under Python");
+  cmd->add_flag("-m,--module", t->module, "run the command as a Python module (python -m)");
+  cmd->add_flag("--run-path,--run_path", t->run_path, "run the command as a Python script");
+  cmd->add_option("--python", t->python,
+                  "interpreter for scripts (default: $TRAINGUARD_PYTHON, else the one torchrun on "
+                  "PATH uses, else python3)");
+  cmd->add_flag("--dry-run", o->dry_run, "print the job this command line means, as JSON, and exit");
 }
 
 // Options of the commands that read one job from the store.
@@ -50,12 +112,17 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   trainguard::JobOptions run;
+  run.store = trainguard::DefaultStorePath();
   CLI::App* run_cmd = app.add_subcommand("run", "run a job on this machine: a controller and N agents");
-  AddJobOptions(run_cmd, &run);
+  run_cmd->alias("torchrun");
+  trainguard::TorchrunOptions torchrun;
+  AddJobOptions(run_cmd, &run, true);
+  AddTorchrunOptions(run_cmd, &torchrun, &run);
 
   trainguard::ControllerOptions ctl;
+  ctl.job.store = trainguard::DefaultStorePath();
   CLI::App* ctl_cmd = app.add_subcommand("controller", "run a job's controller; agents join it");
-  AddJobOptions(ctl_cmd, &ctl.job);
+  AddJobOptions(ctl_cmd, &ctl.job, false);
   ctl_cmd->add_option("--listen", ctl.listen, "HOST:PORT to serve agents on")->capture_default_str();
 
   trainguard::AgentOptions agent;
@@ -73,6 +140,7 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--protocol-version", agent.protocol_version)->group("");
 
   trainguard::EventsOptions events;
+  events.store = trainguard::DefaultStorePath();
   CLI::App* events_cmd = app.add_subcommand("events", "show a job's event log");
   AddStoredJobOptions(events_cmd, &events);
 
@@ -87,8 +155,25 @@ int main(int argc, char** argv) {
   ckpt_verify->add_option("step", ckpt.step, "step to verify (default: every one)");
 
   trainguard::EventsOptions report;
+  report.store = trainguard::DefaultStorePath();
   CLI::App* report_cmd = app.add_subcommand("report", "a job's incidents and where its time went");
   AddStoredJobOptions(report_cmd, &report);
+
+  trainguard::HangOptions hang;
+  hang.stored.store = trainguard::DefaultStorePath();
+  CLI::App* hang_cmd = app.add_subcommand("hang", "where a job's hang sat in its parallel layout");
+  AddStoredJobOptions(hang_cmd, &hang.stored);
+  hang_cmd->add_option("incident", hang.incident, "incident number (default: the newest hang)");
+
+  trainguard::EventsOptions nodes;
+  nodes.store = trainguard::DefaultStorePath();
+  CLI::App* nodes_cmd = app.add_subcommand("nodes", "each node's state across jobs: suspect or ok, incidents");
+  nodes_cmd->add_option("--store", nodes.store, "SQLite event store")->capture_default_str();
+  nodes_cmd->add_flag("--json", nodes.json, "JSON output");
+  std::string uncordon_store = trainguard::DefaultStorePath(), uncordon_node;
+  CLI::App* uncordon_cmd = app.add_subcommand("uncordon", "clear a node's suspicion");
+  uncordon_cmd->add_option("--store", uncordon_store, "SQLite event store")->capture_default_str();
+  uncordon_cmd->add_option("node", uncordon_node, "node id")->required();
 
   trainguard::AttributeOptions attr;
   CLI::App* attr_cmd = app.add_subcommand("attribute", "say why a failure happened, from its logs");
@@ -97,8 +182,22 @@ int main(int argc, char** argv) {
   attr_cmd->add_option("--rules", attr.extra_rules, "extra rule file(s), merged over the shipped rules");
   attr_cmd->add_flag("--json", attr.json, "JSON output");
 
+  // Everything after the first `--` that follows a job subcommand is the
+  // training command, untouched (CLI11 would parse it otherwise).
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::vector<std::string> command;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] != "run" && args[i] != "torchrun" && args[i] != "controller") continue;
+    auto dashes = std::find(args.begin() + static_cast<long>(i), args.end(), "--");
+    if (dashes != args.end()) {
+      command.assign(dashes + 1, args.end());
+      args.erase(dashes, args.end());
+    }
+    break;
+  }
+  std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
   try {
-    app.parse(argc, argv);
+    app.parse(args);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -107,11 +206,33 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trainguard: error: %s (see trainguard --help)\n", e.what());
     return 2;
   }
-  if (run_cmd->parsed()) return trainguard::RunJob(run);
-  if (ctl_cmd->parsed()) return trainguard::RunController(ctl);
+  auto take_command = [&](CLI::App* cmd, trainguard::JobOptions* o) {
+    // `run [opts] -- CMD ...`, or `run [opts] SCRIPT ARGS ...` where a later
+    // `--` belongs to the script's arguments (as with torchrun).
+    o->command = cmd->remaining();
+    if (!command.empty() && !o->command.empty()) o->command.push_back("--");
+    o->command.insert(o->command.end(), command.begin(), command.end());
+  };
+  if (run_cmd->parsed()) {
+    take_command(run_cmd, &run);
+    auto notes = trainguard::ResolveTorchrunOptions(torchrun, &run);
+    if (!notes.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", notes.status().message().c_str());
+      return 2;
+    }
+    for (const auto& note : *notes) std::fprintf(stderr, "trainguard: note: %s\n", note.c_str());
+    return trainguard::RunJob(run);
+  }
+  if (ctl_cmd->parsed()) {
+    take_command(ctl_cmd, &ctl.job);
+    return trainguard::RunController(ctl);
+  }
   if (agent_cmd->parsed()) return trainguard::RunAgent(agent);
   if (events_cmd->parsed()) return trainguard::ShowEvents(events);
   if (report_cmd->parsed()) return trainguard::ShowReport(report);
+  if (hang_cmd->parsed()) return trainguard::ShowHang(hang);
+  if (nodes_cmd->parsed()) return trainguard::ShowNodes(nodes);
+  if (uncordon_cmd->parsed()) return trainguard::UncordonNode(uncordon_store, uncordon_node);
   if (attr_cmd->parsed()) return trainguard::AttributeCommand(attr);
   if (ckpt_ls->parsed()) return trainguard::ListCheckpointsCommand(ckpt);
   if (ckpt_verify->parsed()) return trainguard::VerifyCheckpointsCommand(ckpt);

@@ -152,6 +152,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     r.tail_s = Sec(end - first0);
   }
   r.ettr = r.wall_s > 0 ? r.productive_s / r.wall_s : 0;
+  r.has_progress = !gens.empty();
   return r;
 }
 
@@ -162,8 +163,9 @@ json ReportJson(const DowntimeReport& r) {
           {"state", r.state},
           {"restarts", r.restarts},
           {"wall_s", r.wall_s},
-          {"productive_s", r.productive_s},
-          {"ettr", r.ettr},
+          {"progress_data", r.has_progress},
+          {"productive_s", r.has_progress ? json(r.productive_s) : json(nullptr)},
+          {"ettr", r.has_progress ? json(r.ettr) : json(nullptr)},
           {"downtime",
            {{"startup_s", r.startup_s},
             {"lost_work_s", r.lost_s},
@@ -180,9 +182,17 @@ json ReportJson(const DowntimeReport& r) {
 std::string ReportText(const DowntimeReport& r) {
   std::string out;
   char buf[512];
-  std::snprintf(buf, sizeof(buf),
-                "job %s: %s after %d restart(s); wall %.2f s, productive %.2f s, ETTR %.1f%%\n",
-                r.job_id.c_str(), r.state.c_str(), r.restarts, r.wall_s, r.productive_s, 100 * r.ettr);
+  if (r.has_progress) {
+    std::snprintf(buf, sizeof(buf),
+                  "job %s: %s after %d restart(s); wall %.2f s, productive %.2f s, ETTR %.1f%%\n",
+                  r.job_id.c_str(), r.state.c_str(), r.restarts, r.wall_s, r.productive_s,
+                  100 * r.ettr);
+  } else {
+    std::snprintf(buf, sizeof(buf),
+                  "job %s: %s after %d restart(s); wall %.2f s; no progress data (no rank reported "
+                  "a step), so productive time, lost work and ETTR are unknown\n",
+                  r.job_id.c_str(), r.state.c_str(), r.restarts, r.wall_s);
+  }
   out += buf;
   if (!r.incidents.empty()) out += "\nincidents\n";
   for (const auto& inc : r.incidents) {
@@ -218,6 +228,13 @@ std::string ReportText(const DowntimeReport& r) {
                   static_cast<long long>(inc.value("lost_steps", 0LL)), inc.value("shutdown_s", 0.0),
                   inc.value("restart_s", 0.0));
     out += buf;
+  }
+  if (!r.has_progress) {
+    std::snprintf(buf, sizeof(buf),
+                  "\nwhere the time went: unknown without progress data; detection %.2f s and "
+                  "shutdown %.2f s of the incidents are known\n",
+                  r.detection_s, r.shutdown_s);
+    return out + buf;
   }
   double downtime =
       r.startup_s + r.lost_s + r.detection_s + r.shutdown_s + r.restart_s + r.tail_s + r.checkpoint_s;

@@ -28,6 +28,8 @@ struct DowntimeReport {
   double tail_s = 0;          // last step -> job ended
   double checkpoint_s = 0;    // blocked in checkpoint saves, of the kept step time
   double ettr = 0;            // productive / wall
+  bool has_progress = false;  // some generation reported a step; if not, the
+                              // step-based figures (productive, lost, ETTR) are unknown
   nlohmann::json incidents = nlohmann::json::array();
 };
 

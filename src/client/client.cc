@@ -18,6 +18,7 @@ namespace {
 std::mutex g_init_mu;                          // guards g_mapping
 MappedStatusPage* g_mapping = nullptr;         // owned; leaked at exit on purpose
 std::atomic<StatusPage*> g_page{nullptr};      // hot-path view of g_mapping
+std::mutex g_journal_mu;                       // one journal writer at a time
 
 }  // namespace
 
@@ -48,6 +49,12 @@ void Step(std::int64_t step) {
   std::int64_t now = MonotonicNowNanos();
   if (page->first_step_mono_ns.load(std::memory_order_relaxed) == 0) {
     page->first_step_mono_ns.store(now, std::memory_order_relaxed);
+  } else {
+    // The first step's time includes start-up; later ones are the loop's.
+    std::int64_t took = now - page->last_step_mono_ns.load(std::memory_order_relaxed);
+    if (took > page->max_step_ns.load(std::memory_order_relaxed)) {
+      page->max_step_ns.store(took, std::memory_order_relaxed);
+    }
   }
   page->last_step_mono_ns.store(now, std::memory_order_relaxed);
   page->step_count.fetch_add(1, std::memory_order_relaxed);
@@ -71,6 +78,30 @@ void AddCheckpointOverhead(std::int64_t nanos) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr || nanos <= 0) return;
   page->checkpoint_blocked_ns.fetch_add(nanos, std::memory_order_relaxed);
+}
+
+int JournalGroup(std::int32_t id, const std::string& name, const std::vector<std::int32_t>& members) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr) return -1;
+  std::lock_guard<std::mutex> lock(g_journal_mu);
+  return JournalAddGroup(&page->journal, id, name, members);
+}
+
+std::int64_t JournalIssue(int group_slot, int op, int dtype, std::int64_t numel, std::int32_t peer) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr) return -1;
+  std::int64_t now = MonotonicNowNanos();
+  std::lock_guard<std::mutex> lock(g_journal_mu);
+  return trainguard::JournalIssue(&page->journal, group_slot, static_cast<OpKind>(op),
+                                  static_cast<std::uint16_t>(dtype), numel, peer, now);
+}
+
+void JournalComplete(std::int64_t token) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr || token < 0) return;
+  std::int64_t now = MonotonicNowNanos();
+  std::lock_guard<std::mutex> lock(g_journal_mu);
+  trainguard::JournalComplete(&page->journal, token, now);
 }
 
 void Shutdown() {

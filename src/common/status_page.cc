@@ -18,6 +18,7 @@ void InitStatusPage(StatusPage* page) {
   page->size = static_cast<std::uint32_t>(kStatusPageSize);
   page->step.store(kNoStep);
   page->checkpoint_step.store(kNoStep);
+  InitJournal(&page->journal);
 }
 
 void WritePhase(StatusPage* page, const char* name, std::int64_t now_mono_ns) {
@@ -42,6 +43,7 @@ StatusSnapshot ReadStatusPage(const StatusPage& page) {
   s.first_step_mono_ns = page.first_step_mono_ns.load(std::memory_order_relaxed);
   s.checkpoint_step = page.checkpoint_step.load(std::memory_order_acquire);
   s.checkpoint_blocked_ns = page.checkpoint_blocked_ns.load(std::memory_order_relaxed);
+  s.max_step_ns = page.max_step_ns.load(std::memory_order_relaxed);
   // A writer that died mid-update leaves the counter odd forever: give up after
   // a bounded number of tries and report no phase rather than spin.
   for (int attempt = 0; attempt < 100; ++attempt) {

@@ -1,4 +1,4 @@
-// The per-rank status page: a 4 KiB shared-memory file the agent creates and
+// The per-rank status page: a 32 KiB shared-memory file the agent creates and
 // each training process (the client) updates. Spec: docs/status_page.md.
 //
 // Ownership: the agent creates, initializes and deletes the file; the client
@@ -11,15 +11,18 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdint>
 #include <string>
 
+#include "common/op_journal.h"
 #include "trainguard/status.h"
 
 namespace trainguard {
 
 constexpr std::uint64_t kStatusPageMagic = 0x5355544154534754ULL;  // "TGSTATUS" little-endian
-constexpr std::uint32_t kStatusPageVersion = 1;
-constexpr std::size_t kStatusPageSize = 4096;
+constexpr std::uint32_t kStatusPageVersion = 2;
+constexpr std::size_t kStatusPageSize = 32768;
+constexpr std::size_t kJournalOffset = 4096;
 constexpr std::size_t kPhaseNameCapacity = 64;  // including the terminating NUL
 constexpr std::int64_t kNoStep = -1;
 
@@ -41,7 +44,13 @@ struct StatusPage {
   // Total time the training loop was blocked in checkpoint saves. Added in
   // place of padding: agents that predate it read 0, so version stays 1.
   std::atomic<std::int64_t> checkpoint_blocked_ns;
+  // The longest time between two consecutive step() calls (version 2).
+  std::atomic<std::int64_t> max_step_ns;
+  char reserved[kJournalOffset - 176];
+  OpJournal journal;  // version 2: the journal of communication operations
 };
+static_assert(offsetof(StatusPage, checkpoint_blocked_ns) == 160);
+static_assert(offsetof(StatusPage, journal) == kJournalOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 
@@ -60,6 +69,7 @@ struct StatusSnapshot {
   std::int64_t checkpoint_step = kNoStep;
   std::int64_t phase_mono_ns = 0;
   std::int64_t checkpoint_blocked_ns = 0;
+  std::int64_t max_step_ns = 0;
   std::string phase;
 };
 

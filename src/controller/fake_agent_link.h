@@ -36,7 +36,9 @@ class FakeNodeProvider final : public NodeProvider {
   void ReplaceNode(const std::string& node_id, const std::string& reason) override {
     replaced.push_back(node_id);
   }
+  std::string ExplainLoss(const std::string& node_id) override { return explanation; }
   std::vector<std::string> replaced;
+  std::string explanation;  // what ExplainLoss says of any node
 };
 
 }  // namespace trainguard

@@ -1,7 +1,14 @@
 #include "controller/job_controller.h"
 
+#include "controller/crash_detector.h"
+#include "controller/describe.h"
+#include "controller/hang_detector.h"
+#include "controller/hang_locator.h"
+#include "controller/heartbeat_detector.h"
+
 #include <algorithm>
 #include <set>
+#include <tuple>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -21,31 +28,15 @@ const char* JobStateName(JobState s) {
   return "UNKNOWN";
 }
 
-namespace {
-
-std::string Ms(Nanos d) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3f s", static_cast<double>(d) / kSecond);
-  return buf;
-}
-
-std::string DescribeExit(const v1::RankStatus& r) {
-  if (r.term_signal() != 0) return "was killed by signal " + std::to_string(r.term_signal());
-  return "exited with code " + std::to_string(r.exit_code());
-}
-
-json RankJson(const v1::RankStatus& r) {
-  return {{"rank", r.global_rank()},   {"local_rank", r.local_rank()},
-          {"pid", r.pid()},            {"step", r.step()},
-          {"phase", r.phase()},        {"progress_age_ms", r.progress_age_ms()},
-          {"proc_state", r.proc_state()}, {"checkpoint_step", r.checkpoint_step()}};
-}
-
-}  // namespace
 
 JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
                              NodeProvider* provider, const RuleSet* rules)
-    : config_(std::move(config)), rules_(rules), clock_(clock), store_(store), provider_(provider) {}
+    : config_(std::move(config)),
+      rules_(rules),
+      clock_(clock),
+      store_(store),
+      provider_(provider),
+      policy_(config_.no_progress_restarts) {}
 
 void JobController::SetNodeProvider(NodeProvider* provider) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -62,6 +53,8 @@ Status JobController::Start() {
               {"heartbeat_interval_ms", config_.heartbeat_interval / kMillisecond},
               {"missed_heartbeats", config_.missed_heartbeats},
               {"hang_timeout_ms", config_.hang_timeout / kMillisecond},
+              {"hang_timeout_auto", config_.hang_timeout_auto},
+              {"hang_timeout_floor_ms", config_.hang_timeout_floor / kMillisecond},
               {"startup_timeout_ms", config_.startup_timeout / kMillisecond},
               {"argv", config_.argv}};
   TG_RETURN_IF_ERROR(store_->CreateJob(
@@ -82,6 +75,11 @@ JobState JobController::state() const {
 int JobController::restart_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return restart_count_;
+}
+
+int JobController::FailureExitStatus() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_failure_status_;
 }
 
 std::string JobController::summary() const {
@@ -266,6 +264,7 @@ void JobController::MaybeStartGeneration() {
   start->set_master_addr(master->address);
   start->set_master_port(master->free_port);
   start->set_max_restarts(config_.max_restarts);
+  start->set_no_instrument(config_.no_instrument);
   for (const auto& a : config_.argv) start->add_argv(a);
   for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
   for (Node* n : slots) {
@@ -299,7 +298,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
     Nanos first_wall = status.first_step_unix_ms() * kMillisecond;
     Emit("first_step", node->node_id, status.global_rank(), status.step(),
          "generation " + std::to_string(generation_) + " made its first step " +
-             Ms(first_wall - generation_start_wall_) + " after launch",
+             Seconds(first_wall - generation_start_wall_) + " after launch",
          json{{"first_step_unix_ms", status.first_step_unix_ms()},
               // The step number of the first step: steps are counted, so
               // this holds when the loop steps one at a time.
@@ -342,7 +341,7 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   bool current = exited.generation() == generation_ && state_ == JobState::kRunning;
   bool ok = r.exit_code() == 0 && r.term_signal() == 0;
   std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node->node_id + " " +
-                     DescribeExit(r) + " at step " + std::to_string(r.step());
+                     DescribeExit(r) + AtStep(r.step());
   Emit("rank_exited", node->node_id, r.global_rank(), r.step(), what, d.dump());
   if (exited.generation() == generation_ && incident_) incident_->rank_steps[r.global_rank()] = r.step();
   if (!ok && exited.generation() == generation_ && incident_ && exited.exit_unix_ms() > 0) {
@@ -370,19 +369,8 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
     }
     return;
   }
-  Nanos fault = exited.exit_unix_ms() > 0 ? exited.exit_unix_ms() * kMillisecond
-                                          : clock_->WallNanos();
-  std::string tail;
-  if (exited.log_tail_size() > 0) tail = "; last output: " + exited.log_tail(exited.log_tail_size() - 1);
-  Fail("rank_failed", what + tail, node->node_id, r.global_rank(), fault, {}, d.dump());
-  if (incident_ && incident_->first_rank == r.global_rank()) {
-    incident_->first_rank_step = r.step();
-    incident_->exit_times[r.global_rank()] = fault;
-    // The node's kernel messages come first: they usually happened first.
-    for (const auto& line : exited.kernel_lines()) incident_->lines.push_back({-1, node->node_id, line});
-    for (const auto& line : exited.log_tail()) incident_->lines.push_back({r.global_rank(), node->node_id, line});
-    incident_->lines.push_back({r.global_rank(), node->node_id, "trainguard: " + what});
-  }
+  std::optional<Finding> crash = DetectCrash(node->node_id, exited, clock_->WallNanos());
+  if (crash) Fail(*crash);
 }
 
 void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
@@ -446,11 +434,20 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
   node->group_rank = -1;  // its slot is free for a replacement
   Emit("node_lost", id, -1, -1, "node " + id + " lost: " + why,
        json{{"reason", why}, {"group_rank", group_rank}}.dump());
+  // What the scheduler backend knows of the loss (an agent process that
+  // exited while its host stayed up) outweighs the bare loss.
+  std::string known = provider_ != nullptr ? provider_->ExplainLoss(id) : "";
   if (provider_ != nullptr) provider_->ReplaceNode(id, why);
   if (state_ == JobState::kRunning) {
-    Fail("node_lost", "node " + id + " lost: " + why, id, -1, fault_wall, {},
-         json{{"reason", why}}.dump());
-    if (incident_) incident_->lines.push_back({-1, id, "trainguard: node " + id + " lost: " + why});
+    Finding f;
+    f.kind = "node_lost";
+    f.description = "node " + id + " lost: " + why;
+    f.node = id;
+    f.fault_wall = fault_wall;
+    f.lines.push_back({-1, id, "trainguard: node " + id + " lost: " + why});
+    if (!known.empty()) f.lines.push_back({-1, id, "trainguard: " + known});
+    f.detail_json = json{{"reason", why}}.dump();
+    Fail(f);
   } else if (state_ == JobState::kStopping) {
     MaybeAllStopped();
   }
@@ -461,15 +458,20 @@ void JobController::Tick() {
   Nanos now = clock_->MonotonicNanos();
   switch (state_) {
     case JobState::kRunning:
-      CheckHeartbeats(now);
-      if (state_ == JobState::kRunning) CheckHangs(now);
+      CheckHeartbeats();
+      if (state_ == JobState::kRunning) {
+        if (std::optional<Finding> hang = DetectHang(View(), config_)) {
+          AttachLocation(LocateHang(View()), &*hang);
+          Fail(*hang);
+        }
+      }
       break;
     case JobState::kStopping:
-      CheckHeartbeats(now);
+      CheckHeartbeats();
       if (state_ == JobState::kStopping && now - stop_sent_mono_ > config_.stop_timeout) {
         for (auto& n : nodes_) {
           if (n.conn != 0 && n.group_rank >= 0 && n.stopped_generation != generation_) {
-            NodeLost(&n, "did not report its ranks stopped within " + Ms(config_.stop_timeout),
+            NodeLost(&n, "did not report its ranks stopped within " + Seconds(config_.stop_timeout),
                      clock_->WallNanos());
           }
         }
@@ -483,104 +485,55 @@ void JobController::Tick() {
         Finish(JobState::kFailed, "job " + config_.job_id + " FAILED: only " +
                                       std::to_string(present) + " of " +
                                       std::to_string(config_.nnodes) + " nodes joined within " +
-                                      Ms(config_.rendezvous_timeout));
+                                      Seconds(config_.rendezvous_timeout));
       }
       break;
     default: break;
   }
 }
 
-void JobController::CheckHeartbeats(Nanos now) {
-  Nanos limit = config_.heartbeat_interval * config_.missed_heartbeats;
-  for (auto& n : nodes_) {
-    if (n.conn == 0 || n.group_rank < 0) continue;
-    if (now - n.last_heartbeat_mono > limit) {
-      NodeLost(&n, "no heartbeat for " + Ms(now - n.last_heartbeat_mono) + " (limit " +
-                       std::to_string(config_.missed_heartbeats) + " x " +
-                       Ms(config_.heartbeat_interval) + ")",
-               n.last_heartbeat_wall);
-      if (state_ != JobState::kRunning && state_ != JobState::kStopping) return;
-    }
-  }
-}
-
-void JobController::CheckHangs(Nanos now) {
-  std::vector<int> hung;
-  json evidence = json::array();
-  std::string culprit_node;
-  int culprit_rank = -1;
-  // A stopped process (state T) is the likeliest culprit; else the rank that
-  // stopped progressing first.
-  std::pair<bool, Nanos> culprit_key{false, -1};
+JobView JobController::View() const {
+  JobView view;
+  view.now_mono = clock_->MonotonicNanos();
+  view.now_wall = clock_->WallNanos();
   for (const auto& n : nodes_) {
-    if (n.group_rank < 0) continue;
-    for (const auto& [rank, view] : n.ranks) {
-      const v1::RankStatus& s = view.status;
-      if (!s.running() || !s.attached()) continue;  // no progress reports: cannot judge
-      Nanos age = s.progress_age_ms() * kMillisecond + (now - view.received_mono);
-      Nanos limit = s.step_count() > 0 ? config_.hang_timeout : config_.startup_timeout;
-      if (age <= limit) continue;
-      hung.push_back(rank);
-      json e = RankJson(s);
-      e["node"] = n.node_id;
-      e["age_ms"] = age / kMillisecond;
-      evidence.push_back(e);
-      std::pair<bool, Nanos> key{s.proc_state() == "T" || s.proc_state() == "t", age};
-      if (key > culprit_key) {
-        culprit_key = key;
-        culprit_node = n.node_id;
-        culprit_rank = rank;
-      }
-    }
+    if (n.conn != 0 && n.group_rank >= 0) view.nodes.push_back(&n);
   }
-  if (hung.empty()) return;
-  // The fault happened when the culprit last made progress.
-  Nanos fault_wall = clock_->WallNanos();
-  std::int64_t culprit_step = -1;
-  for (const auto& e : evidence) {
-    if (e["rank"] == culprit_rank) {
-      fault_wall -= static_cast<Nanos>(e["age_ms"].get<std::int64_t>()) * kMillisecond;
-      culprit_step = e["step"].get<std::int64_t>();
-    }
-  }
-  std::string desc = std::to_string(hung.size()) + " rank(s) made no progress for longer than " +
-                     Ms(config_.hang_timeout) + "; first stuck: rank " +
-                     std::to_string(culprit_rank) + " on " + culprit_node + " at step " +
-                     std::to_string(culprit_step);
-  Fail("hang", desc, culprit_node, culprit_rank, fault_wall, hung,
-       json{{"hung_ranks", evidence}}.dump());
-  if (incident_) {
-    incident_->hung_ranks = hung;
-    incident_->first_rank_step = culprit_step;
-    for (const auto& e : evidence) {
-      incident_->lines.push_back(
-          {e["rank"].get<int>(), e["node"].get<std::string>(),
-           "trainguard: rank " + std::to_string(e["rank"].get<int>()) + " made no progress for " +
-               std::to_string(e["age_ms"].get<std::int64_t>() / 1000) + " s at step " +
-               std::to_string(e["step"].get<std::int64_t>()) + " (process state " +
-               e["proc_state"].get<std::string>() + ", phase '" + e["phase"].get<std::string>() + "')"});
+  return view;
+}
+
+void JobController::CheckHeartbeats() {
+  for (const Finding& f : DetectSilentNodes(View(), config_)) {
+    if (state_ != JobState::kRunning && state_ != JobState::kStopping) return;
+    Node* node = NodeById(f.node);
+    if (node != nullptr && node->conn != 0 && node->group_rank >= 0) {
+      NodeLost(node, f.description, f.fault_wall);
     }
   }
 }
 
-void JobController::Fail(const std::string& kind, const std::string& description,
-                         const std::string& node, int rank, Nanos fault_wall,
-                         const std::vector<int>& capture_stacks_of,
-                         const std::string& detail_json) {
+void JobController::Fail(const Finding& f) {
   if (state_ != JobState::kRunning) return;
+  const std::string& kind = f.kind;
+  const std::string& description = f.description;
   if (incident_) RecordDowntime(0);  // the previous restart never reached a step
   Incident inc;
   inc.number = ++incident_count_;
   inc.kind = kind;
   inc.description = description;
-  inc.fault_wall = fault_wall;
+  inc.fault_wall = f.fault_wall;
   inc.detected_wall = clock_->WallNanos();
   inc.detected_mono = clock_->MonotonicNanos();
   inc.failure_step = MaxStep();
   inc.checkpoint_step = checkpoint_step_;
   inc.generation = generation_;
-  inc.first_rank = rank;
-  inc.first_node = node;
+  inc.first_rank = f.rank;
+  inc.first_node = f.node;
+  inc.first_rank_step = f.rank_step;
+  inc.hung_ranks = f.hung_ranks;
+  inc.hang_roots = f.roots;
+  inc.lines = f.lines;
+  if (f.rank >= 0 && f.kind == "rank_failed") inc.exit_times[f.rank] = f.fault_wall;
   for (const auto& n : nodes_) {
     for (const auto& [r, view] : n.ranks) {
       inc.last_step_wall = std::max<Nanos>(inc.last_step_wall, view.status.last_step_unix_ms() * kMillisecond);
@@ -588,18 +541,22 @@ void JobController::Fail(const std::string& kind, const std::string& description
   }
   incident_ = inc;
   last_failure_ = description;
-  json d = json::parse(detail_json, nullptr, false);
+  last_failure_status_ = 1;
+  if (f.kind == "rank_failed") {
+    last_failure_status_ = f.signal != 0 ? 128 + f.signal : (f.exit_code > 0 ? f.exit_code : 1);
+  }
+  json d = json::parse(f.detail_json, nullptr, false);
   if (d.is_discarded() || !d.is_object()) d = json::object();
   d["failure_kind"] = kind;
   d["incident"] = inc.number;
-  d["fault_unix_ms"] = fault_wall / kMillisecond;
+  d["fault_unix_ms"] = f.fault_wall / kMillisecond;
   d["detected_unix_ms"] = inc.detected_wall / kMillisecond;
-  d["detection_ms"] = (inc.detected_wall - fault_wall) / kMillisecond;
+  d["detection_ms"] = (inc.detected_wall - f.fault_wall) / kMillisecond;
   d["failure_step"] = inc.failure_step;
   d["checkpoint_step"] = inc.checkpoint_step;
   d["last_step_unix_ms"] = inc.last_step_wall / kMillisecond;
   d["checkpoint_overhead_ms"] = CheckpointOverheadMs();
-  Emit("failure", node, rank, inc.failure_step,
+  Emit("failure", f.node, f.rank, inc.failure_step,
        "incident " + std::to_string(inc.number) + ": " + kind + ": " + description, d.dump());
 
   SetState(JobState::kStopping, "stopping all ranks after " + kind);
@@ -608,7 +565,7 @@ void JobController::Fail(const std::string& kind, const std::string& description
   msg.mutable_stop()->set_generation(generation_);
   msg.mutable_stop()->set_reason(kind + ": " + description);
   msg.mutable_stop()->set_grace_ms(static_cast<int>(config_.stop_grace / kMillisecond));
-  for (int r : capture_stacks_of) msg.mutable_stop()->add_capture_stacks_of(r);
+  for (int r : f.capture_stacks_of) msg.mutable_stop()->add_capture_stacks_of(r);
   for (auto& n : nodes_) {
     if (n.conn != 0 && n.group_rank >= 0) n.link->Send(msg);
   }
@@ -625,12 +582,11 @@ void JobController::MaybeAllStopped() {
     incident_->stopped_wall = now_wall;
     Emit("stopped", "", -1, -1,
          "all ranks of generation " + std::to_string(generation_) + " stopped " +
-             Ms(now_wall - incident_->detected_wall) + " after detection",
+             Seconds(now_wall - incident_->detected_wall) + " after detection",
          json{{"shutdown_ms", (now_wall - incident_->detected_wall) / kMillisecond}}.dump());
   }
-  std::vector<std::string> evict;
-  std::string why;
-  Decision decision = incident_ ? Decide(&evict, &why) : Decision::kRestart;
+  Verdict verdict = incident_ ? Decide() : Verdict{};
+  const std::string& why = verdict.why;
   if (restart_count_ >= config_.max_restarts) {
     Finish(JobState::kFailed,
            "job " + config_.job_id + " FAILED after " + std::to_string(restart_count_) +
@@ -638,12 +594,12 @@ void JobController::MaybeAllStopped() {
                "); last failure: " + last_failure_ + (why.empty() ? "" : "; " + why));
     return;
   }
-  if (decision == Decision::kStop) {
+  if (verdict.decision == Decision::kStop) {
     Finish(JobState::kFailed, "job " + config_.job_id + " FAILED: " + why +
                                   " (after " + std::to_string(restart_count_) + " restart(s))");
     return;
   }
-  for (const auto& id : evict) Evict(id, why);
+  for (const auto& id : verdict.evict_nodes) Evict(id, why);
   ++restart_count_;
   waiting_since_mono_ = clock_->MonotonicNanos();
   SetState(JobState::kRestarting, "restart " + std::to_string(restart_count_));
@@ -660,180 +616,61 @@ std::string JobController::NodeOfRank(int rank) const {
   return "";
 }
 
-namespace {
-
-// A Python stack (faulthandler) that waits inside a collective or autograd's
-// reduction, as opposed to one stuck in the user's own code.
-bool InCollective(const std::string& python_stack) {
-  for (const char* marker : {"torch/distributed/", "torch/autograd/", "torch/nn/parallel/",
-                             "in all_reduce", "in barrier", "in broadcast", "in all_gather",
-                             "in reduce_scatter", "in wait", "torch/_tensor.py"}) {
-    if (python_stack.find(marker) != std::string::npos) return true;
-  }
-  return false;
-}
-
-bool HardwareCategory(const std::string& c) {
-  return c == "gpu_hardware" || c == "network" || c == "node_failure" || c == "storage";
-}
-
-}  // namespace
-
-JobController::Decision JobController::Decide(std::vector<std::string>* evict, std::string* why) {
-  Incident& inc = *incident_;
-  Attribution a;
-  if (rules_ != nullptr) a = Attribute(*rules_, inc.lines);
-  // The first failure in time matters more than the loudest. If only a
-  // symptom decided (peers that lost their connection) and the rank that died
-  // first shows no such symptom itself, its own lines (and the nodes' kernel
-  // lines) are what explains the incident.
-  std::string first_in_time;
-  if (rules_ != nullptr && a.role == "symptom" && !inc.exit_times.empty()) {
-    int earliest = std::min_element(inc.exit_times.begin(), inc.exit_times.end(),
-                                    [](const auto& x, const auto& y) { return x.second < y.second; })
-                       ->first;
-    bool has_symptom = false;
-    for (const auto& e : a.evidence) has_symptom |= e.rank == earliest && e.rule_id == a.rule_id;
-    if (!has_symptom) {
-      std::vector<LogLine> own;
-      for (const auto& l : inc.lines) {
-        if (l.rank == earliest || l.rank < 0) own.push_back(l);
-      }
-      Attribution first = Attribute(*rules_, own);
-      if (first.culprit_ranks.empty() && first.culprit_nodes.empty()) first.culprit_ranks = {earliest};
-      first.evidence.insert(first.evidence.end(), a.evidence.begin(), a.evidence.end());
-      first_in_time = "rank " + std::to_string(earliest) + " failed first; the " + a.category +
-                      " errors of other ranks are symptoms of it";
-      a = first;
-    }
-  }
-  // Culprits. A hang names the ranks that were not waiting: a stopped process
-  // first, else ranks whose stack is outside any collective while others wait
-  // inside one; the timeouts of the waiting ranks are symptoms.
-  std::vector<int> culprits = a.culprit_ranks;
-  if (inc.kind == "hang") {
-    std::vector<int> stopped, outside;
-    bool some_inside = false;
-    for (int r : inc.hung_ranks) {
-      auto it = inc.stacks.find(r);
-      if (it == inc.stacks.end()) continue;
-      if (it->second.first == "T" || it->second.first == "t") stopped.push_back(r);
-      if (it->second.second.empty()) continue;
-      if (InCollective(it->second.second)) {
-        some_inside = true;
-      } else {
-        outside.push_back(r);
-      }
-    }
-    if (!stopped.empty()) {
-      culprits = stopped;
-    } else if (some_inside && !outside.empty()) {
-      culprits = outside;
-    } else if (a.category == "comm_hang" || culprits.empty()) {
-      culprits = {inc.first_rank};
-    }
-  } else if (culprits.empty() && a.culprit_nodes.empty() && inc.first_rank >= 0) {
-    culprits = {inc.first_rank};  // nothing better known than who failed first
-  }
-  std::set<std::string> nodes(a.culprit_nodes.begin(), a.culprit_nodes.end());
-  for (int r : culprits) {
-    std::string n = NodeOfRank(r);
-    if (!n.empty()) nodes.insert(n);
-  }
-  if (nodes.empty() && !inc.first_node.empty()) nodes.insert(inc.first_node);
-  int culprit_rank = culprits.empty() ? -1 : culprits.front();
-  std::string culprit_node = nodes.empty() ? "" : *nodes.begin();
-  // The step the culprit failed at: what makes a failure deterministic.
-  std::int64_t step = inc.first_rank_step >= 0 ? inc.first_rank_step : inc.failure_step;
-  if (culprit_rank >= 0 && inc.rank_steps.count(culprit_rank)) step = inc.rank_steps[culprit_rank];
-
-  // History: hardware incidents of the same node in earlier jobs.
-  std::string history;
-  bool suspect_history = false;
-  for (const auto& n : nodes) {
+Verdict JobController::Decide() {
+  const Incident& inc = *incident_;
+  Blame b = AssignBlame(rules_, inc, [this](int rank) { return NodeOfRank(rank); });
+  // History: hardware incidents of the culprit nodes in earlier jobs, within
+  // the suspicion window and since an operator last cleared the node.
+  std::map<std::string, int> earlier;
+  Nanos now_wall = clock_->WallNanos();
+  for (const auto& n : b.culprit_nodes) {
     auto past = store_->IncidentsOnNode(n);
     if (!past.ok()) continue;
-    int count = 0;
-    for (const auto& p : *past) count += p.job_id != config_.job_id && HardwareCategory(p.category);
-    if (count > 0) {
-      suspect_history = true;
-      history = "node " + n + " had " + std::to_string(count) + " hardware incident(s) in earlier jobs";
+    Nanos since = now_wall - config_.suspicion_window;
+    auto health = store_->GetNodeHealth(n);
+    if (health.ok() && health->status == "ok") since = std::max(since, health->wall_ns);
+    for (const auto& p : *past) {
+      earlier[n] += p.job_id != config_.job_id && IsHardwareCategory(p.category) && p.wall_ns > since;
     }
   }
-
-  Decision decision = Decision::kRestart;
-  std::string signature = a.category + "|" + a.rule_id + "|" + std::to_string(culprit_rank) + "|" +
-                          std::to_string(step);
-  bool repeat = std::count(signatures_.begin(), signatures_.end(), signature) > 0;
-  signatures_.push_back(signature);
-  // Progress is judged from the second incident on: did the job get further
-  // than it ever got before failing?
-  bool progress = signatures_.size() == 1 || inc.failure_step > best_failure_step_;
-  best_failure_step_ = std::max(best_failure_step_, inc.failure_step);
-  no_progress_incidents_ = progress ? 0 : no_progress_incidents_ + 1;
-
-  std::string culprit_text = culprit_rank >= 0
-                                 ? "rank " + std::to_string(culprit_rank) + " on " + culprit_node
-                                 : (culprit_node.empty() ? "unknown" : "node " + culprit_node);
-  if (a.action == "stop" && repeat) {
-    decision = Decision::kStop;
-    *why = "the same " + a.category + " failure (" + a.rule_id + ") of " + culprit_text +
-           " at step " + std::to_string(step) +
-           " happened again after a restart: it is deterministic, so restarting cannot help; " +
-           a.description;
-  } else if (no_progress_incidents_ >= config_.no_progress_restarts) {
-    decision = Decision::kStop;
-    *why = std::to_string(no_progress_incidents_) +
-           " failures in a row without getting past step " + std::to_string(best_failure_step_) +
-           ": stopping the restart loop; last: " + a.category + " (" + a.description + ")";
-  } else if (a.action == "evict_node" || (suspect_history && (HardwareCategory(a.category) ||
-                                                               a.category == "other" ||
-                                                               a.category == "comm_hang"))) {
-    decision = Decision::kEvict;
-    evict->assign(nodes.begin(), nodes.end());
-    *why = a.category + " on " + culprit_text + ": evicting node(s) and restarting" +
-           (history.empty() ? "" : " (" + history + ")");
-  } else {
-    *why = a.category + " on " + culprit_text + ": restarting" +
-           (a.action == "stop" ? " once to rule out a transient cause" : "");
-  }
-  const char* decision_name = decision == Decision::kStop    ? "stop"
-                              : decision == Decision::kEvict ? "evict_node"
-                                                             : "restart";
+  Verdict v = policy_.Decide(b, inc, earlier);
+  const Attribution& a = b.attribution;
+  const char* decision_name = DecisionName(v.decision);
   json evidence = json::array();
   for (const auto& e : a.evidence) {
     evidence.push_back({{"rank", e.rank}, {"node", e.node}, {"rule", e.rule_id},
                         {"category", e.category}, {"role", e.role}, {"line", e.line}});
   }
+  std::vector<std::string> nodes(b.culprit_nodes.begin(), b.culprit_nodes.end());
   json d = {{"incident", inc.number},         {"failure_kind", inc.kind},
             {"category", a.category},         {"rule", a.rule_id},
             {"description", a.description},   {"hardware", a.hardware},
             {"persistence", a.persistence},   {"confidence", a.confidence},
-            {"culprit_ranks", culprits},      {"culprit_nodes", std::vector<std::string>(nodes.begin(), nodes.end())},
+            {"culprit_ranks", b.culprit_ranks}, {"culprit_nodes", nodes},
             {"recommended_action", a.action}, {"decision", decision_name},
-            {"reason", *why},                 {"history", history},
-            {"failure_step", step},           {"evidence", evidence},
-            {"first_in_time", first_in_time}};
-  Emit("attribution", culprit_node, culprit_rank, step,
+            {"reason", v.why},                {"history", v.history},
+            {"failure_step", b.step},         {"evidence", evidence},
+            {"first_in_time", b.first_in_time}};
+  Emit("attribution", b.culprit_node, b.culprit_rank, b.step,
        "incident " + std::to_string(inc.number) + ": " + a.category + " (" +
            (a.hardware ? "hardware" : "software") + ", " + a.persistence + ", confidence " +
-           std::to_string(a.confidence).substr(0, 4) + "), culprit " + culprit_text,
+           std::to_string(a.confidence).substr(0, 4) + "), culprit " + b.CulpritText(),
        d.dump());
-  Emit("decision", culprit_node, culprit_rank, step,
-       std::string("incident ") + std::to_string(inc.number) + ": " + decision_name + ": " + *why,
-       json{{"incident", inc.number}, {"decision", decision_name}, {"reason", *why}}.dump());
-  Status st = store_->RecordIncident({config_.job_id, inc.number, clock_->WallNanos(), culprit_node,
-                                      culprit_rank, a.category, a.rule_id, decision_name, step,
-                                      d.dump()});
+  Emit("decision", b.culprit_node, b.culprit_rank, b.step,
+       std::string("incident ") + std::to_string(inc.number) + ": " + decision_name + ": " + v.why,
+       json{{"incident", inc.number}, {"decision", decision_name}, {"reason", v.why}}.dump());
+  Status st = store_->RecordIncident({config_.job_id, inc.number, clock_->WallNanos(),
+                                      b.culprit_node, b.culprit_rank, a.category, a.rule_id,
+                                      decision_name, b.step, d.dump()});
   if (!st.ok()) ++store_errors_;
-  if (decision == Decision::kEvict) {
+  if (v.decision == Decision::kEvict) {
     for (const auto& n : nodes) {
       Status hs = store_->SetNodeHealth({n, "suspect", a.category + ": " + a.description,
                                          config_.job_id, clock_->WallNanos()});
       if (!hs.ok()) ++store_errors_;
     }
   }
-  return decision;
+  return v;
 }
 
 void JobController::Evict(const std::string& node_id, const std::string& why) {
@@ -867,15 +704,28 @@ void JobController::RecordDowntime(Nanos first_step_wall) {
             {"checkpoint_step", inc.checkpoint_step},
             {"lost_steps", std::max<std::int64_t>(
                                0, inc.failure_step - std::max<std::int64_t>(inc.checkpoint_step, 0))}};
-  char line[256];
-  std::snprintf(line, sizeof(line),
-                "incident %d (%s): detection %.3f s, shutdown %.3f s, restart %.3f s, "
-                "lost %lld step(s) (failed at %lld, checkpoint %lld)",
-                inc.number, inc.kind.c_str(), d["detection_ms"].get<double>() / 1000,
-                d["shutdown_ms"].get<double>() / 1000, d["restart_ms"].get<double>() / 1000,
-                static_cast<long long>(d["lost_steps"].get<std::int64_t>()),
-                static_cast<long long>(inc.failure_step),
-                static_cast<long long>(inc.checkpoint_step));
+  auto seconds = [&](const char* key) {
+    std::int64_t ms = d[key].get<std::int64_t>();
+    char buf[64];
+    if (ms < 0) return std::string("unknown");
+    std::snprintf(buf, sizeof(buf), "%.3f s", static_cast<double>(ms) / 1000);
+    return std::string(buf);
+  };
+  std::string lost;
+  if (inc.failure_step < 0) {
+    lost = "lost work unknown: no progress data";
+    d["lost_steps"] = nullptr;
+  } else if (inc.checkpoint_step < 0) {
+    lost = "lost " + std::to_string(d["lost_steps"].get<std::int64_t>()) + " step(s) (failed at " +
+           std::to_string(inc.failure_step) + ", no checkpoint reported: counted from step 0)";
+  } else {
+    lost = "lost " + std::to_string(d["lost_steps"].get<std::int64_t>()) + " step(s) (failed at " +
+           std::to_string(inc.failure_step) + ", checkpoint " + std::to_string(inc.checkpoint_step) +
+           ")";
+  }
+  std::string line = "incident " + std::to_string(inc.number) + " (" + inc.kind + "): detection " +
+                     seconds("detection_ms") + ", shutdown " + seconds("shutdown_ms") +
+                     ", restart " + seconds("restart_ms") + ", " + lost;
   Emit("downtime", "", -1, inc.failure_step, line, d.dump());
   incident_.reset();
 }

@@ -1,4 +1,7 @@
-// JobController: the per-job state machine, detectors and recovery policy.
+// JobController: the per-job state machine. It wires the detectors
+// (crash_detector, hang_detector, heartbeat_detector), which find failures in
+// a read-only JobView, to the recovery policy (recovery_policy), which says
+// what to do about them, and carries that out.
 //
 //   STARTING --all nodes registered--> RUNNING --all ranks exit 0--> SUCCEEDED
 //   RUNNING --rank failed | hang | node lost--> STOPPING --all stopped-->
@@ -29,39 +32,15 @@
 
 #include "attribution/attribution.h"
 #include "common/clock.h"
+#include "controller/finding.h"
+#include "controller/incident.h"
+#include "controller/job_config.h"
+#include "controller/job_view.h"
+#include "controller/recovery_policy.h"
 #include "proto/protocol.h"
 #include "store/event_store.h"
 
 namespace trainguard {
-
-// Tunables of one job. Worst-case detection times that follow from them are
-// in docs/detection.md.
-struct JobConfig {
-  std::string job_id;
-  int nnodes = 1;
-  int nproc_per_node = 1;
-  std::vector<std::string> argv;
-  std::map<std::string, std::string> env;  // extra environment for every rank
-  // Restarts allowed after the first launch; the job fails on the failure after that.
-  int max_restarts = 3;
-  // How often agents send a heartbeat.
-  Nanos heartbeat_interval = 1 * kSecond;
-  // A node is lost after this many heartbeat intervals without one.
-  int missed_heartbeats = 5;
-  // A rank whose step has not advanced for this long is hung.
-  Nanos hang_timeout = 300 * kSecond;
-  // Allowance before a rank's first step (imports, data loading, rendezvous).
-  Nanos startup_timeout = 600 * kSecond;
-  // SIGTERM to SIGKILL when agents stop ranks.
-  Nanos stop_grace = 5 * kSecond;
-  // How long agents get to report their ranks stopped before they count as lost.
-  Nanos stop_timeout = 30 * kSecond;
-  // How long the job waits for all nodes to (re)join before it fails.
-  Nanos rendezvous_timeout = 300 * kSecond;
-  // Restart-storm guard: stop after this many incidents in a row in which
-  // the job made no step beyond the previous failure.
-  int no_progress_restarts = 3;
-};
 
 enum class JobState { kStarting, kRunning, kStopping, kRestarting, kSucceeded, kFailed };
 const char* JobStateName(JobState s);
@@ -82,6 +61,13 @@ class NodeProvider {
   // Evicts `node_id` (kills what is left of it) and brings a replacement that
   // will register, under the same or another node id. Must not block.
   virtual void ReplaceNode(const std::string& node_id, const std::string& reason) = 0;
+  // What the backend knows of why the node's agent went away, as one
+  // sentence ("the agent of node X exited ... while its host stayed up"), or
+  // "" if nothing. Called before ReplaceNode. Must not block.
+  virtual std::string ExplainLoss(const std::string& node_id) {
+    (void)node_id;
+    return "";
+  }
 };
 
 class JobController {
@@ -108,53 +94,24 @@ class JobController {
   JobState state() const;
   int restart_count() const;
   std::string summary() const;
+  // The exit status `trainguard run` gives a failed job: the exit code of the
+  // rank whose failure opened the last incident, 128 + its signal if it was
+  // killed, 1 for anything else (hangs, lost nodes, restart limits on those).
+  int FailureExitStatus() const;
   bool finished() const;
   // Waits (in real time) until the job finished; false on timeout.
   bool WaitFinished(std::chrono::milliseconds timeout);
   const JobConfig& config() const { return config_; }
 
  private:
-  struct RankView {
-    v1::RankStatus status;
-    Nanos received_mono = 0;
-    bool exited_ok = false;
-  };
-  struct Node {
-    std::string node_id;
+  // A node as the controller holds it: what detectors see, and its session.
+  struct Node : NodeView {
     std::uint64_t conn = 0;  // 0: not connected
     std::shared_ptr<AgentLink> link;
-    int group_rank = -1;     // -1: holds no slot
     std::string address;
     int free_port = 0;
-    Nanos last_heartbeat_mono = 0;
-    Nanos last_heartbeat_wall = 0;
     std::int64_t stopped_generation = -1;
-    std::map<int, RankView> ranks;  // by global rank, current generation
   };
-  // The failure being recovered from; its downtime is recorded when the next
-  // generation makes its first step.
-  struct Incident {
-    int number = 0;
-    std::string kind;
-    std::string description;
-    Nanos fault_wall = 0;
-    Nanos detected_wall = 0;
-    Nanos detected_mono = 0;
-    Nanos stopped_wall = 0;
-    std::int64_t failure_step = -1;
-    std::int64_t checkpoint_step = -1;
-    std::int64_t generation = -1;
-    Nanos last_step_wall = 0;         // newest step of any rank before the fault
-    int first_rank = -1;              // the rank whose failure was seen first
-    std::string first_node;
-    std::int64_t first_rank_step = -1;
-    std::vector<int> hung_ranks;
-    std::vector<LogLine> lines;       // what the attribution reads
-    std::map<int, std::pair<std::string, std::string>> stacks;  // rank -> (state, python)
-    std::map<int, std::int64_t> rank_steps;  // last step of each rank, as reported at the end
-    std::map<int, Nanos> exit_times;         // ranks that failed on their own: when
-  };
-  enum class Decision { kRestart, kEvict, kStop };
 
   Node* NodeByConn(std::uint64_t conn);
   Node* NodeById(const std::string& id);
@@ -165,16 +122,16 @@ class JobController {
   void HandleStopped(Node* node, const v1::Stopped& stopped);
   void UpdateRank(Node* node, const v1::RankStatus& status);
   void MaybeStartGeneration();
-  void CheckHeartbeats(Nanos now);
-  void CheckHangs(Nanos now);
+  // What the detectors look at now.
+  JobView View() const;
+  void CheckHeartbeats();
   void NodeLost(Node* node, const std::string& why, Nanos fault_wall);
-  void Fail(const std::string& kind, const std::string& description, const std::string& node,
-            int rank, Nanos fault_wall, const std::vector<int>& capture_stacks_of,
-            const std::string& detail_json);
+  // Opens an incident for `finding` and stops every rank.
+  void Fail(const Finding& finding);
   void MaybeAllStopped();
-  // Attributes the incident being recovered from and decides what to do;
-  // records both with their evidence. Sets *why to a one-line reason.
-  Decision Decide(std::vector<std::string>* evict_nodes, std::string* why);
+  // Blames the incident being recovered from and asks the policy what to do;
+  // records both with their evidence.
+  Verdict Decide();
   void Evict(const std::string& node_id, const std::string& why);
   std::string NodeOfRank(int rank) const;
   void Finish(JobState final_state, const std::string& summary);
@@ -206,9 +163,8 @@ class JobController {
   int incident_count_ = 0;
   std::int64_t checkpoint_step_ = -1;  // newest committed, across generations
   std::string last_failure_;
-  std::vector<std::string> signatures_;   // category|rule|rank|step of each incident
-  std::int64_t best_failure_step_ = -1;   // highest step any incident failed at
-  int no_progress_incidents_ = 0;
+  int last_failure_status_ = 1;  // FailureExitStatus()
+  RecoveryPolicy policy_;
   std::string summary_;
   std::int64_t store_errors_ = 0;
 };

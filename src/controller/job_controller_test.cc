@@ -449,8 +449,9 @@ TEST_F(JobControllerTest, ASuspectNodeIsAnnouncedWhenItJoinsTheNextJob) {
 }
 
 TEST_F(JobControllerTest, HardwareHistoryOfANodeTurnsAVagueFailureIntoAnEviction) {
-  ASSERT_TRUE(store_.RecordIncident({"old-job", 1, 1, "node1", 2, "gpu_hardware", "gpu-ecc",
-                                     "evict_node", 5, "{}"}).ok());
+  Nanos day = 24 * 3600 * kSecond;
+  ASSERT_TRUE(store_.RecordIncident({"old-job", 1, clock_.WallNanos() - day, "node1", 2,
+                                     "gpu_hardware", "gpu-ecc", "evict_node", 5, "{}"}).ok());
   Make(2, 1, 3, true);
   Register(0);
   Register(1);
@@ -459,6 +460,49 @@ TEST_F(JobControllerTest, HardwareHistoryOfANodeTurnsAVagueFailureIntoAnEviction
   Stopped(1, 0);
   EXPECT_EQ(Detail("decision")["decision"], "evict_node");
   EXPECT_NE(Detail("decision")["reason"].get<std::string>().find("earlier jobs"), std::string::npos);
+}
+
+TEST_F(JobControllerTest, OldOrClearedHardwareHistoryNoLongerCounts) {
+  Nanos day = 24 * 3600 * kSecond;
+  // Older than the suspicion window (7 days).
+  ASSERT_TRUE(store_.RecordIncident({"old-job", 1, clock_.WallNanos() - 8 * day, "node1", 2,
+                                     "gpu_hardware", "gpu-ecc", "evict_node", 5, "{}"}).ok());
+  // Recent, but an operator cleared the node afterwards (trainguard uncordon).
+  ASSERT_TRUE(store_.RecordIncident({"old-job", 2, clock_.WallNanos() - 2 * day, "node1", 2,
+                                     "gpu_hardware", "gpu-ecc", "evict_node", 5, "{}"}).ok());
+  ASSERT_TRUE(store_.SetNodeHealth({"node1", "ok", "cleared by an operator", "",
+                                    clock_.WallNanos() - day}).ok());
+  Make(2, 1, 3, true);
+  Register(0);
+  Register(1);
+  Exit(1, 0, 1, 1, 0, 8, "something unclear");
+  Stopped(0, 0);
+  Stopped(1, 0);
+  EXPECT_EQ(Detail("decision")["decision"], "restart");
+}
+
+TEST_F(JobControllerTest, ASigkillWithoutOomEvidenceIsNotAnOom) {
+  Make(2, 1, 3, true);
+  Register(0);
+  Register(1);
+  Exit(1, 0, 1, 0, 9, 8, "step 8 done");
+  Stopped(0, 0);
+  Stopped(1, 0);
+  EXPECT_EQ(Detail("attribution")["category"], "other");
+  EXPECT_EQ(Detail("attribution")["rule"], "killed-sigkill");
+}
+
+TEST_F(JobControllerTest, AnAgentThatExitedOnALiveHostDoesNotMakeTheNodeSuspect) {
+  provider_.explanation = "the agent of node node1 was killed by signal 9 while its host stayed up: "
+                          "a fault of the agent process, not of the node";
+  Make(2, 1, 3, true);
+  Register(0);
+  Register(1);
+  controller_->OnDisconnect(2);
+  Stopped(0, 0);
+  EXPECT_EQ(Detail("attribution")["rule"], "agent-exited");
+  EXPECT_EQ(Detail("decision")["decision"], "restart");
+  EXPECT_EQ(store_.GetNodeHealth("node1")->status, "");
 }
 
 TEST_F(JobControllerTest, AHangIsPinnedOnTheRankOutsideTheCollective) {
@@ -484,6 +528,84 @@ TEST_F(JobControllerTest, AHangIsPinnedOnTheRankOutsideTheCollective) {
   auto d = Detail("attribution");
   EXPECT_EQ(d["category"], "comm_hang");
   EXPECT_EQ(d["culprit_ranks"], nlohmann::json::array({1}));
+}
+
+// Regression: the culprit's node was whichever node sorted first among those
+// named (node0, where the first stuck waiter ran), not the culprit's own.
+TEST_F(JobControllerTest, AHangCulpritOnAnotherNodeThanTheFirstStuckRankNamesItsOwnNode) {
+  Make(2, 2, 3, true);
+  Register(0);
+  Register(1);
+  Heartbeat(0, 0, {Rank(0, 5), Rank(1, 5)});
+  Heartbeat(1, 0, {Rank(2, 5), Rank(3, 5)});
+  clock_.Advance(config_.hang_timeout + kSecond);
+  Heartbeat(0, 0, {Rank(0, 5, 11000), Rank(1, 5, 11000)});
+  Heartbeat(1, 0, {Rank(2, 5, 11000), Rank(3, 5, 11000)});
+  controller_->Tick();
+  ASSERT_EQ(controller_->state(), JobState::kStopping);
+  for (int node = 0; node < 2; ++node) {
+    v1::AgentMessage m;
+    m.mutable_stopped()->set_generation(0);
+    for (int r = 2 * node; r < 2 * node + 2; ++r) {
+      auto* st = m.mutable_stopped()->add_stacks();
+      st->set_global_rank(r);
+      st->set_proc_state("S");
+      st->set_python(r == 3 ? "  File \"train.py\", line 50 in main\n"
+                            : "  File \"/usr/lib/python3/dist-packages/torch/autograd/__init__.py\", "
+                              "line 197 in backward\n  File \"train.py\", line 60 in main\n");
+    }
+    controller_->OnMessage(node + 1, m);
+  }
+  auto d = Detail("attribution");
+  EXPECT_EQ(d["culprit_ranks"], nlohmann::json::array({3}));
+  EXPECT_EQ(EventsOf("attribution").at(0).node, "node1");
+}
+
+TEST_F(JobControllerTest, ARankThatKeepsComputingThroughALongStepIsNotHung) {
+  Make(1, 2);
+  Register(0);
+  auto active = [&](int rank, std::int64_t age_ms, std::int64_t activity_ms) {
+    v1::RankStatus r = Rank(rank, 5, age_ms);
+    r.set_activity_sampled(true);
+    r.set_activity_age_ms(activity_ms);
+    return r;
+  };
+  Heartbeat(0, 0, {active(0, 0, 0), active(1, 0, 0)});
+  clock_.Advance(2 * config_.hang_timeout);
+  // Both past the hang timeout without a step; both still use CPU or I/O.
+  Heartbeat(0, 0, {active(0, 20000, 500), active(1, 20000, 800)});
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  // Rank 1 goes quiet: it is stalled once quiet for the hang timeout.
+  clock_.Advance(config_.hang_timeout - kSecond);
+  Heartbeat(0, 0, {active(0, 29000, 300), active(1, 29000, 9000)});
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  clock_.Advance(2 * kSecond);
+  controller_->Tick();
+  ASSERT_EQ(controller_->state(), JobState::kStopping);
+  // Both are in the finding (their stacks are wanted); the quiet one is the culprit.
+  auto d = Detail("failure");
+  ASSERT_EQ(d["hung_ranks"].size(), 2u) << d.dump();
+  EXPECT_EQ(EventsOf("failure").at(0).rank, 1);
+}
+
+TEST_F(JobControllerTest, ARankWithoutTheClientIsStalledWhenNothingMovesForTheTimeout) {
+  Make(1, 1);
+  Register(0);
+  v1::RankStatus r = Rank(0, -1, 0);
+  r.set_attached(false);
+  r.set_activity_sampled(true);
+  r.set_activity_age_ms(0);
+  Heartbeat(0, 0, {r});
+  clock_.Advance(config_.hang_timeout - kSecond);
+  r.set_activity_age_ms((config_.hang_timeout - kSecond) / kMillisecond);
+  Heartbeat(0, 0, {r});
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  clock_.Advance(2 * kSecond);
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
 }
 
 TEST_F(JobControllerTest, ARestartStormWithoutProgressIsStopped) {

@@ -4,6 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "common/op_journal.h"
+#include "common/status_page.h"
 #include "trainguard/checkpoint.h"
 #include "trainguard/client.h"
 
@@ -29,6 +31,8 @@ py::dict ManifestDict(const RankManifest& m) {
   }
   py::dict d;
   d["step"] = m.step;
+  d["attempt"] = m.attempt;
+  d["sequence"] = m.sequence;
   d["rank"] = m.rank;
   d["world_size"] = m.world_size;
   d["replica_group"] = m.replica_group;
@@ -38,6 +42,55 @@ py::dict ManifestDict(const RankManifest& m) {
   d["tensors"] = tensors;
   d["lo"] = m.lo;
   d["hi"] = m.hi;
+  return d;
+}
+
+// A status page and its journal as the agent reads them (tests, benchmarks).
+py::dict ReadPage(const std::string& path) {
+  auto mapped = MappedStatusPage::Open(path);
+  ThrowIfError(mapped.status());
+  const StatusPage& page = *mapped->get();
+  StatusSnapshot snap = ReadStatusPage(page);
+  JournalSnapshot j = ReadJournal(page.journal);
+  py::dict d;
+  d["pid"] = snap.pid;
+  d["step"] = snap.step;
+  d["step_count"] = snap.step_count;
+  d["phase"] = snap.phase;
+  py::list groups;
+  for (const auto& g : j.groups) {
+    py::dict gd;
+    gd["id"] = g.id;
+    gd["name"] = g.name;
+    gd["members"] = g.members;
+    gd["issued"] = g.issued;
+    gd["completed"] = g.completed;
+    groups.append(gd);
+  }
+  d["groups"] = groups;
+  py::list peers;
+  for (const auto& p : j.peers) {
+    py::dict pd;
+    pd["peer"] = p.peer;
+    pd["sends"] = p.sends;
+    pd["recvs"] = p.recvs;
+    peers.append(pd);
+  }
+  d["peers"] = peers;
+  py::list ops;
+  for (const auto& o : j.ops) {
+    py::dict od;
+    od["group_id"] = o.group_id;
+    od["seq"] = o.seq;
+    od["op"] = OpKindName(o.kind);
+    od["dtype"] = DtypeName(o.dtype);
+    od["numel"] = o.numel;
+    od["peer"] = o.peer;
+    od["in_flight"] = o.completed_mono_ns == 0;
+    ops.append(od);
+  }
+  d["ops"] = ops;
+  d["dropped"] = j.dropped;
   return d;
 }
 
@@ -53,6 +106,19 @@ PYBIND11_MODULE(_core, m) {
   m.def("checkpoint_committed", &client::CheckpointCommitted, py::arg("step"));
   m.def("add_checkpoint_overhead", &client::AddCheckpointOverhead, py::arg("nanos"));
   m.def("shutdown", &client::Shutdown);
+  m.def("journal_group", &client::JournalGroup, py::arg("id"), py::arg("name"), py::arg("members"));
+  m.def("journal_issue", &client::JournalIssue, py::arg("group_slot"), py::arg("op"),
+        py::arg("dtype"), py::arg("numel"), py::arg("peer"));
+  m.def("journal_complete", &client::JournalComplete, py::arg("token"));
+  m.def("_create_status_page",
+        [](const std::string& path) { ThrowIfError(MappedStatusPage::Create(path).status()); },
+        py::arg("path"), "Creates an empty status page as the agent does (tests, benchmarks).");
+  m.def("_read_status_page", &ReadPage, py::arg("path"),
+        "A status page with its journal, as the agent reads it (tests, benchmarks).");
+  m.def("op_code", [](const std::string& name) { return static_cast<int>(OpKindFromName(name)); },
+        py::arg("name"));
+  m.def("dtype_code", [](const std::string& name) { return static_cast<int>(DtypeCode(name)); },
+        py::arg("name"));
 
   py::class_<CheckpointEngine>(m, "CheckpointEngine")
       .def(py::init([](const std::string& dir, int keep_last, int copy_threads, int writer_threads,
@@ -76,16 +142,21 @@ PYBIND11_MODULE(_core, m) {
            py::arg("writer_threads") = 4, py::arg("overflow") = "block",
            py::arg("commit_timeout_s") = 600.0, py::arg("report") = true)
       // tensors: [(name, dtype, shape, data_ptr, nbytes, on_device)]. The
-      // caller keeps the tensors alive until save() returns. Returns False
+      // caller keeps the tensors alive until save() returns. device_stream:
+      // the cudaStream_t that produced the device tensors (0: legacy default). Returns False
       // if the save was skipped (overflow="skip").
       .def("save",
            [](CheckpointEngine& e, std::int64_t step, int rank, int world_size,
               std::vector<int> group,
               const std::vector<std::tuple<std::string, std::string, std::vector<std::int64_t>,
                                            std::uintptr_t, std::uint64_t, bool>>& tensors,
-              const py::bytes& blob) {
+              const py::bytes& blob, const std::string& attempt, std::int64_t sequence,
+              std::uintptr_t device_stream) {
              SaveRequest req;
+             req.device_stream = reinterpret_cast<void*>(device_stream);
              req.step = step;
+             req.attempt = attempt;
+             req.sequence = sequence;
              req.rank = rank;
              req.world_size = world_size;
              req.replica_group = std::move(group);
@@ -142,6 +213,9 @@ PYBIND11_MODULE(_core, m) {
       d["step"] = c.step;
       d["path"] = c.path;
       d["committed"] = c.committed;
+      d["complete"] = c.complete;
+      d["problem"] = c.problem;
+      d["save"] = c.save;
       d["world_size"] = c.world_size;
       d["manifests"] = c.manifests;
       d["bytes"] = c.bytes;
@@ -154,18 +228,25 @@ PYBIND11_MODULE(_core, m) {
     ThrowIfError(man.status());
     return ManifestDict(*man);
   });
-  // Reads what `rank` stored of step `step` into the writable buffer at
-  // address `ptr` of `size` bytes, verifying checksums.
+  // Reads what `rank` stored of step `step` in save (attempt, sequence), as
+  // read_manifest named it, into the writable buffer at address `ptr` of
+  // `size` bytes, verifying checksums.
   m.def("read_stored_range", [](const std::string& dir, std::int64_t step, int rank,
+                                const std::string& attempt, std::int64_t sequence,
                                 std::uintptr_t ptr, std::uint64_t size, int threads) {
+    RankManifest which;
+    which.step = step;
+    which.rank = rank;
+    which.attempt = attempt;
+    which.sequence = sequence;
     Status s;
     {
       py::gil_scoped_release release;
-      s = ReadStoredRange(dir, step, rank, reinterpret_cast<void*>(ptr), size, threads);
+      s = ReadStoredRange(dir, which, reinterpret_cast<void*>(ptr), size, threads);
     }
     ThrowIfError(s);
-  }, py::arg("dir"), py::arg("step"), py::arg("rank"), py::arg("ptr"), py::arg("size"),
-     py::arg("threads") = 4);
+  }, py::arg("dir"), py::arg("step"), py::arg("rank"), py::arg("attempt"), py::arg("sequence"),
+     py::arg("ptr"), py::arg("size"), py::arg("threads") = 4);
   m.def("verify_checkpoint", [](const std::string& dir, std::int64_t step) {
     Status s = VerifyCheckpoint(dir, step);
     return s.ok() ? std::string() : s.message();

@@ -1,5 +1,6 @@
 #include "store/event_store.h"
 
+#include <algorithm>
 #include <sqlite3.h>
 
 namespace trainguard {
@@ -80,6 +81,13 @@ StatusOr<NodeHealth> InMemoryEventStore::GetNodeHealth(const std::string& node) 
     if (h.node == node) return h;
   }
   return NodeHealth{node, "", "", "", 0};
+}
+
+StatusOr<std::vector<NodeHealth>> InMemoryEventStore::ListNodeHealth() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<NodeHealth> out = health_;
+  std::sort(out.begin(), out.end(), [](const NodeHealth& a, const NodeHealth& b) { return a.node < b.node; });
+  return out;
 }
 
 // ---------------------------------------------------------------------------
@@ -298,6 +306,19 @@ class SqliteEventStore final : public EventStore {
     if (rc == SQLITE_ROW) return NodeHealth{node, s.Text(0), s.Text(1), s.Text(2), s.Int(3)};
     if (rc != SQLITE_DONE) return Error("read node health of " + node);
     return NodeHealth{node, "", "", "", 0};
+  }
+
+  StatusOr<std::vector<NodeHealth>> ListNodeHealth() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT node, status, reason, job_id, wall_ns FROM node_health ORDER BY node");
+    if (!s.ok()) return Error("prepare node health");
+    std::vector<NodeHealth> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4)});
+    }
+    if (rc != SQLITE_DONE) return Error("read node health");
+    return out;
   }
 
   StatusOr<std::vector<JobRecord>> Jobs() override {

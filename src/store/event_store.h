@@ -81,6 +81,8 @@ class EventStore {
   virtual Status SetNodeHealth(const NodeHealth& health) = 0;
   // The node's record; status "" if none.
   virtual StatusOr<NodeHealth> GetNodeHealth(const std::string& node) = 0;
+  // Every node's record, by node id.
+  virtual StatusOr<std::vector<NodeHealth>> ListNodeHealth() = 0;
 };
 
 class SqliteEventStore;
@@ -99,6 +101,7 @@ class InMemoryEventStore final : public EventStore {
   StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& node) override;
   Status SetNodeHealth(const NodeHealth& health) override;
   StatusOr<NodeHealth> GetNodeHealth(const std::string& node) override;
+  StatusOr<std::vector<NodeHealth>> ListNodeHealth() override;
 
  private:
   std::mutex mu_;

@@ -91,6 +91,14 @@ TEST_P(EventStoreTest, KeepsIncidentsAndNodeHealthAcrossJobs) {
   EXPECT_EQ(h->status, "suspect");
   EXPECT_EQ(h->reason, "ECC");
   EXPECT_EQ(h->job_id, "j3");
+  ASSERT_TRUE(store_->SetNodeHealth({"node1", "ok", "cleared", "", 50}).ok());
+  auto all = store_->ListNodeHealth();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].node, "node1");
+  EXPECT_EQ((*all)[0].status, "ok");
+  EXPECT_EQ((*all)[1].node, "node3");
+  EXPECT_EQ((*all)[1].reason, "ECC");
 }
 
 INSTANTIATE_TEST_SUITE_P(All, EventStoreTest, testing::Values("memory", "sqlite"));

@@ -1,0 +1,43 @@
+#include "controller/crash_detector.h"
+
+#include <nlohmann/json.hpp>
+
+#include "controller/describe.h"
+
+namespace trainguard {
+
+std::optional<Finding> DetectCrash(const std::string& node_id, const v1::RankExited& exited,
+                                   Nanos now_wall) {
+  const v1::RankStatus& r = exited.rank();
+  if (r.exit_code() == 0 && r.term_signal() == 0) return std::nullopt;
+  Finding f;
+  f.kind = "rank_failed";
+  f.exit_code = r.exit_code();
+  f.signal = r.term_signal();
+  f.node = node_id;
+  f.rank = r.global_rank();
+  f.rank_step = r.step();
+  f.fault_wall = exited.exit_unix_ms() > 0 ? exited.exit_unix_ms() * kMillisecond : now_wall;
+  std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node_id + " " +
+                     DescribeExit(r) + AtStep(r.step());
+  f.description = what;
+  if (exited.log_tail_size() > 0) {
+    f.description += "; last output: " + exited.log_tail(exited.log_tail_size() - 1);
+  }
+  // The node's kernel messages come first: they usually happened first.
+  for (const auto& line : exited.kernel_lines()) f.lines.push_back({-1, node_id, line});
+  for (const auto& line : exited.log_tail()) f.lines.push_back({r.global_rank(), node_id, line});
+  f.lines.push_back({r.global_rank(), node_id, "trainguard: " + what});
+  nlohmann::json d = RankJson(r);
+  d["exit_code"] = r.exit_code();
+  d["signal"] = r.term_signal();
+  d["log_tail"] = std::vector<std::string>(exited.log_tail().begin(), exited.log_tail().end());
+  if (exited.kernel_lines_size() > 0) {
+    d["kernel_lines"] =
+        std::vector<std::string>(exited.kernel_lines().begin(), exited.kernel_lines().end());
+  }
+  f.detail_json = d.dump();
+  return f;
+}
+
+}  // namespace trainguard

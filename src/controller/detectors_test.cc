@@ -1,0 +1,261 @@
+// The detectors on hand-made views: no controller, sockets or processes.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "controller/crash_detector.h"
+#include "controller/hang_detector.h"
+#include "controller/heartbeat_detector.h"
+
+namespace trainguard {
+namespace {
+
+constexpr Nanos kNowMono = 1000 * kSecond;
+constexpr Nanos kNowWall = 1'700'000'000 * kSecond;
+
+JobConfig Config() {
+  JobConfig c;
+  c.heartbeat_interval = 1 * kSecond;
+  c.missed_heartbeats = 3;
+  c.hang_timeout = 10 * kSecond;
+  c.startup_timeout = 60 * kSecond;
+  return c;
+}
+
+// A running, attached rank that made `steps` steps, the last `progress_s`
+// seconds ago, and last used CPU or I/O `activity_s` seconds ago.
+RankView Rank(int global, std::int64_t steps, double progress_s, double activity_s,
+              const std::string& state = "S") {
+  RankView v;
+  v.status.set_global_rank(global);
+  v.status.set_running(true);
+  v.status.set_attached(true);
+  v.status.set_step(steps);
+  v.status.set_step_count(steps);
+  v.status.set_progress_age_ms(static_cast<std::int64_t>(progress_s * 1000));
+  v.status.set_activity_sampled(true);
+  v.status.set_activity_age_ms(static_cast<std::int64_t>(activity_s * 1000));
+  v.status.set_proc_state(state);
+  v.received_mono = kNowMono;
+  return v;
+}
+
+struct Job {
+  std::vector<NodeView> nodes;
+  JobView View() const {
+    JobView v;
+    v.now_mono = kNowMono;
+    v.now_wall = kNowWall;
+    for (const auto& n : nodes) v.nodes.push_back(&n);
+    return v;
+  }
+  void Put(int node, RankView r) {
+    while (static_cast<int>(nodes.size()) <= node) {
+      NodeView n;
+      n.node_id = "node" + std::to_string(nodes.size());
+      n.group_rank = static_cast<int>(nodes.size());
+      n.last_heartbeat_mono = kNowMono;
+      n.last_heartbeat_wall = kNowWall;
+      nodes.push_back(n);
+    }
+    nodes[node].ranks[r.status.global_rank()] = r;
+  }
+};
+
+TEST(CrashDetectorTest, ExitZeroIsNoFinding) {
+  v1::RankExited e;
+  e.mutable_rank()->set_global_rank(1);
+  EXPECT_FALSE(DetectCrash("node0", e, kNowWall).has_value());
+}
+
+TEST(CrashDetectorTest, NonZeroExitNamesRankStepTimeAndKernelLinesFirst) {
+  v1::RankExited e;
+  e.mutable_rank()->set_global_rank(3);
+  e.mutable_rank()->set_step(42);
+  e.mutable_rank()->set_exit_code(7);
+  e.set_exit_unix_ms(kNowWall / kMillisecond - 2500);
+  e.add_log_tail("Traceback (most recent call last):");
+  e.add_log_tail("RuntimeError: boom");
+  e.add_kernel_lines("NVRM: Xid 79");
+  auto f = DetectCrash("node1", e, kNowWall);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->kind, "rank_failed");
+  EXPECT_EQ(f->rank, 3);
+  EXPECT_EQ(f->node, "node1");
+  EXPECT_EQ(f->rank_step, 42);
+  EXPECT_EQ(f->fault_wall, kNowWall - 2500 * kMillisecond);
+  EXPECT_NE(f->description.find("exited with code 7 at step 42"), std::string::npos);
+  EXPECT_NE(f->description.find("last output: RuntimeError: boom"), std::string::npos);
+  ASSERT_EQ(f->lines.size(), 4u);
+  EXPECT_EQ(f->lines[0].text, "NVRM: Xid 79");
+  EXPECT_EQ(f->lines[0].rank, -1);
+  EXPECT_EQ(f->lines[2].rank, 3);
+  EXPECT_EQ(nlohmann::json::parse(f->detail_json)["exit_code"], 7);
+}
+
+TEST(CrashDetectorTest, SignalWithoutExitTimeIsDatedNow) {
+  v1::RankExited e;
+  e.mutable_rank()->set_global_rank(0);
+  e.mutable_rank()->set_step(-1);
+  e.mutable_rank()->set_term_signal(9);
+  auto f = DetectCrash("node0", e, kNowWall);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->fault_wall, kNowWall);
+  EXPECT_NE(f->description.find("killed by signal 9 before any step"), std::string::npos);
+}
+
+TEST(HeartbeatDetectorTest, SilentPastTheLimitIsLostAtItsLastHeartbeat) {
+  Job job;
+  job.Put(0, Rank(0, 5, 0, 0));
+  job.Put(1, Rank(1, 5, 0, 0));
+  job.nodes[0].last_heartbeat_mono = kNowMono - 3 * kSecond;  // exactly the limit: not yet
+  job.nodes[1].last_heartbeat_mono = kNowMono - 3 * kSecond - 1;
+  job.nodes[1].last_heartbeat_wall = kNowWall - 4 * kSecond;
+  auto found = DetectSilentNodes(job.View(), Config());
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].node, "node1");
+  EXPECT_EQ(found[0].kind, "node_lost");
+  EXPECT_EQ(found[0].fault_wall, kNowWall - 4 * kSecond);
+  EXPECT_NE(found[0].description.find("no heartbeat for 3.000 s"), std::string::npos);
+}
+
+TEST(HangDetectorTest, ProgressingRanksAreNotHung) {
+  Job job;
+  for (int r = 0; r < 4; ++r) job.Put(r / 2, Rank(r, 10, 1, 0));
+  EXPECT_FALSE(DetectHang(job.View(), Config()).has_value());
+}
+
+TEST(HangDetectorTest, NoProgressButBusyEverywhereIsALongStepNotAHang) {
+  Job job;
+  for (int r = 0; r < 4; ++r) job.Put(r / 2, Rank(r, 10, 25, 0.5));
+  EXPECT_FALSE(DetectHang(job.View(), Config()).has_value());
+}
+
+TEST(HangDetectorTest, OneQuietRankMakesItAHangWithEveryStuckRankAsEvidence) {
+  Job job;
+  job.Put(0, Rank(0, 10, 12, 0.2));  // waits in a collective, spinning
+  job.Put(0, Rank(1, 10, 12, 0.2));
+  job.Put(1, Rank(2, 10, 11, 11));  // quiet: the culprit
+  job.Put(1, Rank(3, 10, 12, 0.2));
+  auto f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->kind, "hang");
+  EXPECT_EQ(f->rank, 2);
+  EXPECT_EQ(f->node, "node1");
+  EXPECT_EQ(f->rank_step, 10);
+  EXPECT_EQ(f->fault_wall, kNowWall - 11 * kSecond);
+  EXPECT_EQ(f->hung_ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(f->capture_stacks_of, f->hung_ranks);
+  EXPECT_EQ(nlohmann::json::parse(f->detail_json)["hung_ranks"].size(), 4u);
+  EXPECT_EQ(f->lines.size(), 4u);
+}
+
+TEST(HangDetectorTest, AStoppedProcessIsTheCulpritOverAQuietOne) {
+  Job job;
+  job.Put(0, Rank(0, 10, 30, 30));
+  job.Put(1, Rank(1, 10, 11, 11, "T"));
+  auto f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->rank, 1);
+}
+
+TEST(HangDetectorTest, AgeCountsTheTimeSinceTheReportArrived) {
+  Job job;
+  RankView r = Rank(0, 10, 6, 6);
+  r.received_mono = kNowMono - 5 * kSecond;  // 6 + 5 > 10
+  job.Put(0, r);
+  EXPECT_TRUE(DetectHang(job.View(), Config()).has_value());
+  job.nodes[0].ranks[0].received_mono = kNowMono - 3 * kSecond;  // 6 + 3 <= 10
+  EXPECT_FALSE(DetectHang(job.View(), Config()).has_value());
+}
+
+TEST(HangDetectorTest, BeforeTheFirstStepTheStartupTimeoutApplies) {
+  Job job;
+  job.Put(0, Rank(0, -1, 30, 30));
+  job.nodes[0].ranks[0].status.set_step_count(0);
+  EXPECT_FALSE(DetectHang(job.View(), Config()).has_value());
+  job.nodes[0].ranks[0].status.set_progress_age_ms(61'000);
+  job.nodes[0].ranks[0].status.set_activity_age_ms(61'000);
+  auto f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_NE(f->description.find("before any step"), std::string::npos);
+}
+
+TEST(HangDetectorTest, UnattachedRanksStallOnlyWhenNothingMoves) {
+  Job job;
+  RankView r = Rank(0, -1, 0, 11);
+  r.status.set_attached(false);
+  job.Put(0, r);
+  RankView busy = Rank(1, -1, 0, 1);
+  busy.status.set_attached(false);
+  job.Put(0, busy);
+  auto f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->hung_ranks, std::vector<int>{0});
+  // Not sampled: nothing is known, nothing is claimed.
+  job.nodes[0].ranks[0].status.set_activity_sampled(false);
+  EXPECT_FALSE(DetectHang(job.View(), Config()).has_value());
+}
+
+TEST(HangDetectorTest, ExitedRanksAreIgnored) {
+  Job job;
+  RankView r = Rank(0, 10, 100, 100);
+  r.status.set_running(false);
+  job.Put(0, r);
+  EXPECT_FALSE(DetectHang(job.View(), Config()).has_value());
+}
+
+TEST(HangDetectorTest, AutoTimeoutFollowsTheSlowestStepAboveAFloor) {
+  JobConfig c = Config();
+  c.hang_timeout_auto = true;
+  c.hang_timeout_multiple = 10;
+  c.hang_timeout_floor = 5 * kSecond;
+  Job job;
+  job.Put(0, Rank(0, 50, 0, 0));
+  job.Put(0, Rank(1, 50, 0, 0));
+  // No step timed yet: the start-up allowance.
+  EXPECT_EQ(EffectiveHangTimeout(job.View(), c), c.startup_timeout);
+  job.nodes[0].ranks[0].status.set_max_step_ms(2000);
+  job.nodes[0].ranks[1].status.set_max_step_ms(2500);
+  EXPECT_EQ(EffectiveHangTimeout(job.View(), c), 25 * kSecond);
+  job.nodes[0].ranks[1].status.set_max_step_ms(100);
+  EXPECT_EQ(EffectiveHangTimeout(job.View(), c), 20 * kSecond);
+  job.nodes[0].ranks[0].status.set_max_step_ms(10);
+  EXPECT_EQ(EffectiveHangTimeout(job.View(), c), c.hang_timeout_floor);
+  c.hang_timeout_auto = false;
+  EXPECT_EQ(EffectiveHangTimeout(job.View(), c), c.hang_timeout);
+}
+
+TEST(HangDetectorTest, AutoTimeoutDetectsOnlyPastTheMultiple) {
+  JobConfig c = Config();
+  c.hang_timeout_auto = true;
+  c.hang_timeout_floor = 1 * kSecond;
+  Job job;
+  RankView r = Rank(0, 50, 19, 19);
+  r.status.set_max_step_ms(2000);
+  job.Put(0, r);
+  EXPECT_FALSE(DetectHang(job.View(), c).has_value());  // 19 s < 10 x 2 s
+  job.nodes[0].ranks[0].status.set_progress_age_ms(21'000);
+  job.nodes[0].ranks[0].status.set_activity_age_ms(21'000);
+  auto f = DetectHang(job.View(), c);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_NE(f->description.find("20.000 s (--hang-timeout auto)"), std::string::npos) << f->description;
+}
+
+TEST(HangDetectorTest, AnOperationInFlightPastTheTimeoutIsAHangEvenWhileBusy) {
+  Job job;
+  RankView spinning = Rank(0, 10, 12, 0.1);  // NCCL-style: waits busily
+  auto* op = spinning.status.add_ops_in_flight();
+  op->set_op("all_reduce");
+  op->set_age_ms(11'000);
+  job.Put(0, spinning);
+  job.Put(0, Rank(1, 10, 12, 0.1));  // computing, never entered
+  auto f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_NE(f->description.find("waiting in communication"), std::string::npos);
+  job.nodes[0].ranks[0].status.mutable_ops_in_flight(0)->set_age_ms(9'000);
+  EXPECT_FALSE(DetectHang(job.View(), Config()).has_value());
+}
+
+}  // namespace
+}  // namespace trainguard

@@ -1,0 +1,101 @@
+#include "controller/hang_detector.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "controller/describe.h"
+
+namespace trainguard {
+
+using nlohmann::json;
+
+Nanos EffectiveHangTimeout(const JobView& view, const JobConfig& config) {
+  if (!config.hang_timeout_auto) return config.hang_timeout;
+  Nanos slowest = 0;
+  for (const NodeView* n : view.nodes) {
+    for (const auto& [rank, rv] : n->ranks) {
+      slowest = std::max<Nanos>(slowest, rv.status.max_step_ms() * kMillisecond);
+    }
+  }
+  if (slowest == 0) return config.startup_timeout;
+  return std::max(config.hang_timeout_floor, slowest * config.hang_timeout_multiple);
+}
+
+std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config) {
+  const Nanos timeout = EffectiveHangTimeout(view, config);
+  struct Stuck {
+    const NodeView* node;
+    const v1::RankStatus* status;
+    Nanos age;
+    std::tuple<bool, bool, Nanos> culprit_key;  // (stopped, quiet, age): the largest is the culprit
+  };
+  std::vector<Stuck> stuck;
+  bool any_quiet = false;
+  // A communication operation in flight for the timeout is a hang however
+  // busy its rank looks (NCCL's waiters spin).
+  bool op_stuck = false;
+  for (const NodeView* n : view.nodes) {
+    for (const auto& [rank, rv] : n->ranks) {
+      const v1::RankStatus& s = rv.status;
+      if (!s.running()) continue;
+      Nanos since_report = view.now_mono - rv.received_mono;
+      bool active_known = s.activity_sampled();
+      Nanos activity_age = s.activity_age_ms() * kMillisecond + since_report;
+      Nanos age;
+      bool quiet;
+      if (s.attached()) {
+        age = s.progress_age_ms() * kMillisecond + since_report;
+        Nanos limit = s.step_count() > 0 ? timeout : config.startup_timeout;
+        if (age <= limit) continue;
+        quiet = !active_known || activity_age > limit;
+      } else {
+        // No progress reports (not Python, or not instrumented): stalled when
+        // nothing at all moves.
+        if (!active_known || activity_age <= timeout) continue;
+        age = activity_age;
+        quiet = true;
+      }
+      any_quiet = any_quiet || quiet;
+      for (const auto& op : s.ops_in_flight()) {
+        op_stuck = op_stuck || op.age_ms() * kMillisecond + since_report > timeout;
+      }
+      stuck.push_back({n, &s, age, {s.proc_state() == "T" || s.proc_state() == "t", quiet, age}});
+    }
+  }
+  if (stuck.empty() || !(any_quiet || op_stuck)) return std::nullopt;
+  Finding f;
+  f.kind = "hang";
+  json evidence = json::array();
+  const Stuck* culprit = &stuck.front();
+  for (const Stuck& s : stuck) {
+    if (s.culprit_key > culprit->culprit_key) culprit = &s;
+    int rank = s.status->global_rank();
+    f.hung_ranks.push_back(rank);
+    json e = RankJson(*s.status);
+    e["node"] = s.node->node_id;
+    e["age_ms"] = s.age / kMillisecond;
+    evidence.push_back(e);
+    f.lines.push_back({rank, s.node->node_id,
+                       "trainguard: rank " + std::to_string(rank) + " made no progress for " +
+                           std::to_string(s.age / kSecond) + " s at step " +
+                           std::to_string(s.status->step()) + " (process state " +
+                           s.status->proc_state() + ", phase '" + s.status->phase() + "')"});
+  }
+  f.rank = culprit->status->global_rank();
+  f.node = culprit->node->node_id;
+  f.rank_step = culprit->status->step();
+  // The fault happened when the culprit last made progress.
+  f.fault_wall = view.now_wall - culprit->age;
+  f.capture_stacks_of = f.hung_ranks;
+  f.description = std::to_string(stuck.size()) +
+                  (any_quiet ? " rank(s) made no progress and used no CPU or I/O for longer than "
+                             : " rank(s) made no progress, waiting in communication for longer than ") +
+                  Seconds(timeout) + (config.hang_timeout_auto ? " (--hang-timeout auto)" : "") +
+                  "; first stuck: rank " +
+                  std::to_string(f.rank) + " on " + f.node + AtStep(f.rank_step);
+  f.detail_json = json{{"hung_ranks", evidence}}.dump();
+  return f;
+}
+
+}  // namespace trainguard

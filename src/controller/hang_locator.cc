@@ -1,0 +1,517 @@
+#include "controller/hang_locator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <tuple>
+
+namespace trainguard {
+namespace {
+
+using nlohmann::json;
+
+struct GroupInfo {
+  int id = -1;
+  std::string name;
+  std::vector<int> members;
+};
+
+std::vector<int> Members(const v1::CommGroup& g) {
+  if (g.members_size() > 0) return {g.members().begin(), g.members().end()};
+  std::vector<int> m;
+  for (int i = 0; i < g.size(); ++i) m.push_back(g.first() + i * g.stride());
+  return m;
+}
+
+bool NameSays(const std::string& name, std::initializer_list<const char*> words) {
+  std::string lower;
+  for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* w : words) {
+    std::string word = w;
+    // The word on its own or delimited: "tp", "tp_group", "pipeline", "mesh_dp".
+    for (std::size_t at = lower.find(word); at != std::string::npos; at = lower.find(word, at + 1)) {
+      bool left = at == 0 || !std::isalpha(static_cast<unsigned char>(lower[at - 1]));
+      bool right = at + word.size() >= lower.size() ||
+                   !std::isalpha(static_cast<unsigned char>(lower[at + word.size()])) ||
+                   word.size() > 3;
+      if (left && right) return true;
+    }
+  }
+  return false;
+}
+
+// "1, 3 and 7"; long lists name the first 16 and count the rest.
+std::string RankList(const std::vector<int>& ranks) {
+  constexpr std::size_t kNamed = 16;
+  std::string s;
+  std::size_t named = ranks.size() > kNamed ? kNamed : ranks.size();
+  for (std::size_t i = 0; i < named; ++i) {
+    if (i > 0) s += i + 1 == ranks.size() ? " and " : ", ";
+    s += std::to_string(ranks[i]);
+  }
+  if (ranks.size() > named) s += " and " + std::to_string(ranks.size() - named) + " more";
+  return s;
+}
+
+struct Family {
+  int size = 0;
+  int stride = 0;
+  std::vector<const GroupInfo*> groups;
+  std::string name;
+};
+
+}  // namespace
+
+std::string HangLocation::Name(int rank) const {
+  std::string s = "rank " + std::to_string(rank);
+  if (rank < 0 || rank >= static_cast<int>(ranks.size()) || layout.empty()) return s;
+  std::string coords;
+  for (const auto& d : layout) {
+    auto it = ranks[rank].coords.find(d.name);
+    if (it == ranks[rank].coords.end()) continue;
+    coords += (coords.empty() ? "" : " ") + d.name + std::to_string(it->second);
+  }
+  return coords.empty() ? s : s + " (" + coords + ")";
+}
+
+json HangLocation::ToJson() const {
+  json layout_json = json::array();
+  for (const auto& d : layout) layout_json.push_back({{"name", d.name}, {"size", d.size}, {"stride", d.stride}});
+  json ranks_json = json::array();
+  for (const auto& r : ranks) {
+    if (r.rank < 0) continue;
+    json j = {{"rank", r.rank},   {"node", r.node},       {"state", r.state},
+              {"coords", r.coords}, {"waits_for", r.waits_for},
+              {"waits_for_total", r.waits_for_total}, {"phase", r.phase},
+              {"step", r.step},   {"name", Name(r.rank)}};
+    if (r.state == "waiting" || !r.op.empty()) {
+      j["op"] = r.op;
+      j["group_id"] = r.group_id;
+      j["group"] = r.group;
+      j["seq"] = r.seq;
+      j["peer"] = r.peer;
+      j["age_ms"] = r.age_ms;
+    }
+    ranks_json.push_back(j);
+  }
+  return {{"world_size", world_size}, {"layout", layout_json}, {"roots", roots},
+          {"desynchronized", desynchronized}, {"explanation", explanation},
+          {"has_journal", has_journal}, {"ranks", ranks_json}};
+}
+
+HangLocation LocateHang(const JobView& view) {
+  HangLocation loc;
+  std::map<int, const v1::RankStatus*> status;
+  std::map<int, std::string> node_of;
+  for (const NodeView* n : view.nodes) {
+    for (const auto& [rank, rv] : n->ranks) {
+      status[rank] = &rv.status;
+      node_of[rank] = n->node_id;
+    }
+  }
+  if (status.empty()) return loc;
+  loc.world_size = status.rbegin()->first + 1;
+  loc.ranks.resize(loc.world_size);
+
+  // Groups (by id), what each rank issued on each, its point-to-point counters
+  // and every operation it reported, by (group, seq).
+  std::map<int, GroupInfo> groups;
+  std::map<std::pair<int, int>, std::int64_t> issued;             // (rank, group) -> count
+  std::map<std::pair<int, int>, std::pair<std::int64_t, std::int64_t>> p2p;  // (rank, peer) -> (sends, recvs)
+  std::map<std::tuple<int, int, std::int64_t>, const v1::CommOp*> op_at;     // (rank, group, seq)
+  std::set<std::pair<int, int>> p2p_pairs;
+  for (const auto& [rank, s] : status) {
+    for (const auto& g : s->groups()) {
+      GroupInfo& info = groups[g.id()];
+      info.id = g.id();
+      if (info.members.empty()) info.members = Members(g);
+      if (info.name.empty()) info.name = g.name();
+      issued[{rank, g.id()}] = g.issued();
+    }
+    for (const auto& p : s->peers()) {
+      p2p[{rank, p.peer()}] = {p.sends(), p.recvs()};
+      if (p.sends() + p.recvs() > 0) p2p_pairs.insert({std::min(rank, p.peer()), std::max(rank, p.peer())});
+    }
+    for (const auto* list : {&s->recent_ops(), &s->ops_in_flight()}) {
+      for (const auto& op : *list) {
+        if (op.peer() < 0) op_at[{rank, op.group_id(), op.seq()}] = &op;
+      }
+    }
+    loc.has_journal = loc.has_journal || s->groups_size() > 0 || s->peers_size() > 0;
+  }
+
+  // Layout: families of equal-size groups with one stride that do not overlap.
+  std::map<std::pair<int, int>, Family> by_shape;
+  for (const auto& [id, g] : groups) {
+    int size = static_cast<int>(g.members.size());
+    if (size <= 1 || size >= loc.world_size) continue;
+    int stride = g.members[1] - g.members[0];
+    for (std::size_t i = 2; i < g.members.size(); ++i) {
+      if (g.members[i] - g.members[i - 1] != stride) stride = 0;
+    }
+    Family& f = by_shape[{size, stride}];
+    f.size = size;
+    f.stride = stride;
+    f.groups.push_back(&g);
+  }
+  std::vector<Family> families;
+  for (auto& [shape, f] : by_shape) {
+    std::set<int> seen;
+    bool overlap = false;
+    for (const GroupInfo* g : f.groups) {
+      for (int m : g->members) overlap = overlap || !seen.insert(m).second;
+    }
+    if (!overlap) families.push_back(f);
+  }
+  std::set<std::string> taken;
+  auto claim = [&](Family& f, const char* name) {
+    if (f.name.empty() && !taken.count(name)) {
+      f.name = name;
+      taken.insert(name);
+    }
+  };
+  for (Family& f : families) {  // names the framework gave
+    for (const GroupInfo* g : f.groups) {
+      if (NameSays(g->name, {"tp", "tensor"})) claim(f, "tp");
+      else if (NameSays(g->name, {"pp", "pipe", "pipeline"})) claim(f, "pp");
+      else if (NameSays(g->name, {"dp", "data"})) claim(f, "dp");
+      else if (NameSays(g->name, {"cp", "context"})) claim(f, "cp");
+      else if (NameSays(g->name, {"ep", "expert"})) claim(f, "ep");
+    }
+  }
+  for (Family& f : families) {  // the family that carries point-to-point traffic
+    std::map<int, std::size_t> group_of;  // rank -> its group in this family
+    for (std::size_t i = 0; i < f.groups.size(); ++i) {
+      for (int m : f.groups[i]->members) group_of[m] = i;
+    }
+    bool carries = false;
+    for (const auto& [a, b] : p2p_pairs) {
+      auto ga = group_of.find(a), gb = group_of.find(b);
+      carries = carries || (ga != group_of.end() && gb != group_of.end() && ga->second == gb->second);
+    }
+    if (carries) claim(f, "pp");
+  }
+  std::sort(families.begin(), families.end(), [](const Family& a, const Family& b) {
+    return std::make_pair(a.stride == 0 ? 1 << 30 : a.stride, a.size) <
+           std::make_pair(b.stride == 0 ? 1 << 30 : b.stride, b.size);
+  });
+  for (Family& f : families) claim(f, "tp");
+  for (Family& f : families) claim(f, "dp");
+  std::map<int, std::string> group_dim;  // group id -> its family's name
+  for (Family& f : families) {
+    if (f.name.empty()) f.name = "g" + std::to_string(f.size) + "x" + std::to_string(f.stride);
+    for (const GroupInfo* g : f.groups) {
+      group_dim[g->id] = f.name;
+      for (std::size_t i = 0; i < g->members.size(); ++i) {
+        int m = g->members[i];
+        if (m >= 0 && m < loc.world_size) loc.ranks[m].coords[f.name] = static_cast<int>(i);
+      }
+    }
+  }
+  auto dim_order = [](const std::string& n) {
+    static const std::vector<std::string> order = {"tp", "pp", "dp", "cp", "ep"};
+    auto it = std::find(order.begin(), order.end(), n);
+    return it == order.end() ? 100 : static_cast<int>(it - order.begin());
+  };
+  std::sort(families.begin(), families.end(), [&](const Family& a, const Family& b) {
+    return std::make_pair(dim_order(a.name), a.name) < std::make_pair(dim_order(b.name), b.name);
+  });
+  for (const Family& f : families) loc.layout.push_back({f.name, f.size, f.stride});
+  auto group_label = [&](int id) -> std::string {
+    auto d = group_dim.find(id);
+    if (d != group_dim.end()) return d->second;
+    auto g = groups.find(id);
+    if (g != groups.end() && static_cast<int>(g->second.members.size()) >= loc.world_size) return "world";
+    return "group " + std::to_string(id);
+  };
+
+  // What each rank is doing.
+  for (int r = 0; r < loc.world_size; ++r) {
+    RankWait& w = loc.ranks[r];
+    w.rank = r;
+    auto it = status.find(r);
+    if (it == status.end()) {
+      w.state = "unknown";
+      continue;
+    }
+    const v1::RankStatus& s = *it->second;
+    w.node = node_of[r];
+    w.phase = s.phase();
+    w.step = s.step();
+    const v1::CommOp* oldest = nullptr;
+    for (const auto& op : s.ops_in_flight()) {
+      if (oldest == nullptr || op.age_ms() > oldest->age_ms()) oldest = &op;
+    }
+    if (oldest != nullptr) {
+      w.op = oldest->op();
+      w.group_id = oldest->group_id();
+      w.group = oldest->peer() >= 0 ? "" : group_label(oldest->group_id());
+      w.seq = oldest->seq();
+      w.peer = oldest->peer();
+      w.age_ms = oldest->age_ms();
+    }
+    if (!s.running()) {
+      w.state = "exited";
+    } else if (s.proc_state() == "T" || s.proc_state() == "t") {
+      w.state = "stopped";
+    } else if (oldest != nullptr) {
+      w.state = "waiting";
+    } else if (s.groups_size() == 0 && s.peers_size() == 0) {
+      w.state = "unknown";
+    } else if (s.activity_sampled() && s.activity_age_ms() > 5000) {
+      w.state = "idle";
+    } else {
+      w.state = "computing";
+    }
+  }
+
+  // Wait-for edges. The members that block collective #k of group G are
+  // found once per (G, k), not once per waiting rank, and each blocking rank
+  // keeps a count and a sample of its waiters: O(ranks x groups per rank)
+  // however many ranks wait in the same collective.
+  auto cannot_proceed = [&](int m) {
+    const std::string& st = loc.ranks[m].state;
+    return st == "exited" || st == "stopped" || st == "unknown";
+  };
+  struct Waiters {
+    std::int64_t count = 0;
+    std::vector<int> sample;  // at most kWaiterSample, the first seen
+  };
+  constexpr std::size_t kWaiterSample = 8;
+  std::map<int, Waiters> waited_by;
+  constexpr std::size_t kListedWaitsFor = 64;  // per rank; waits_for_total has them all
+  auto add_waiter = [&](int m, int waiter, std::int64_t n) {
+    Waiters& ws = waited_by[m];
+    ws.count += n;
+    if (ws.sample.size() < kWaiterSample) ws.sample.push_back(waiter);
+  };
+  std::map<std::pair<int, std::int64_t>, std::vector<int>> blocking;  // (group, seq) -> members
+  std::map<std::pair<int, std::int64_t>, std::vector<int>> waiting_in;  // (group, seq) -> waiters
+  std::vector<int> stuck_inside;  // waiting on an operation every peer entered
+  for (RankWait& w : loc.ranks) {
+    if (w.state != "waiting") continue;  // a stopped rank waits for no one: it is stopped
+    if (w.peer >= 0) {
+      if (w.peer >= loc.world_size) continue;
+      auto counts = p2p.find({w.peer, w.rank});
+      std::int64_t done = counts == p2p.end() ? 0
+                          : w.op == "recv" ? counts->second.first    // the peer's sends to us
+                                           : counts->second.second;  // the peer's receives from us
+      if (done < w.seq || cannot_proceed(w.peer)) {
+        w.waits_for.push_back(w.peer);
+        w.waits_for_total = 1;
+        add_waiter(w.peer, w.rank, 1);
+      } else {
+        stuck_inside.push_back(w.rank);
+      }
+      continue;
+    }
+    auto g = groups.find(w.group_id);
+    if (g == groups.end()) continue;
+    std::pair<int, std::int64_t> key{w.group_id, w.seq};
+    auto found = blocking.find(key);
+    if (found == blocking.end()) {
+      std::vector<int> members;
+      for (int m : g->second.members) {
+        if (m < 0 || m >= loc.world_size) continue;
+        auto n = issued.find({m, w.group_id});
+        std::int64_t count = n == issued.end() ? 0 : n->second;
+        if (count < w.seq || cannot_proceed(m)) members.push_back(m);
+      }
+      found = blocking.emplace(key, std::move(members)).first;
+    }
+    for (int m : found->second) {
+      if (m == w.rank) continue;
+      ++w.waits_for_total;
+      if (w.waits_for.size() < kListedWaitsFor) w.waits_for.push_back(m);
+    }
+    if (w.waits_for_total == 0) {
+      stuck_inside.push_back(w.rank);
+    } else {
+      waiting_in[key].push_back(w.rank);
+    }
+  }
+  for (const auto& [key, waiters] : waiting_in) {
+    for (int m : blocking[key]) {
+      // A blocking member never issued #k (or cannot take part), so it is
+      // not among the ranks waiting in #k: all of them wait for it.
+      Waiters& ws = waited_by[m];
+      ws.count += static_cast<std::int64_t>(waiters.size());
+      for (std::size_t i = 0; i < waiters.size() && ws.sample.size() < kWaiterSample; ++i) {
+        ws.sample.push_back(waiters[i]);
+      }
+    }
+  }
+  for (const auto& [m, ws] : waited_by) {
+    if (loc.ranks[m].waits_for_total == 0) loc.roots.push_back(m);
+  }
+  bool cycle = loc.roots.empty() && !waited_by.empty();
+  if (cycle) {
+    for (const auto& [m, ws] : waited_by) loc.roots.push_back(m);
+  }
+  std::stable_sort(loc.roots.begin(), loc.roots.end(), [&](int a, int b) {
+    return waited_by[a].count > waited_by[b].count;
+  });
+
+  // Desynchronised collectives: members that issued #k of a group as another
+  // operation (or all_reduce/broadcast of another size) than most of them.
+  std::set<std::pair<int, std::int64_t>> checked;
+  std::set<std::pair<int, std::int64_t>> checked_desync;  // (group, seq) found desynchronised
+  for (const RankWait& w : loc.ranks) {
+    if (w.op.empty() || w.peer >= 0 || !checked.insert({w.group_id, w.seq}).second) continue;
+    auto g = groups.find(w.group_id);
+    if (g == groups.end()) continue;
+    std::map<std::string, std::vector<int>> by_op;
+    for (int m : g->second.members) {
+      auto op = op_at.find({m, w.group_id, w.seq});
+      if (op == op_at.end()) continue;
+      std::string key = op->second->op();
+      if (key == "all_reduce" || key == "broadcast") key += " of " + std::to_string(op->second->numel());
+      by_op[key].push_back(m);
+    }
+    if (by_op.size() < 2) continue;
+    checked_desync.insert({w.group_id, w.seq});
+    auto majority = std::max_element(by_op.begin(), by_op.end(), [](const auto& a, const auto& b) {
+      return a.second.size() < b.second.size();
+    });
+    bool tie = std::count_if(by_op.begin(), by_op.end(), [&](const auto& e) {
+                 return e.second.size() == majority->second.size();
+               }) > 1;
+    for (const auto& [key, ranks] : by_op) {
+      if (&key == &majority->first && !tie) continue;
+      for (int m : ranks) {
+        if (std::count(loc.desynchronized.begin(), loc.desynchronized.end(), m) == 0) {
+          loc.desynchronized.push_back(m);
+        }
+        loc.explanation_rank.push_back(m);
+        loc.explanation.push_back(
+            loc.Name(m) + " issued " + key + " as #" + std::to_string(w.seq) + " of its " +
+            group_label(w.group_id) + " group while " +
+            (tie ? "others" : RankList(majority->second)) + " issued " +
+            (tie ? "something else" : majority->first) + ": desynchronised collectives");
+      }
+    }
+  }
+  std::sort(loc.desynchronized.begin(), loc.desynchronized.end());
+  // A desynchronised rank is the root of the hang it causes.
+  for (int d : loc.desynchronized) {
+    if (std::count(loc.roots.begin(), loc.roots.end(), d) == 0) loc.roots.insert(loc.roots.begin(), d);
+  }
+  if (!loc.desynchronized.empty()) {
+    std::vector<int> first;
+    for (int r : loc.roots) {
+      if (std::count(loc.desynchronized.begin(), loc.desynchronized.end(), r)) first.push_back(r);
+    }
+    for (int r : loc.roots) {
+      if (!std::count(first.begin(), first.end(), r)) first.push_back(r);
+    }
+    loc.roots = first;
+  }
+
+  // The chain in words.
+  for (int root : loc.roots) {
+    const RankWait& x = loc.ranks[root];
+    std::vector<int> waiters = waited_by[root].sample;
+    std::int64_t waiter_count = waited_by[root].count;
+    std::sort(waiters.begin(), waiters.end());
+    if (waiters.empty()) continue;
+    // Say what the root never entered through its closest waiter: the one
+    // waiting in the smallest group (a pair for send/recv).
+    auto group_size = [&](const RankWait& w) {
+      if (w.peer >= 0) return std::size_t{2};
+      auto g = groups.find(w.group_id);
+      return g == groups.end() ? std::size_t{1} << 30 : g->second.members.size();
+    };
+    const RankWait* closest = &loc.ranks[waiters.front()];
+    for (int w : waiters) {
+      if (group_size(loc.ranks[w]) < group_size(*closest)) closest = &loc.ranks[w];
+    }
+    const RankWait& first = *closest;
+    std::string what;
+    if (x.state == "exited") {
+      what = " has exited";
+    } else if (x.state == "stopped") {
+      what = " is stopped (process state T)";
+    } else if (x.state == "unknown") {
+      what = " reports no journal";
+    } else if (first.peer >= 0) {
+      what = first.op == "recv" ? " never sent what rank " + std::to_string(first.rank) +
+                                      " waits to receive (#" + std::to_string(first.seq) + ")"
+                                : " never received what rank " + std::to_string(first.rank) +
+                                      " sends (#" + std::to_string(first.seq) + ")";
+    } else {
+      what = " never entered " + first.op + " #" + std::to_string(first.seq) + " of its " +
+             first.group + " group";
+    }
+    std::string doing;
+    if (x.state == "waiting") {
+      doing = "it waits itself in " + x.op + " #" + std::to_string(x.seq) +
+              (x.peer >= 0 ? " with rank " + std::to_string(x.peer) : " of " + x.group);
+    } else if (x.state == "computing" || x.state == "idle") {
+      doing = "it is " + x.state + (x.phase.empty() ? "" : " in phase '" + x.phase + "'") +
+              (x.step >= 0 ? " after step " + std::to_string(x.step) : "");
+    }
+    std::string waits;
+    for (std::size_t i = 0; i < waiters.size() && i < 8; ++i) {
+      const RankWait& w = loc.ranks[waiters[i]];
+      waits += (i == 0 ? "" : "; ") + std::to_string(w.rank) + " in " + w.op + " #" +
+               std::to_string(w.seq) +
+               (w.peer >= 0 ? " with rank " + std::to_string(w.peer) : " of " + w.group) +
+               " for " + std::to_string(w.age_ms / 1000) + " s";
+    }
+    if (waiter_count > static_cast<std::int64_t>(waiters.size())) {
+      waits += "; and " + std::to_string(waiter_count - static_cast<std::int64_t>(waiters.size())) + " more";
+    }
+    loc.explanation_rank.push_back(root);
+    loc.explanation.push_back(loc.Name(root) + what + (doing.empty() ? "" : " (" + doing + ")") +
+                              "; " + std::to_string(waiter_count) + " rank(s) wait for it: " +
+                              waits);
+  }
+  if (cycle) {
+    loc.explanation_rank.push_back(-1);
+    loc.explanation.push_back("the waiting ranks wait for each other (" + RankList(loc.roots) +
+                              "): a deadlock in the script's communication order");
+  }
+  // Ranks inside an operation every member entered, unless desynchronised
+  // members explain why it cannot finish.
+  std::vector<int> stuck;
+  for (int r : stuck_inside) {
+    if (!checked_desync.count({loc.ranks[r].group_id, loc.ranks[r].seq})) stuck.push_back(r);
+  }
+  stuck_inside = stuck;
+  if (!stuck_inside.empty()) {
+    const RankWait& w = loc.ranks[stuck_inside.front()];
+    loc.explanation_rank.push_back(-1);
+    loc.explanation.push_back("rank(s) " + RankList(stuck_inside) + " wait in " + w.op + " #" +
+                              std::to_string(w.seq) + " of " +
+                              (w.peer >= 0 ? "the pair with rank " + std::to_string(w.peer) : w.group) +
+                              ", which every member entered: the operation itself is stuck "
+                              "(the network, or a peer's device)");
+  }
+  return loc;
+}
+
+void AttachLocation(const HangLocation& loc, Finding* f) {
+  if (!loc.has_journal) return;
+  json detail = json::parse(f->detail_json, nullptr, false);
+  if (!detail.is_object()) detail = json::object();
+  detail["location"] = loc.ToJson();
+  f->detail_json = detail.dump();
+  f->roots = loc.roots;
+  if (!loc.roots.empty()) {
+    const RankWait& root = loc.ranks[loc.roots.front()];
+    f->rank = root.rank;
+    f->node = root.node;
+    f->rank_step = root.step;
+    // The journals name the culprit: they replace the detector's guess.
+    std::size_t guess = f->description.find("; first stuck:");
+    if (guess != std::string::npos) f->description.resize(guess);
+    f->description += "; " + loc.explanation.front();
+  }
+  for (std::size_t i = 0; i < loc.explanation.size(); ++i) {
+    int rank = loc.explanation_rank[i];
+    std::string node = rank >= 0 ? loc.ranks[rank].node : "";
+    f->lines.push_back({rank, node, "trainguard: " + loc.explanation[i]});
+  }
+}
+
+}  // namespace trainguard

@@ -1,0 +1,39 @@
+// Incident: the failure being recovered from, and every fact gathered about
+// it until the job restarts; what blame and the recovery policy read.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attribution/attribution.h"
+#include "common/clock.h"
+
+namespace trainguard {
+
+struct Incident {
+  int number = 0;
+  std::string kind;
+  std::string description;
+  Nanos fault_wall = 0;
+  Nanos detected_wall = 0;
+  Nanos detected_mono = 0;
+  Nanos stopped_wall = 0;
+  std::int64_t failure_step = -1;
+  std::int64_t checkpoint_step = -1;
+  std::int64_t generation = -1;
+  Nanos last_step_wall = 0;         // newest step of any rank before the fault
+  int first_rank = -1;              // the rank whose failure was seen first
+  std::string first_node;
+  std::int64_t first_rank_step = -1;
+  std::vector<int> hung_ranks;
+  std::vector<int> hang_roots;      // located from the journals: the ranks the others wait for
+  std::vector<LogLine> lines;       // what the attribution reads
+  std::map<int, std::pair<std::string, std::string>> stacks;  // rank -> (state, python)
+  std::map<int, std::int64_t> rank_steps;  // last step of each rank, as reported at the end
+  std::map<int, Nanos> exit_times;         // ranks that failed on their own: when
+};
+
+}  // namespace trainguard

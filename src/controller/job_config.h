@@ -1,0 +1,52 @@
+// JobConfig: the tunables of one job, shared by the controller, its detectors
+// and its recovery policy.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace trainguard {
+
+// Worst-case detection times that follow from these are in docs/detection.md.
+struct JobConfig {
+  std::string job_id;
+  int nnodes = 1;
+  int nproc_per_node = 1;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  // extra environment for every rank
+  // Restarts allowed after the first launch; the job fails on the failure after that.
+  int max_restarts = 3;
+  // Launch ranks with torchrun's environment only (no automatic instrumentation).
+  bool no_instrument = false;
+  // How often agents send a heartbeat.
+  Nanos heartbeat_interval = 1 * kSecond;
+  // A node is lost after this many heartbeat intervals without one.
+  int missed_heartbeats = 5;
+  // A rank whose step has not advanced for this long is hung.
+  Nanos hang_timeout = 300 * kSecond;
+  // --hang-timeout auto: the timeout is hang_timeout_multiple x the slowest
+  // step any rank has made, at least hang_timeout_floor; until a rank has
+  // made two steps, startup_timeout applies.
+  bool hang_timeout_auto = false;
+  int hang_timeout_multiple = 10;
+  Nanos hang_timeout_floor = 60 * kSecond;
+  // Allowance before a rank's first step (imports, data loading, rendezvous).
+  Nanos startup_timeout = 600 * kSecond;
+  // SIGTERM to SIGKILL when agents stop ranks.
+  Nanos stop_grace = 5 * kSecond;
+  // How long agents get to report their ranks stopped before they count as lost.
+  Nanos stop_timeout = 30 * kSecond;
+  // How long the job waits for all nodes to (re)join before it fails.
+  Nanos rendezvous_timeout = 300 * kSecond;
+  // Restart-storm guard: stop after this many incidents in a row in which
+  // the job made no step beyond the previous failure.
+  int no_progress_restarts = 3;
+  // Hardware incidents of a node count against it (evicting it on vague
+  // failures) for this long, unless an operator cleared it since.
+  Nanos suspicion_window = 7 * 24 * 3600 * kSecond;
+};
+
+}  // namespace trainguard

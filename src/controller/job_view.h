@@ -1,0 +1,36 @@
+// JobView: the read-only picture of a running job that detectors look at.
+// The controller owns the data; a view holds pointers into it for one tick.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "proto/protocol.h"
+
+namespace trainguard {
+
+// One rank of the current generation, as last reported by its agent.
+struct RankView {
+  v1::RankStatus status;
+  Nanos received_mono = 0;  // when the controller received `status`
+  bool exited_ok = false;
+};
+
+// One node that holds a slot (group rank) and is connected.
+struct NodeView {
+  std::string node_id;
+  int group_rank = -1;
+  Nanos last_heartbeat_mono = 0;
+  Nanos last_heartbeat_wall = 0;
+  std::map<int, RankView> ranks;  // by global rank
+};
+
+struct JobView {
+  std::vector<const NodeView*> nodes;  // connected nodes holding a slot
+  Nanos now_mono = 0;
+  Nanos now_wall = 0;
+};
+
+}  // namespace trainguard

@@ -1,0 +1,170 @@
+#include "controller/recovery_policy.h"
+
+#include <algorithm>
+
+#include "controller/describe.h"
+
+namespace trainguard {
+
+bool IsHardwareCategory(const std::string& c) {
+  return c == "gpu_hardware" || c == "network" || c == "node_failure" || c == "storage";
+}
+
+const char* DecisionName(Decision d) {
+  switch (d) {
+    case Decision::kStop: return "stop";
+    case Decision::kEvict: return "evict_node";
+    case Decision::kRestart: return "restart";
+  }
+  return "restart";
+}
+
+std::string Blame::CulpritText() const {
+  if (culprit_rank >= 0) return "rank " + std::to_string(culprit_rank) + " on " + culprit_node;
+  return culprit_node.empty() ? "unknown" : "node " + culprit_node;
+}
+
+namespace {
+
+// A Python stack (faulthandler) that waits inside a collective or autograd's
+// reduction, as opposed to one stuck in the user's own code.
+bool InCollective(const std::string& python_stack) {
+  for (const char* marker : {"torch/distributed/", "torch/autograd/", "torch/nn/parallel/",
+                             "in all_reduce", "in barrier", "in broadcast", "in all_gather",
+                             "in reduce_scatter", "in wait", "torch/_tensor.py"}) {
+    if (python_stack.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The first failure in time matters more than the loudest. If only a symptom
+// decided (peers that lost their connection) and the rank that died first
+// shows no such symptom itself, its own lines (and the nodes' kernel lines)
+// are what explains the incident.
+void PreferFirstInTime(const RuleSet& rules, const Incident& inc, Blame* b) {
+  Attribution& a = b->attribution;
+  if (a.role != "symptom" || inc.exit_times.empty()) return;
+  int earliest = std::min_element(inc.exit_times.begin(), inc.exit_times.end(),
+                                  [](const auto& x, const auto& y) { return x.second < y.second; })
+                     ->first;
+  for (const auto& e : a.evidence) {
+    if (e.rank == earliest && e.rule_id == a.rule_id) return;
+  }
+  std::vector<LogLine> own;
+  for (const auto& l : inc.lines) {
+    if (l.rank == earliest || l.rank < 0) own.push_back(l);
+  }
+  Attribution first = Attribute(rules, own);
+  if (first.culprit_ranks.empty() && first.culprit_nodes.empty()) first.culprit_ranks = {earliest};
+  first.evidence.insert(first.evidence.end(), a.evidence.begin(), a.evidence.end());
+  b->first_in_time = "rank " + std::to_string(earliest) + " failed first; the " + a.category +
+                     " errors of other ranks are symptoms of it";
+  a = first;
+}
+
+// A hang names the roots of the journals' wait-for graph; without journals,
+// the ranks that were not waiting: a stopped process first, else
+// ranks whose stack is outside any collective while others wait inside one;
+// the timeouts of the waiting ranks are symptoms.
+std::vector<int> HangCulprits(const Incident& inc, const Attribution& a) {
+  // The journals' wait-for graph, where the ranks kept one, says it best.
+  if (!inc.hang_roots.empty()) return inc.hang_roots;
+  std::vector<int> stopped, outside;
+  bool some_inside = false;
+  for (int r : inc.hung_ranks) {
+    auto it = inc.stacks.find(r);
+    if (it == inc.stacks.end()) continue;
+    if (it->second.first == "T" || it->second.first == "t") stopped.push_back(r);
+    if (it->second.second.empty()) continue;
+    if (InCollective(it->second.second)) {
+      some_inside = true;
+    } else {
+      outside.push_back(r);
+    }
+  }
+  if (!stopped.empty()) return stopped;
+  if (some_inside && !outside.empty()) return outside;
+  if (a.category == "comm_hang" || a.culprit_ranks.empty()) return {inc.first_rank};
+  return a.culprit_ranks;
+}
+
+}  // namespace
+
+Blame AssignBlame(const RuleSet* rules, const Incident& inc,
+                  const std::function<std::string(int)>& node_of_rank) {
+  Blame b;
+  if (rules != nullptr) {
+    b.attribution = Attribute(*rules, inc.lines);
+    PreferFirstInTime(*rules, inc, &b);
+  }
+  const Attribution& a = b.attribution;
+  b.culprit_ranks = a.culprit_ranks;
+  if (inc.kind == "hang") {
+    b.culprit_ranks = HangCulprits(inc, a);
+  } else if (b.culprit_ranks.empty() && a.culprit_nodes.empty() && inc.first_rank >= 0) {
+    b.culprit_ranks = {inc.first_rank};  // nothing better known than who failed first
+  }
+  b.culprit_nodes.insert(a.culprit_nodes.begin(), a.culprit_nodes.end());
+  for (int r : b.culprit_ranks) {
+    std::string n = node_of_rank(r);
+    if (!n.empty()) b.culprit_nodes.insert(n);
+  }
+  if (b.culprit_nodes.empty() && !inc.first_node.empty()) b.culprit_nodes.insert(inc.first_node);
+  b.culprit_rank = b.culprit_ranks.empty() ? -1 : b.culprit_ranks.front();
+  // The culprit rank's own node, not whichever node sorts first among those named.
+  if (b.culprit_rank >= 0) b.culprit_node = node_of_rank(b.culprit_rank);
+  if (b.culprit_node.empty() && !b.culprit_nodes.empty()) b.culprit_node = *b.culprit_nodes.begin();
+  // The step the culprit failed at: what makes a failure deterministic.
+  b.step = inc.first_rank_step >= 0 ? inc.first_rank_step : inc.failure_step;
+  auto own = inc.rank_steps.find(b.culprit_rank);
+  if (b.culprit_rank >= 0 && own != inc.rank_steps.end()) b.step = own->second;
+  return b;
+}
+
+Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc,
+                               const std::map<std::string, int>& earlier_hardware_incidents) {
+  const Attribution& a = b.attribution;
+  Verdict v;
+  bool suspect_history = false;
+  for (const auto& [node, count] : earlier_hardware_incidents) {
+    if (count <= 0) continue;
+    suspect_history = true;
+    v.history = "node " + node + " had " + std::to_string(count) + " hardware incident(s) in earlier jobs";
+  }
+  std::string signature = a.category + "|" + a.rule_id + "|" + std::to_string(b.culprit_rank) +
+                          "|" + std::to_string(b.step);
+  bool repeat = std::count(signatures_.begin(), signatures_.end(), signature) > 0;
+  signatures_.push_back(signature);
+  // Progress is judged from the second incident on: did the job get further
+  // than it ever got before failing?
+  bool progress = signatures_.size() == 1 || inc.failure_step > best_failure_step_;
+  best_failure_step_ = std::max(best_failure_step_, inc.failure_step);
+  no_progress_incidents_ = progress ? 0 : no_progress_incidents_ + 1;
+
+  std::string culprit = b.CulpritText();
+  if (a.action == "stop" && repeat) {
+    v.decision = Decision::kStop;
+    v.why = "the same " + a.category + " failure (" + a.rule_id + ") of " + culprit +
+            AtStep(b.step) +
+            " happened again after a restart: it is deterministic, so restarting cannot help; " +
+            a.description;
+  } else if (no_progress_incidents_ >= no_progress_restarts_) {
+    v.decision = Decision::kStop;
+    v.why = std::to_string(no_progress_incidents_) +
+            " failures in a row without getting past step " + std::to_string(best_failure_step_) +
+            ": stopping the restart loop; last: " + a.category + " (" + a.description + ")";
+  } else if (a.action == "evict_node" ||
+             (suspect_history && (IsHardwareCategory(a.category) || a.category == "other" ||
+                                  a.category == "comm_hang"))) {
+    v.decision = Decision::kEvict;
+    v.evict_nodes.assign(b.culprit_nodes.begin(), b.culprit_nodes.end());
+    v.why = a.category + " on " + culprit + ": evicting node(s) and restarting" +
+            (v.history.empty() ? "" : " (" + v.history + ")");
+  } else {
+    v.why = a.category + " on " + culprit + ": restarting" +
+            (a.action == "stop" ? " once to rule out a transient cause" : "");
+  }
+  return v;
+}
+
+}  // namespace trainguard

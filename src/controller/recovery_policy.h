@@ -1,0 +1,66 @@
+// Blame and recovery policy: who caused an incident, and whether the job
+// restarts, evicts nodes and restarts, or stops. Pure logic: the controller
+// gathers the facts (the Incident, the nodes' history) and records the result.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attribution/attribution.h"
+#include "controller/incident.h"
+
+namespace trainguard {
+
+// Categories that point at the machine rather than the software.
+bool IsHardwareCategory(const std::string& category);
+
+struct Blame {
+  Attribution attribution;
+  std::vector<int> culprit_ranks;
+  std::set<std::string> culprit_nodes;
+  int culprit_rank = -1;          // the first culprit rank, -1 if none
+  std::string culprit_node;       // the culprit rank's own node, else the first culprit node
+  std::int64_t step = -1;         // the step the culprit failed at
+  std::string first_in_time;      // why the first failure in time overrode the loudest symptom
+  // "rank 3 on node1" / "node node1" / "unknown"
+  std::string CulpritText() const;
+};
+
+// Attributes `inc` with `rules` (may be null: nothing is attributed) and names
+// its culprits. `node_of_rank` says which node ran a rank ("" if unknown).
+Blame AssignBlame(const RuleSet* rules, const Incident& inc,
+                  const std::function<std::string(int)>& node_of_rank);
+
+enum class Decision { kRestart, kEvict, kStop };
+const char* DecisionName(Decision d);
+
+struct Verdict {
+  Decision decision = Decision::kRestart;
+  std::string why;                       // one line
+  std::vector<std::string> evict_nodes;  // kEvict only
+  std::string history;                   // what earlier jobs said of the culprit nodes
+};
+
+// Remembers the incidents of one job: a deterministic failure seen twice, or
+// a run of incidents that never got further, stops the restart loop.
+class RecoveryPolicy {
+ public:
+  explicit RecoveryPolicy(int no_progress_restarts) : no_progress_restarts_(no_progress_restarts) {}
+
+  // `earlier_hardware_incidents`: for each culprit node, how many hardware
+  // incidents it had in earlier jobs.
+  Verdict Decide(const Blame& blame, const Incident& inc,
+                 const std::map<std::string, int>& earlier_hardware_incidents);
+
+ private:
+  const int no_progress_restarts_;
+  std::vector<std::string> signatures_;   // category|rule|rank|step of each incident
+  std::int64_t best_failure_step_ = -1;   // highest step any incident failed at
+  int no_progress_incidents_ = 0;
+};
+
+}  // namespace trainguard

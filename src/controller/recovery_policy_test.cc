@@ -1,0 +1,160 @@
+// Blame and the recovery policy on hand-made incidents.
+#include "controller/recovery_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace trainguard {
+namespace {
+
+std::string NodeOf(int rank) { return "node" + std::to_string(rank / 2); }
+
+Incident Hang(std::vector<int> hung, int first_rank) {
+  Incident inc;
+  inc.number = 1;
+  inc.kind = "hang";
+  inc.hung_ranks = std::move(hung);
+  inc.first_rank = first_rank;
+  inc.first_node = NodeOf(first_rank);
+  inc.failure_step = 10;
+  return inc;
+}
+
+TEST(BlameTest, AHangBlamesTheStoppedProcess) {
+  Incident inc = Hang({0, 1, 2, 3}, 0);
+  inc.stacks[0] = {"S", "File \"torch/distributed/distributed_c10d.py\", in all_reduce"};
+  inc.stacks[3] = {"T", ""};
+  Blame b = AssignBlame(nullptr, inc, NodeOf);
+  EXPECT_EQ(b.culprit_ranks, std::vector<int>{3});
+  EXPECT_EQ(b.culprit_node, "node1");
+  EXPECT_EQ(b.CulpritText(), "rank 3 on node1");
+}
+
+TEST(BlameTest, AHangBlamesTheRankOutsideAnyCollectiveWhileOthersWaitInOne) {
+  Incident inc = Hang({0, 1, 2}, 0);
+  inc.stacks[0] = {"S", "File \"torch/distributed/distributed_c10d.py\", in all_reduce"};
+  inc.stacks[1] = {"S", "File \"train.py\", line 40 in load_batch"};
+  inc.stacks[2] = {"S", "File \"torch/autograd/__init__.py\", in backward"};
+  Blame b = AssignBlame(nullptr, inc, NodeOf);
+  EXPECT_EQ(b.culprit_ranks, std::vector<int>{1});
+  EXPECT_EQ(b.culprit_nodes, (std::set<std::string>{"node0"}));
+}
+
+TEST(BlameTest, WithoutStacksTheHangDetectorsCulpritStands) {
+  Incident inc = Hang({0, 1, 2, 3}, 2);
+  Blame b = AssignBlame(nullptr, inc, NodeOf);
+  EXPECT_EQ(b.culprit_rank, 2);
+  EXPECT_EQ(b.culprit_node, "node1");
+}
+
+TEST(BlameTest, TheCulpritsOwnStepIsTheFailureStep) {
+  Incident inc;
+  inc.kind = "rank_failed";
+  inc.first_rank = 1;
+  inc.first_rank_step = 17;
+  inc.failure_step = 19;
+  EXPECT_EQ(AssignBlame(nullptr, inc, NodeOf).step, 17);
+  inc.rank_steps[1] = 18;
+  EXPECT_EQ(AssignBlame(nullptr, inc, NodeOf).step, 18);
+}
+
+TEST(BlameTest, TheFirstFailureInTimeOutweighsPeersSymptoms) {
+  auto rules = RuleSet::Load(TG_RULES_FILE);
+  ASSERT_TRUE(rules.ok()) << rules.status().ToString();
+  Incident inc;
+  inc.kind = "rank_failed";
+  inc.first_rank = 0;
+  inc.first_node = "node0";
+  // Rank 0 reports a lost peer; rank 3 died earlier, saying nothing the rules know.
+  inc.lines = {{0, "node0", "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] "
+                            "Connection closed by peer [10.0.0.2]:45678"},
+               {3, "node1", "epoch 3 batch 17"}};
+  inc.exit_times[0] = 20 * kSecond;
+  inc.exit_times[3] = 10 * kSecond;
+  Blame b = AssignBlame(&*rules, inc, NodeOf);
+  EXPECT_EQ(b.culprit_rank, 3) << b.attribution.category << " " << b.first_in_time;
+  EXPECT_NE(b.first_in_time.find("rank 3 failed first"), std::string::npos);
+}
+
+Blame Attributed(const std::string& category, const std::string& rule, const std::string& action,
+                 int rank, std::int64_t step) {
+  Blame b;
+  b.attribution.category = category;
+  b.attribution.rule_id = rule;
+  b.attribution.action = action;
+  b.culprit_ranks = {rank};
+  b.culprit_rank = rank;
+  b.culprit_node = NodeOf(rank);
+  b.culprit_nodes = {NodeOf(rank)};
+  b.step = step;
+  return b;
+}
+
+Incident FailedAt(std::int64_t step) {
+  Incident inc;
+  inc.kind = "rank_failed";
+  inc.failure_step = step;
+  return inc;
+}
+
+TEST(RecoveryPolicyTest, ADeterministicFailureIsRestartedOnceThenStopped) {
+  RecoveryPolicy policy(3);
+  Blame b = Attributed("user_code", "python_exception", "stop", 1, 12);
+  Verdict first = policy.Decide(b, FailedAt(12), {});
+  EXPECT_EQ(first.decision, Decision::kRestart);
+  EXPECT_NE(first.why.find("once to rule out a transient cause"), std::string::npos);
+  Verdict second = policy.Decide(b, FailedAt(12), {});
+  EXPECT_EQ(second.decision, Decision::kStop);
+  EXPECT_NE(second.why.find("deterministic"), std::string::npos);
+}
+
+TEST(RecoveryPolicyTest, TheSameFailureAtAnotherStepIsNotARepeat) {
+  RecoveryPolicy policy(3);
+  EXPECT_EQ(policy.Decide(Attributed("user_code", "x", "stop", 1, 12), FailedAt(12), {}).decision,
+            Decision::kRestart);
+  EXPECT_EQ(policy.Decide(Attributed("user_code", "x", "stop", 1, 30), FailedAt(30), {}).decision,
+            Decision::kRestart);
+}
+
+TEST(RecoveryPolicyTest, FailuresThatNeverGetFurtherStopTheRestartLoop) {
+  RecoveryPolicy policy(2);
+  EXPECT_EQ(policy.Decide(Attributed("other", "", "restart", 0, 50), FailedAt(50), {}).decision,
+            Decision::kRestart);
+  EXPECT_EQ(policy.Decide(Attributed("other", "", "restart", 1, 40), FailedAt(40), {}).decision,
+            Decision::kRestart);
+  Verdict v = policy.Decide(Attributed("other", "", "restart", 2, 45), FailedAt(45), {});
+  EXPECT_EQ(v.decision, Decision::kStop);
+  EXPECT_NE(v.why.find("2 failures in a row without getting past step 50"), std::string::npos);
+}
+
+TEST(RecoveryPolicyTest, ProgressResetsTheStormGuard) {
+  RecoveryPolicy policy(2);
+  for (std::int64_t step : {50, 40, 60, 55}) {
+    EXPECT_EQ(policy.Decide(Attributed("other", "", "restart", 0, step), FailedAt(step), {}).decision,
+              Decision::kRestart)
+        << step;
+  }
+}
+
+TEST(RecoveryPolicyTest, HardwareRulesEvictTheCulpritNodes) {
+  RecoveryPolicy policy(3);
+  Verdict v = policy.Decide(Attributed("gpu_hardware", "xid_79", "evict_node", 3, 5), FailedAt(5), {});
+  EXPECT_EQ(v.decision, Decision::kEvict);
+  EXPECT_EQ(v.evict_nodes, std::vector<std::string>{"node1"});
+}
+
+TEST(RecoveryPolicyTest, ANodeWithHardwareHistoryIsEvictedOnAnUnexplainedFailure) {
+  RecoveryPolicy policy(3);
+  Blame b = Attributed("other", "", "restart", 3, 5);
+  EXPECT_EQ(policy.Decide(b, FailedAt(5), {{"node1", 0}}).decision, Decision::kRestart);
+  RecoveryPolicy fresh(3);
+  Verdict v = fresh.Decide(b, FailedAt(5), {{"node1", 2}});
+  EXPECT_EQ(v.decision, Decision::kEvict);
+  EXPECT_NE(v.history.find("node node1 had 2 hardware incident(s)"), std::string::npos);
+  // A user-code failure is not the node's fault, whatever its history.
+  RecoveryPolicy user(3);
+  EXPECT_EQ(user.Decide(Attributed("user_code", "x", "stop", 3, 5), FailedAt(5), {{"node1", 2}}).decision,
+            Decision::kRestart);
+}
+
+}  // namespace
+}  // namespace trainguard

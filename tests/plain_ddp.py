@@ -1,0 +1,78 @@
+"""A DDP training script as users write it for torchrun: it does not import
+trainguard. It saves its own checkpoint (torch.save, rank 0, atomically)
+every --ckpt-every steps and resumes from it. For tests: --sleep-rank R
+--sleep-at-step S makes rank R stop making progress inside the training loop
+(in the first run of the job only); --out writes a checksum of the final
+parameters."""
+
+import argparse
+import hashlib
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+
+def batch(seed, step, rank):
+    g = torch.Generator().manual_seed(seed * 100003 + step * 101 + rank)
+    x = torch.randn(32, 16, generator=g)
+    return x, x.sum(dim=1, keepdim=True).sin()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--ckpt-every", type=int, default=5)
+    p.add_argument("--ckpt", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--step-delay", type=float, default=0.0)
+    p.add_argument("--sleep-rank", type=int, default=-1)
+    p.add_argument("--sleep-at-step", type=int, default=-1)
+    args = p.parse_args()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(
+        nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    start = 0
+    if os.path.exists(args.ckpt):
+        state = torch.load(args.ckpt)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"] + 1
+    # DDP lays its gradient buckets out anew after the first backward, and the
+    # layout sets the allreduce's summation order: one throw-away backward
+    # gives a resumed run the layout an uninterrupted one has (bit-identical).
+    model(batch(7, 0, rank)[0]).sum().backward()
+    opt.zero_grad()
+    first_run = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    for step in range(start, args.steps):
+        if first_run and rank == args.sleep_rank and step == args.sleep_at_step:
+            while True:
+                time.sleep(1)
+        x, y = batch(7, step, rank)
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if args.step_delay:
+            time.sleep(args.step_delay)
+        if rank == 0 and (step + 1) % args.ckpt_every == 0:
+            tmp = args.ckpt + ".tmp"
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
+            os.replace(tmp, args.ckpt)
+        dist.barrier() if (step + 1) % args.ckpt_every == 0 else None
+    if rank == 0:
+        h = hashlib.sha256()
+        for t in model.state_dict().values():
+            h.update(t.numpy().tobytes())
+        with open(args.out, "w") as f:
+            f.write(h.hexdigest())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
