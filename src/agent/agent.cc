@@ -16,7 +16,9 @@
 #include <sstream>
 #include <thread>
 
+#include "agent/error_file.h"
 #include "agent/journal_status.h"
+#include "agent/output_pump.h"
 #include "agent/process.h"
 #include "common/status_page.h"
 
@@ -29,95 +31,6 @@ namespace fs = std::filesystem;
 constexpr const char* kStacksReadyMarker = "trainguard-stacks-ready";
 
 namespace {
-
-std::mutex g_stdout_mu;  // one line at a time on the agent's stdout
-
-// Copies a rank's output to its log file and (prefixed) to stdout, keeping
-// the last lines for failure reports.
-class OutputPump {
- public:
-  OutputPump(int fd, const std::string& log_path, std::string prefix, bool echo, size_t tail)
-      : fd_(fd), prefix_(std::move(prefix)), echo_(echo), tail_max_(tail) {
-    log_ = std::fopen(log_path.c_str(), "ae");
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~OutputPump() { Finish(0); }
-
-  // Waits up to `wait` for the writer side to close, then stops reading.
-  void Finish(Nanos wait) {
-    if (!thread_.joinable()) return;
-    Nanos deadline = MonotonicNowNanos() + wait;
-    while (!eof_.load() && MonotonicNowNanos() < deadline) usleep(5000);
-    stop_ = true;
-    thread_.join();
-    close(fd_);
-    if (log_ != nullptr) std::fclose(log_);
-    log_ = nullptr;
-  }
-
-  // When the process closed its output (at its exit, as a rule); 0 if not yet.
-  Nanos eof_wall() const { return eof_ ? eof_wall_.load() : 0; }
-
-  std::vector<std::string> Tail() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::string> out(tail_.begin(), tail_.end());
-    if (!partial_.empty()) out.push_back(partial_);
-    return out;
-  }
-
- private:
-  void Loop() {
-    char buf[8192];
-    while (!stop_.load()) {
-      pollfd p{fd_, POLLIN, 0};
-      int r = poll(&p, 1, 50);
-      if (r <= 0) continue;
-      ssize_t n = read(fd_, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        eof_wall_ = WallNowNanos();
-        eof_ = true;
-        // Flush a last line without newline.
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!partial_.empty()) Line(partial_), partial_.clear();
-        return;
-      }
-      if (log_ != nullptr) {
-        std::fwrite(buf, 1, static_cast<size_t>(n), log_);
-        std::fflush(log_);
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      partial_.append(buf, static_cast<size_t>(n));
-      size_t pos;
-      while ((pos = partial_.find('\n')) != std::string::npos) {
-        Line(partial_.substr(0, pos));
-        partial_.erase(0, pos + 1);
-      }
-    }
-  }
-  void Line(const std::string& line) {  // mu_ held
-    tail_.push_back(line);
-    while (tail_.size() > tail_max_) tail_.pop_front();
-    if (echo_) {
-      std::lock_guard<std::mutex> lock(g_stdout_mu);
-      std::fprintf(stdout, "%s%s\n", prefix_.c_str(), line.c_str());
-      std::fflush(stdout);
-    }
-  }
-
-  int fd_;
-  std::FILE* log_ = nullptr;
-  std::string prefix_;
-  bool echo_;
-  size_t tail_max_;
-  std::mutex mu_;
-  std::deque<std::string> tail_;
-  std::string partial_;
-  std::atomic<bool> stop_{false};
-  std::atomic<bool> eof_{false};
-  std::atomic<Nanos> eof_wall_{0};
-  std::thread thread_;
-};
 
 off_t FileSize(const std::string& path) {
   struct stat st;
@@ -152,6 +65,7 @@ struct Agent::Rank {
   Nanos launch_mono = 0;
   MappedStatusPage page;
   std::string stacks_path;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
   std::unique_ptr<OutputPump> output;
   bool running = false;
   ExitInfo exit;
@@ -196,6 +110,7 @@ int Agent::Run() {
   std::error_code ec;
   fs::create_directories(config_.run_dir + "/logs", ec);
   fs::create_directories(config_.run_dir + "/stacks", ec);
+  fs::create_directories(config_.run_dir + "/errors", ec);
   if (ec) {
     std::lock_guard<std::mutex> lock(mu_);
     error_ = "cannot create run directory " + config_.run_dir + ": " + ec.message();
@@ -276,7 +191,6 @@ void Agent::StartRanks(const v1::Start& start) {
   base["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(start.max_restarts());
   base["TORCHELASTIC_RUN_ID"] = start.run_id();
   base["TORCHELASTIC_USE_AGENT_STORE"] = "False";
-  base.erase("TORCHELASTIC_ERROR_FILE");  // not inherited: no torchelastic agent reads it
   if (!base.count("NCCL_ASYNC_ERROR_HANDLING")) base["NCCL_ASYNC_ERROR_HANDLING"] = "1";  // as torchrun
   if (!base.count("OMP_NUM_THREADS") && start.nproc_per_node() > 1) base["OMP_NUM_THREADS"] = "1";
   const bool instrument = !start.no_instrument();
@@ -301,17 +215,22 @@ void Agent::StartRanks(const v1::Start& start) {
                       std::to_string(rank->global_rank);
     std::string page_path = config_.shm_dir + "/trainguard-" + tag;
     auto page = MappedStatusPage::Create(page_path);
-    std::string log_path = config_.run_dir + "/logs/rank" + std::to_string(rank->global_rank) +
-                           ".log";
-    rank->stacks_path = config_.run_dir + "/stacks/rank" + std::to_string(rank->global_rank) +
-                        ".gen" + std::to_string(generation_) + ".txt";
+    std::string rank_gen = "rank" + std::to_string(rank->global_rank) + ".gen" +
+                           std::to_string(generation_);
+    std::string log_base = config_.run_dir + "/logs/rank" + std::to_string(rank->global_rank);
+    rank->stacks_path = config_.run_dir + "/stacks/" + rank_gen + ".txt";
     std::ofstream(rank->stacks_path, std::ios::trunc).close();
-    {
-      std::ofstream log(log_path, std::ios::app);
+    // A fresh error file per generation: one left by an earlier attempt must
+    // never be read as this one's.
+    rank->error_file = config_.run_dir + "/errors/" + rank_gen + ".json";
+    unlink(rank->error_file.c_str());
+    for (const char* stream : {".stdout.log", ".stderr.log"}) {
+      std::ofstream log(log_base + stream, std::ios::app);
       log << "==== trainguard: generation " << generation_ << " of job " << start.run_id()
           << " ====\n";
     }
     std::map<std::string, std::string> env = base;
+    env["TORCHELASTIC_ERROR_FILE"] = rank->error_file;
     env["RANK"] = std::to_string(rank->global_rank);
     env["LOCAL_RANK"] = std::to_string(local);
     env["ROLE_RANK"] = std::to_string(rank->global_rank);
@@ -343,8 +262,8 @@ void Agent::StartRanks(const v1::Start& start) {
     rank->pid = proc->pid;
     rank->running = true;
     rank->output = std::make_unique<OutputPump>(
-        proc->output_fd, log_path, "[rank" + std::to_string(rank->global_rank) + "]: ",
-        config_.stream_output, static_cast<size_t>(config_.log_tail_lines));
+        proc->stdout_fd, proc->stderr_fd, log_base,
+        "[rank" + std::to_string(rank->global_rank) + "]: ", config_.stream_output, static_cast<size_t>(config_.log_tail_lines));
     *started.mutable_started()->add_ranks() = Describe(*rank);
     ranks_.push_back(std::move(rank));
   }
@@ -421,6 +340,7 @@ void Agent::ReapExited() {
     }
     e->set_exit_unix_ms(exit_wall / kMillisecond);
     if (exit->exit_code != 0 || exit->signal != 0) {
+      if (auto error = ReadErrorFile(rank->error_file)) *e->mutable_error() = *error;
       kernel_.Poll();
       for (const auto& line : kernel_.Recent(kKernelWindow, kKernelLines)) e->add_kernel_lines(line);
     }

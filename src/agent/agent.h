@@ -6,8 +6,9 @@
 // Threading: Run() is the control loop and the only thread that spawns,
 // signals and reaps ranks (see process.h on PDEATHSIG). OnCommand() and
 // OnLinkLost() may be called from any thread (the transport's); they queue
-// work for the control loop. One output thread per rank copies its output to
-// the rank's log file and, prefixed, to this process's stdout.
+// work for the control loop. One output thread per rank copies its stdout and
+// stderr to the rank's two log files and, prefixed, to this process's stdout
+// and stderr (OutputPump).
 #pragma once
 
 #include <condition_variable>
@@ -29,10 +30,10 @@ struct AgentConfig {
   std::string node_id;
   std::string hostname;
   std::string address = "127.0.0.1";  // MASTER_ADDR when this node holds group rank 0
-  std::string run_dir;                // logs/ and stacks/ go below it
+  std::string run_dir;                // logs/, stacks/ and errors/ go below it
   std::string shm_dir = "/dev/shm";   // status pages
   std::string python_dir;             // prepended to PYTHONPATH ("" = none)
-  bool stream_output = true;          // copy rank output to stdout with a "[rankN]: " prefix
+  bool stream_output = true;          // copy rank output to stdout/stderr with a "[rankN]: " prefix
   bool native_stacks = false;         // also capture gdb backtraces of hung ranks
   Nanos stack_timeout = 3 * kSecond;  // per rank, for the Python dump
   int log_tail_lines = 20;

@@ -122,9 +122,62 @@ TEST_F(AgentTest, RanksGetTheTorchrunEnvironmentAndExitsAreReported) {
     EXPECT_EQ(e.log_tail(0), "rank=" + std::to_string(2 + local) + " local=" +
                                  std::to_string(local) + " world=4 group=1 port=12345");
   }
-  std::ifstream log(dir_ + "/logs/rank2.log");
+  std::ifstream log(dir_ + "/logs/rank2.stdout.log");
   std::string all((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_NE(all.find("rank=2 local=0"), std::string::npos);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+TEST_F(AgentTest, StderrIsKeptApartFromStdoutAndBothReachTheTail) {
+  StartRanks({"/bin/sh", "-c", "echo to-out; echo to-err >&2; echo more-out; exit 1"}, 1);
+  auto exited = WaitKind(v1::AgentMessage::kRankExited);
+  ASSERT_TRUE(exited);
+  std::string out = ReadAll(dir_ + "/logs/rank1.stdout.log");
+  std::string err = ReadAll(dir_ + "/logs/rank1.stderr.log");
+  EXPECT_NE(out.find("to-out\nmore-out\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("to-err"), std::string::npos) << out;
+  EXPECT_NE(err.find("to-err\n"), std::string::npos) << err;
+  EXPECT_EQ(err.find("to-out"), std::string::npos) << err;
+  std::vector<std::string> tail(exited->rank_exited().log_tail().begin(),
+                                exited->rank_exited().log_tail().end());
+  for (const char* line : {"to-out", "to-err", "more-out"}) {
+    EXPECT_NE(std::find(tail.begin(), tail.end(), line), tail.end()) << line;
+  }
+}
+
+TEST_F(AgentTest, ARankGetsItsOwnErrorFileAndAFailureCarriesWhatItWrote) {
+  // What torch's @record writes, by a shell: the message, a traceback, a timestamp.
+  StartRanks({"/bin/sh", "-c",
+              "case \"$TORCHELASTIC_ERROR_FILE\" in */errors/rank$RANK.gen3.json) ;; *) exit 9;; esac; "
+              "printf '{\"message\": {\"message\": \"ValueError: rank %s says no\", \"extraInfo\": "
+              "{\"py_callstack\": \"Traceback (most recent call last):\\\\n  File x\\\\nValueError: "
+              "no\\\\n\", \"timestamp\": \"1700000000\"}}}' $RANK > \"$TORCHELASTIC_ERROR_FILE\"; exit 1"},
+             1, /*generation=*/3);
+  auto exited = WaitKind(v1::AgentMessage::kRankExited);
+  ASSERT_TRUE(exited);
+  EXPECT_EQ(exited->rank_exited().rank().exit_code(), 1);
+  ASSERT_TRUE(exited->rank_exited().has_error());
+  const v1::RankError& e = exited->rank_exited().error();
+  EXPECT_EQ(e.type(), "ValueError");
+  EXPECT_EQ(e.message(), "ValueError: rank 1 says no");
+  EXPECT_EQ(e.traceback(), "Traceback (most recent call last):\n  File x\nValueError: no\n");
+  EXPECT_EQ(e.timestamp_unix_s(), 1700000000);
+  EXPECT_EQ(e.path(), dir_ + "/errors/rank1.gen3.json");
+}
+
+TEST_F(AgentTest, AnErrorFileLeftByAnEarlierGenerationIsNotReadAsThisOnes) {
+  std::filesystem::create_directories(dir_ + "/errors");
+  std::ofstream(dir_ + "/errors/rank1.gen0.json")
+      << R"({"message": {"message": "OldError: from before", "extraInfo": {}}})";
+  StartRanks({"/bin/sh", "-c", "exit 5"}, 1, /*generation=*/0);
+  auto exited = WaitKind(v1::AgentMessage::kRankExited);
+  ASSERT_TRUE(exited);
+  EXPECT_EQ(exited->rank_exited().rank().exit_code(), 5);
+  EXPECT_FALSE(exited->rank_exited().has_error());
 }
 
 TEST_F(AgentTest, SignalDeathIsReported) {
@@ -283,8 +336,10 @@ TEST(ActivityTrackerTest, SamplesARealProcessGroupBusyOrAsleep) {
   SignalGroup(idle->pid, SIGKILL);
   while (!TryReap(busy->pid)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   while (!TryReap(idle->pid)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  close(busy->output_fd);
-  close(idle->output_fd);
+  close(busy->stdout_fd);
+  close(busy->stderr_fd);
+  close(idle->stdout_fd);
+  close(idle->stderr_fd);
 }
 
 }  // namespace

@@ -65,14 +65,23 @@ StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec) {
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
   const std::string& path = exe.value();
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + std::strerror(errno));
+  int out_pipe[2];
+  int err_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + std::strerror(errno));
+  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+    int err = errno;
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    return IoError(std::string("pipe: ") + std::strerror(err));
+  }
+  auto close_pipes = [&] {
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
+  };
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     int err = errno;
-    close(pipefd[0]);
-    close(pipefd[1]);
+    close_pipes();
     return IoError(std::string("fork: ") + std::strerror(err));
   }
   if (pid == 0) {
@@ -84,8 +93,8 @@ StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec) {
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
     signal(SIGPIPE, SIG_DFL);
-    dup2(pipefd[1], STDOUT_FILENO);
-    dup2(pipefd[1], STDERR_FILENO);
+    dup2(out_pipe[1], STDOUT_FILENO);
+    dup2(err_pipe[1], STDERR_FILENO);
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
     if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) _exit(127);
@@ -95,8 +104,9 @@ StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec) {
     _exit(127);
   }
   setpgid(pid, pid);  // also from the parent, so signals never race the child's setpgid
-  close(pipefd[1]);
-  return SpawnedProcess{pid, pipefd[0]};
+  close(out_pipe[1]);
+  close(err_pipe[1]);
+  return SpawnedProcess{pid, out_pipe[0], err_pipe[0]};
 }
 
 std::optional<ExitInfo> TryReap(pid_t pid) {

@@ -27,10 +27,12 @@ struct SpawnSpec {
 
 struct SpawnedProcess {
   pid_t pid = -1;       // also the process group id
-  int output_fd = -1;   // read end of the child's stdout+stderr pipe (O_CLOEXEC)
+  int stdout_fd = -1;   // read end of the child's stdout pipe (O_CLOEXEC)
+  int stderr_fd = -1;   // read end of the child's stderr pipe (O_CLOEXEC)
 };
 
-// Starts the child in a new process group with stdout and stderr going to a pipe.
+// Starts the child in a new process group with stdout and stderr going to
+// two pipes, kept apart.
 StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec);
 
 struct ExitInfo {

@@ -20,6 +20,7 @@
 #include "cli/local_launcher.h"
 #include "cli/hang_view.h"
 #include "cli/report.h"
+#include "cli/root_cause.h"
 #include "controller/job_controller.h"
 #include "store/event_store.h"
 #include "trainguard/checkpoint.h"
@@ -247,6 +248,11 @@ int Supervise(const JobOptions& o, const std::string& listen, bool local) {
   std::fprintf(stderr, "trainguard: %s\n", controller.summary().c_str());
   PrintDowntime(store->get(), job_id);
   if (!ok) {
+    if (auto events = store->get()->Events(job_id); events.ok()) {
+      for (const auto& line : RootCauseLines(*events)) {
+        std::fprintf(stderr, "trainguard: %s\n", line.c_str());
+      }
+    }
     std::fprintf(stderr, "trainguard: rank logs are in %s; events: trainguard events --store %s %s\n",
                  run_dir.c_str(), o.store.c_str(), job_id.c_str());
   }

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "agent/process.h"
 
@@ -66,25 +67,25 @@ void LocalLauncher::Launch(const std::string& node_id) {
     spec.argv.push_back(node_id.substr(4));
   }
   spec.env = CurrentEnvironment();
-  // The agent's output (its ranks' prefixed lines) goes to our stdout directly.
   auto proc = Spawn(spec);
   if (!proc.ok()) {
     std::fprintf(stderr, "trainguard: cannot start agent for %s: %s\n", node_id.c_str(),
                  proc.status().ToString().c_str());
     return;
   }
-  // Spawn gave the agent a pipe; forward it on a small thread so that output
-  // keeps its order per agent.
-  int fd = proc->output_fd;
-  std::thread([fd] {
-    char buf[8192];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0) {
-      if (fwrite(buf, 1, static_cast<size_t>(n), stdout) == 0) break;
-      fflush(stdout);
-    }
-    close(fd);
-  }).detach();
+  // Spawn gave the agent two pipes; forward each on a small thread so that
+  // output keeps its order per agent and stream.
+  for (auto [fd, to] : {std::pair{proc->stdout_fd, stdout}, std::pair{proc->stderr_fd, stderr}}) {
+    std::thread([fd, to] {
+      char buf[8192];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) {
+        if (fwrite(buf, 1, static_cast<size_t>(n), to) == 0) break;
+        fflush(to);
+      }
+      close(fd);
+    }).detach();
+  }
   agents_[node_id] = proc->pid;
 }
 

@@ -1,6 +1,8 @@
 #include "controller/describe.h"
 
 #include <cstdio>
+#include <set>
+#include <sstream>
 
 namespace trainguard {
 
@@ -25,6 +27,26 @@ nlohmann::json RankJson(const v1::RankStatus& r) {
           {"phase", r.phase()},        {"progress_age_ms", r.progress_age_ms()},
           {"activity_age_ms", r.activity_sampled() ? r.activity_age_ms() : -1},
           {"proc_state", r.proc_state()}, {"checkpoint_step", r.checkpoint_step()}};
+}
+
+nlohmann::json RankErrorJson(const v1::RankError& e) {
+  return {{"type", e.type()},
+          {"message", e.message()},
+          {"traceback", e.traceback()},
+          {"timestamp_unix_s", e.timestamp_unix_s()},
+          {"path", e.path()}};
+}
+
+std::vector<std::string> RankErrorLines(const v1::RankError& e,
+                                        const std::vector<std::string>& seen) {
+  std::vector<std::string> lines;
+  std::set<std::string> known(seen.begin(), seen.end());
+  std::istringstream traceback(e.traceback());
+  for (std::string line; std::getline(traceback, line);) {
+    if (!line.empty() && !known.count(line)) lines.push_back(line);
+  }
+  if (!e.message().empty() && !known.count(e.message())) lines.push_back(e.message());
+  return lines;
 }
 
 }  // namespace trainguard

@@ -334,10 +334,12 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   json d = RankJson(r);
   d["exit_code"] = r.exit_code();
   d["signal"] = r.term_signal();
-  d["log_tail"] = std::vector<std::string>(exited.log_tail().begin(), exited.log_tail().end());
+  std::vector<std::string> tail(exited.log_tail().begin(), exited.log_tail().end());
+  d["log_tail"] = tail;
   if (exited.kernel_lines_size() > 0) {
     d["kernel_lines"] = std::vector<std::string>(exited.kernel_lines().begin(), exited.kernel_lines().end());
   }
+  if (exited.has_error()) d["error_file"] = RankErrorJson(exited.error());
   bool current = exited.generation() == generation_ && state_ == JobState::kRunning;
   bool ok = r.exit_code() == 0 && r.term_signal() == 0;
   std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node->node_id + " " +
@@ -350,7 +352,12 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   if (!ok && exited.generation() == generation_ && incident_ && state_ == JobState::kStopping) {
     // A rank that died on its own while the job was being stopped: its last
     // words are evidence for the attribution (usually of a symptom).
-    for (const auto& line : exited.log_tail()) incident_->lines.push_back({r.global_rank(), node->node_id, line});
+    for (const auto& line : tail) incident_->lines.push_back({r.global_rank(), node->node_id, line});
+    if (exited.has_error()) {
+      for (const auto& line : RankErrorLines(exited.error(), tail)) {
+        incident_->lines.push_back({r.global_rank(), node->node_id, line});
+      }
+    }
     incident_->lines.push_back({r.global_rank(), node->node_id, "trainguard: " + what});
   }
   if (!current) return;
