@@ -76,8 +76,8 @@ def test_torchrun_command_lines_mean_what_they_mean_to_torchrun(args, nnodes, np
 
 
 @pytest.mark.parametrize("args,message", [
-    (["torchrun", "--nnodes=2", "--node_rank=1", "--rdzv_endpoint=10.9.9.9:29400", SCRIPT],
-     "one command on every host"),
+    (["torchrun", "--nnodes=2", "--node_rank=2", "--rdzv_endpoint=10.9.9.9:29400", SCRIPT],
+     "a node rank is less than the number of nodes"),
     (["torchrun", "--nproc_per_node=two", SCRIPT], "expected a number, auto, cpu or gpu"),
     (["torchrun", "--nnodes=3:2", SCRIPT], "MIN is larger than MAX"),
     (["torchrun", "--bogus", SCRIPT], "--bogus"),
@@ -88,6 +88,36 @@ def test_what_trainguard_cannot_do_is_an_error_that_names_it(args, message):
     out = dry_run(args)
     assert out.returncode == 2
     assert message in out.stderr, out.stderr
+
+
+# Multi-node lines (the same on every host but for --node_rank): the rendezvous
+# endpoint every host names, and this host's node rank.
+MULTI_HOST = [
+    (["torchrun", "--nnodes=2", "--nproc_per_node=8", "--node_rank=1", "--rdzv_id=456",
+      "--rdzv_backend=c10d", "--rdzv_endpoint=10.9.9.9:29603", SCRIPT, "50", "10"],
+     2, 8, "10.9.9.9:29603", 1),
+    (["torchrun", "--nproc-per-node=4", "--nnodes=4", "--node-rank=3", "--master-addr=10.1.2.3",
+      "--master-port=1234", SCRIPT],
+     4, 4, "10.1.2.3:1234", 3),
+    (["torchrun", "--nnodes=2", "--node_rank=0", "--master_addr=host-a", SCRIPT],
+     2, 1, "host-a:29500", 0),                         # torchrun's default master port
+    (["torchrun", "--nnodes=1:4", "--nproc_per_node=2", "--rdzv_endpoint=head-node", SCRIPT],
+     1, 2, "", -1),                                    # MIN of 1 node: this host alone
+    (["torchrun", "--nnodes=3", "--rdzv_endpoint=head-node", SCRIPT],
+     3, 1, "head-node:29400", -1),                     # torchrun's default rendezvous port
+]
+
+
+@pytest.mark.parametrize("args,nnodes,nproc,rendezvous,node_rank", MULTI_HOST)
+def test_multi_node_command_lines_name_the_rendezvous_and_the_node_rank(args, nnodes, nproc,
+                                                                        rendezvous, node_rank):
+    out = dry_run(args)
+    assert out.returncode == 0, out.stderr
+    job = json.loads(out.stdout)
+    assert (job["nnodes"], job["nproc_per_node"], job["world_size"]) == (nnodes, nproc, nnodes * nproc)
+    assert (job["rendezvous"], job["node_rank"]) == (rendezvous, node_rank)
+    if rendezvous:
+        assert "one host of %d" % nnodes in out.stderr
 
 
 def test_a_tutorial_style_script_runs_with_its_torchrun_line(tmp_path, no_leftovers):

@@ -99,6 +99,11 @@ std::string Agent::error() const {
   return error_;
 }
 
+int Agent::job_exit_status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return job_exit_status_;
+}
+
 std::vector<int> Agent::RankPids() const {
   std::lock_guard<std::mutex> lock(mu_);
   return pids_;
@@ -163,6 +168,8 @@ int Agent::Run() {
         StopRanks(m.stop().generation(), capture, m.stop().grace_ms() * kMillisecond, true);
       } else if (m.has_shutdown()) {
         StopRanks(generation_, {}, 0, false);
+        std::lock_guard<std::mutex> lock(mu_);
+        job_exit_status_ = m.shutdown().exit_status();
         return 0;
       }
     }

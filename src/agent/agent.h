@@ -63,6 +63,9 @@ class Agent {
   // are stopped and reaped before it returns.
   int Run();
   std::string error() const;
+  // After Run() returned 0: the job's exit status from the Shutdown (0 when
+  // it succeeded), what `trainguard run` on an agent-only host exits with.
+  int job_exit_status() const;
 
   // Test hooks.
   std::vector<int> RankPids() const;
@@ -91,6 +94,7 @@ class Agent {
   std::deque<Command> commands_;
   std::string error_;
   std::vector<int> pids_;
+  int job_exit_status_ = 0;
 
   // Control-loop state (Run() thread only).
   KernelLog kernel_;

@@ -19,6 +19,7 @@
 #include "agent/process.h"
 #include "cli/local_launcher.h"
 #include "cli/hang_view.h"
+#include "cli/host_address.h"
 #include "cli/report.h"
 #include "cli/root_cause.h"
 #include "controller/job_controller.h"
@@ -161,8 +162,22 @@ void PrintDowntime(EventStore* store, const std::string& job_id) {
   }
 }
 
-// Runs a controller until the job finishes; with `local`, also the agents.
-int Supervise(const JobOptions& o, const std::string& listen, bool local) {
+// An agent this process starts next to its controller.
+struct LocalNode {
+  std::string node_id;
+  int group_rank = -1;     // -1: from a "node<N>" id, else any
+  std::string address;     // what peers reach it at
+};
+
+// Supervise's answer when the endpoint it was to serve is served already
+// (another host of the job bound it first): nothing was recorded.
+constexpr int kEndpointTaken = -1;
+
+// Runs a controller on `listen` until the job finishes, and `local_nodes`'
+// agents next to it. With `endpoint_may_be_taken`, a listen address in use
+// returns kEndpointTaken before anything is written to the store.
+int Supervise(const JobOptions& o, const std::string& listen,
+              const std::vector<LocalNode>& local_nodes, bool endpoint_may_be_taken) {
   std::string error = ValidateJob(o);
   if (!error.empty()) {
     std::fprintf(stderr, "trainguard: error: %s\n", error.c_str());
@@ -190,6 +205,16 @@ int Supervise(const JobOptions& o, const std::string& listen, bool local) {
   std::unique_ptr<LocalLauncher> launcher;
   std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
 
+  // Listen first: a host that finds the endpoint taken joins as an agent and
+  // must leave no job behind. Agents that register before Start() are
+  // welcomed by it.
+  GrpcControllerServer server(&controller);
+  Status listening = server.Start(listen);
+  if (!listening.ok()) {
+    if (endpoint_may_be_taken) return kEndpointTaken;
+    std::fprintf(stderr, "trainguard: error: %s\n", listening.message().c_str());
+    return 2;
+  }
   Status started = controller.Start();
   if (!started.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", started.message().c_str());
@@ -200,13 +225,6 @@ int Supervise(const JobOptions& o, const std::string& listen, bool local) {
     interrupted_by = sig;
     controller.Cancel(std::string("interrupted by signal ") + strsignal(sig));
   });
-  GrpcControllerServer server(&controller);
-  Status listening = server.Start(listen);
-  if (!listening.ok()) {
-    std::fprintf(stderr, "trainguard: error: %s\n", listening.message().c_str());
-    controller.Cancel(listening.message());
-    return 2;
-  }
   std::atomic<bool> ticking{true};
   std::thread ticker([&] {
     while (ticking.load() && !controller.finished()) {
@@ -216,15 +234,20 @@ int Supervise(const JobOptions& o, const std::string& listen, bool local) {
   });
   std::fprintf(stderr, "trainguard: job %s: controller on port %d, %d node(s) x %d rank(s), store %s\n",
                job_id.c_str(), server.port(), o.nnodes, o.nproc_per_node, o.store.c_str());
-  if (local) {
+  if (!local_nodes.empty()) {
     std::vector<std::string> args = {"--controller", "127.0.0.1:" + std::to_string(server.port()),
-                                     "--address", "127.0.0.1", "--run-dir-base", run_dir,
-                                     "--connect-timeout", "30"};
+                                     "--run-dir-base", run_dir, "--connect-timeout", "30"};
     if (o.native_stacks) args.push_back("--native-stacks");
     launcher = std::make_unique<LocalLauncher>(SelfExe(), args);
     // The launcher is the controller's node provider from here on.
     controller.SetNodeProvider(launcher.get());
-    for (int i = 0; i < o.nnodes; ++i) launcher->StartNode("node" + std::to_string(i));
+    for (const LocalNode& node : local_nodes) {
+      std::vector<std::string> node_args = {"--address", node.address};
+      if (node.group_rank >= 0) {
+        node_args.insert(node_args.end(), {"--group-rank", std::to_string(node.group_rank)});
+      }
+      launcher->StartNode(node.node_id, node_args);
+    }
   }
   controller.WaitFinished(std::chrono::hours(24 * 365));
   ticking = false;
@@ -235,11 +258,11 @@ int Supervise(const JobOptions& o, const std::string& listen, bool local) {
     // Agents that were killed (lost nodes) could not remove their ranks'
     // status pages; every agent of this job is gone now.
     std::error_code ec;
-    for (int node = 0; node < o.nnodes; ++node) {
-      for (int local = 0; local < o.nproc_per_node; ++local) {
-        int rank = node * o.nproc_per_node + local;
-        fs::remove("/dev/shm/trainguard-" + job_id + "-node" + std::to_string(node) + "-r" +
-                       std::to_string(rank), ec);
+    std::string prefix = "trainguard-" + job_id + "-";
+    for (const LocalNode& node : local_nodes) {
+      for (const auto& entry : fs::directory_iterator("/dev/shm", ec)) {
+        std::string name = entry.path().filename().string();
+        if (name.rfind(prefix + node.node_id + "-r", 0) == 0) fs::remove(entry.path(), ec);
       }
     }
   }
@@ -287,6 +310,61 @@ std::string ValidateJob(const JobOptions& o) {
   return "";
 }
 
+namespace {
+
+// One host of a job that spans hosts: the same command on every host, as with
+// torchrun. The host that owns the rendezvous endpoint and binds it first
+// runs the controller and its own agent; every other host runs an agent.
+int RunOneHostOfSeveral(const JobOptions& o) {
+  std::string host;
+  int port = -1;
+  SplitHostPort(o.rendezvous, &host, &port);
+  if (host.empty() || port <= 0) {
+    std::fprintf(stderr, "trainguard: error: rendezvous endpoint '%s': expected HOST:PORT\n",
+                 o.rendezvous.c_str());
+    return 2;
+  }
+  std::string address = LocalAddressToward(host);
+  if (address.empty()) {
+    std::fprintf(stderr, "trainguard: error: rendezvous host '%s' does not resolve or has no route\n",
+                 host.c_str());
+    return 2;
+  }
+  // Hosts are named by their hostname. Behind a loopback endpoint every
+  // "host" is this machine, and they are told apart by their node rank.
+  bool loopback = address.rfind("127.", 0) == 0 || address == "::1";
+  std::string node_id = !o.node_id.empty() ? o.node_id
+                        : !loopback        ? Hostname()
+                        : o.node_rank >= 0 ? "node" + std::to_string(o.node_rank)
+                                           : "node-pid" + std::to_string(getpid());
+  bool v6 = host.find(':') != std::string::npos;
+  // The endpoint's host serves it, unless another process of the job got
+  // there first (several "hosts" on one machine); a race between two is
+  // settled by the listen itself (kEndpointTaken).
+  if (IsLocalAddress(host) && CanListenOnPort(port, v6)) {
+    std::string listen = std::string(v6 ? "[::]" : "0.0.0.0") + ":" + std::to_string(port);
+    int rc = Supervise(o, listen, {{node_id, o.node_rank, address}}, true);
+    if (rc != kEndpointTaken) return rc;
+    std::fprintf(stderr, "trainguard: %s is served already: joining that controller\n",
+                 o.rendezvous.c_str());
+  }
+  AgentOptions a;
+  a.controller = (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  a.node_id = node_id;
+  a.address = address;
+  a.group_rank = o.node_rank;
+  a.run_dir_base = !o.run_dir.empty() ? o.run_dir
+                   : "/tmp/trainguard/" + (o.job_id.empty() ? "rdzv-" + std::to_string(port) : o.job_id);
+  a.connect_timeout_s = o.rendezvous_timeout_s;
+  a.native_stacks = o.native_stacks;
+  a.exit_with_job = true;
+  std::fprintf(stderr, "trainguard: node %s (node rank %d, %s) joins the controller at %s\n",
+               node_id.c_str(), o.node_rank, address.c_str(), a.controller.c_str());
+  return RunAgent(a);
+}
+
+}  // namespace
+
 int RunJob(const JobOptions& options) {
   if (options.dry_run) {
     std::string error = ValidateJob(options);
@@ -302,18 +380,23 @@ int RunJob(const JobOptions& options) {
                       {"job_id", options.job_id},
                       {"run_dir", options.run_dir},
                       {"store", options.store},
-                      {"master_addr", "127.0.0.1"},
+                      {"master_addr", options.rendezvous.empty() ? json("127.0.0.1") : json(nullptr)},
+                      {"rendezvous", options.rendezvous},
+                      {"node_rank", options.node_rank},
                       {"env", env},
                       {"command", options.command}}
                      .dump()
               << "\n";
     return 0;
   }
-  return Supervise(options, "127.0.0.1:0", true);
+  if (!options.rendezvous.empty()) return RunOneHostOfSeveral(options);
+  std::vector<LocalNode> nodes;
+  for (int i = 0; i < options.nnodes; ++i) nodes.push_back({"node" + std::to_string(i), i, "127.0.0.1"});
+  return Supervise(options, "127.0.0.1:0", nodes, false);
 }
 
 int RunController(const ControllerOptions& options) {
-  return Supervise(options.job, options.listen, false);
+  return Supervise(options.job, options.listen, {}, false);
 }
 
 int RunAgent(const AgentOptions& o) {
@@ -327,7 +410,17 @@ int RunAgent(const AgentOptions& o) {
     return 2;
   }
   bool loopback = host == "127.0.0.1" || host == "localhost" || host == "[::1]";
-  config.address = !o.address.empty() ? o.address : (loopback ? "127.0.0.1" : Hostname());
+  std::string toward;
+  if (o.address.empty() && !loopback) {
+    std::string h;
+    int port = -1;
+    SplitHostPort(o.controller, &h, &port);
+    toward = LocalAddressToward(h);  // the address this host reaches the controller from
+  }
+  config.address = !o.address.empty() ? o.address
+                   : loopback          ? "127.0.0.1"
+                   : !toward.empty()   ? toward
+                                       : Hostname();
   config.run_dir = o.run_dir.empty() ? o.run_dir_base + "/" + config.node_id : o.run_dir;
   config.python_dir = PythonDir();
   config.native_stacks = o.native_stacks;
@@ -337,7 +430,9 @@ int RunAgent(const AgentOptions& o) {
 
   GrpcControllerLink link;
   Agent agent(config, RealClock::Get(), &link);
+  std::atomic<int> interrupted_by{0};
   SignalWatcher signals([&](int sig) {
+    interrupted_by = sig;
     agent.OnLinkLost(std::string("agent interrupted by signal ") + strsignal(sig));
   });
   Status connected = link.Connect(o.controller, static_cast<int>(o.connect_timeout_s * 1000));
@@ -348,11 +443,13 @@ int RunAgent(const AgentOptions& o) {
   }
   link.Attach(&agent);
   int rc = agent.Run();
-  if (rc != 0) {
+  if (rc != 0 && interrupted_by.load() == 0) {
     std::fprintf(stderr, "trainguard agent %s: error: %s\n", config.node_id.c_str(),
                  agent.error().c_str());
   }
   link.Close();
+  if (interrupted_by.load() != 0) return 128 + interrupted_by.load();
+  if (rc == 0 && o.exit_with_job) return agent.job_exit_status();
   return rc;
 }
 

@@ -32,6 +32,13 @@ struct JobOptions {
   std::vector<std::string> command;
   std::map<std::string, std::string> env;  // extra environment for every rank
   bool dry_run = false;     // print the resolved job as JSON and exit
+  // One host of several (torchrun's multi-node command line): the rendezvous
+  // HOST:PORT every host names. The host that owns it and binds it first runs
+  // the controller and an agent; the others join as agents. "" = every node
+  // of the job is an agent on this host.
+  std::string rendezvous;
+  int node_rank = -1;       // this host's preferred group rank, -1 = any
+  std::string node_id;      // this host's node id when the job spans hosts ("" = hostname)
 };
 
 struct ControllerOptions {
@@ -50,6 +57,7 @@ struct AgentOptions {
   bool native_stacks = false;
   bool quiet = false;
   unsigned protocol_version = 0;  // 0 = ours; tests set another to check refusal
+  bool exit_with_job = false;     // exit with the job's exit status, not 0, when it ends
 };
 
 struct EventsOptions {

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -23,15 +24,16 @@ LocalLauncher::LocalLauncher(std::string self_exe, std::vector<std::string> comm
 
 LocalLauncher::~LocalLauncher() { StopAll(0); }
 
-void LocalLauncher::StartNode(const std::string& node_id) {
+void LocalLauncher::StartNode(const std::string& node_id, std::vector<std::string> node_args) {
   std::lock_guard<std::mutex> lock(mu_);
+  node_args_[node_id] = std::move(node_args);
   requests_.push_back({node_id, false});
   cv_.notify_all();
 }
 
 void LocalLauncher::ReplaceNode(const std::string& node_id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return;
+  if (stopping_ || !node_args_.count(node_id)) return;
   requests_.push_back({node_id, true});
   cv_.notify_all();
 }
@@ -61,7 +63,11 @@ void LocalLauncher::Launch(const std::string& node_id) {
   for (const auto& a : common_args_) spec.argv.push_back(a);
   spec.argv.push_back("--node-id");
   spec.argv.push_back(node_id);
-  if (node_id.rfind("node", 0) == 0 && node_id.size() > 4 &&
+  const std::vector<std::string>& node_args = node_args_[node_id];
+  spec.argv.insert(spec.argv.end(), node_args.begin(), node_args.end());
+  bool has_group_rank =
+      std::find(node_args.begin(), node_args.end(), "--group-rank") != node_args.end();
+  if (!has_group_rank && node_id.rfind("node", 0) == 0 && node_id.size() > 4 &&
       node_id.find_first_not_of("0123456789", 4) == std::string::npos) {
     spec.argv.push_back("--group-rank");
     spec.argv.push_back(node_id.substr(4));

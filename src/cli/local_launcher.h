@@ -29,9 +29,12 @@ class LocalLauncher final : public NodeProvider {
   LocalLauncher(std::string self_exe, std::vector<std::string> common_args);
   ~LocalLauncher() override;
 
-  // Starts the agent of `node_id`; local node ids are "node<group rank>" and
-  // the agent asks for that group rank.
-  void StartNode(const std::string& node_id);
+  // Starts the agent of `node_id` with `node_args` after the common ones (and
+  // again with them whenever the node is replaced). Node ids "node<N>" ask
+  // for group rank N unless `node_args` name one.
+  void StartNode(const std::string& node_id, std::vector<std::string> node_args = {});
+  // Replaces a node this launcher started; other nodes (agents on other
+  // hosts) are not its to replace.
   void ReplaceNode(const std::string& node_id, const std::string& reason) override;
   // The agent's exit status when its process has exited (this host is up:
   // it is the one running the launcher): a fault of the agent, not the node.
@@ -55,6 +58,7 @@ class LocalLauncher final : public NodeProvider {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Request> requests_;
+  std::map<std::string, std::vector<std::string>> node_args_;  // every node started here
   std::map<std::string, pid_t> agents_;  // live agents by node id
   std::map<std::string, ExitInfo> exits_; // how each node's last agent ended, once reaped
   std::vector<pid_t> dying_;              // killed, not yet reaped

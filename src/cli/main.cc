@@ -75,7 +75,7 @@ void AddTorchrunOptions(CLI::App* cmd, trainguard::TorchrunOptions* t, trainguar
       ->capture_default_str();
   cmd->add_option("--nproc-per-node,--nproc_per_node", t->nproc_per_node,
                   "ranks per node: N, auto, cpu or gpu")->capture_default_str();
-  cmd->add_option("--node-rank,--node_rank", t->node_rank, "this host's node rank (torchrun)");
+  cmd->add_option("--node-rank,--node_rank", t->node_rank, "this host's node rank when the job spans hosts (torchrun)");
   cmd->add_flag("--standalone", t->standalone, "single host (what `run` does anyway)");
   cmd->add_option("--rdzv-backend,--rdzv_backend", t->rdzv_backend, "torchrun; the controller is the rendezvous");
   cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", t->rdzv_endpoint, "torchrun's rendezvous HOST:PORT");
@@ -95,6 +95,8 @@ void AddTorchrunOptions(CLI::App* cmd, trainguard::TorchrunOptions* t, trainguar
   cmd->add_option("--python", t->python,
                   "interpreter for scripts (default: $TRAINGUARD_PYTHON, else the one torchrun on "
                   "PATH uses, else python3)");
+  cmd->add_option("--node-id", o->node_id,
+                  "this host's node id when the job spans hosts (default: the hostname)");
   cmd->add_flag("--dry-run", o->dry_run, "print the job this command line means, as JSON, and exit");
 }
 

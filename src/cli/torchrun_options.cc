@@ -29,15 +29,6 @@ StatusOr<int> PositiveInt(const std::string& flag, const std::string& value) {
   return n;
 }
 
-bool IsLocalHost(const std::string& endpoint) {
-  std::string host = endpoint.substr(0, endpoint.rfind(':'));
-  if (host.empty()) return true;
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  return host == "localhost" || host == "127.0.0.1" || host == "::1" || host == "[::1]" ||
-         host == name;
-}
-
 // A script path (runs under Python) rather than a program.
 bool IsScript(const std::string& word) {
   if (word.size() > 3 && word.compare(word.size() - 3, 3, ".py") == 0) return true;
@@ -124,28 +115,38 @@ StatusOr<std::vector<std::string>> ResolveTorchrunOptions(const TorchrunOptions&
     if (!n.ok()) return InvalidArgument("--nproc-per-node " + np + ": expected a number, auto, cpu or gpu");
     o->nproc_per_node = *n;
   }
-  // Rendezvous: one host, or several.
-  bool remote = !t.rdzv_endpoint.empty() && !t.standalone && !IsLocalHost(t.rdzv_endpoint);
-  if (t.node_rank < 0) return InvalidArgument("--node-rank must not be negative");
-  if (t.node_rank > 0 || remote) {
-    return InvalidArgument(
-        "one command on every host (--node-rank " + std::to_string(t.node_rank) +
-        (t.rdzv_endpoint.empty() ? "" : ", --rdzv-endpoint " + t.rdzv_endpoint) +
-        ") is not supported yet: run `trainguard controller --nnodes N ... -- COMMAND` on one host "
-        "and `trainguard agent --controller HOST:PORT` on every host");
+  // One host, or one host of several: torchrun's multi-node command line names
+  // a rendezvous endpoint (c10d) or a master address and a node rank (static).
+  if (t.node_rank < -1) return InvalidArgument("--node-rank must not be negative");
+  if (t.node_rank >= o->nnodes) {
+    return InvalidArgument("--node-rank " + std::to_string(t.node_rank) + " with --nnodes " +
+                           t.nnodes + ": a node rank is less than the number of nodes");
+  }
+  bool several_hosts = o->nnodes > 1 && !t.standalone &&
+                       (!t.rdzv_endpoint.empty() || t.node_rank >= 0 || !t.master_addr.empty());
+  if (several_hosts) {
+    std::string endpoint = t.rdzv_endpoint;
+    if (endpoint.empty()) {  // the static rendezvous: MASTER_ADDR:MASTER_PORT, torchrun's defaults
+      endpoint = (t.master_addr.empty() ? "127.0.0.1" : t.master_addr) + ":" +
+                 std::to_string(t.master_port >= 0 ? t.master_port : 29500);
+    } else if (endpoint.find(':') == std::string::npos || endpoint.back() == ']') {
+      endpoint += ":29400";  // torchrun's default rendezvous port
+    }
+    o->rendezvous = endpoint;
+    o->node_rank = t.node_rank;
+    notes.push_back("one host of " + std::to_string(o->nnodes) + ": the host that owns " + endpoint +
+                    " runs the controller there; every host runs an agent" +
+                    (t.node_rank >= 0 ? " (this one asks for node rank " + std::to_string(t.node_rank) + ")" : ""));
   }
   if (!t.rdzv_backend.empty() && t.rdzv_backend != "c10d" && t.rdzv_backend != "static") {
     notes.push_back("--rdzv-backend " + t.rdzv_backend + ": trainguard's controller is the rendezvous");
   }
-  if (!t.rdzv_endpoint.empty() && o->nnodes > 1) {
-    notes.push_back("--rdzv-endpoint " + t.rdzv_endpoint + ": the " + std::to_string(o->nnodes) +
-                    " nodes are agents on this host, which rendezvous with trainguard's controller");
-  }
   if (!t.rdzv_conf.empty()) notes.push_back("--rdzv-conf is not used: trainguard's controller is the rendezvous");
   if (!t.rdzv_id.empty() && o->job_id.empty()) o->job_id = t.rdzv_id;  // TORCHELASTIC_RUN_ID
   if (!t.master_addr.empty() || t.master_port >= 0) {
-    notes.push_back("--master-addr/--master-port: trainguard sets MASTER_ADDR and MASTER_PORT itself, "
-                    "a free port for every restart");
+    notes.push_back(std::string("--master-addr/--master-port: trainguard sets MASTER_ADDR and MASTER_PORT "
+                    "itself, a free port for every restart") +
+                    (several_hosts && t.rdzv_endpoint.empty() ? "; the controller listens at the given address" : ""));
   }
   if (t.monitor_interval >= 0) {
     notes.push_back("--monitor-interval: trainguard's agents reap exits every 20 ms and report "

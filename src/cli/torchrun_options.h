@@ -16,7 +16,7 @@ namespace trainguard {
 struct TorchrunOptions {
   std::string nnodes = "1";          // N or MIN:MAX
   std::string nproc_per_node = "1";  // N, auto, cpu or gpu
-  int node_rank = 0;
+  int node_rank = -1;                // -1: not given
   bool standalone = false;
   std::string rdzv_backend;
   std::string rdzv_endpoint;

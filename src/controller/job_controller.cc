@@ -64,6 +64,9 @@ Status JobController::Start() {
        "job " + config_.job_id + ": " + std::to_string(config_.nnodes) + " node(s) x " +
            std::to_string(config_.nproc_per_node) + " rank(s): " + command,
        cfg.dump());
+  started_ = true;
+  for (const auto& [conn, reg] : early_registrations_) HandleRegister(conn, reg);
+  early_registrations_.clear();
   return Status::Ok();
 }
 
@@ -126,7 +129,11 @@ void JobController::OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> lin
 void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg) {
   std::lock_guard<std::mutex> lock(mu_);
   if (msg.has_register_()) {
-    HandleRegister(conn, msg.register_());
+    if (!started_) {
+      early_registrations_.emplace_back(conn, msg.register_());
+    } else {
+      HandleRegister(conn, msg.register_());
+    }
     return;
   }
   Node* node = NodeByConn(conn);
@@ -173,6 +180,12 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     return;
   }
   Node* node = NodeById(reg.node_id());
+  if (node != nullptr && node->conn != 0 && !node->address.empty() && node->address != reg.address()) {
+    // Not a restarted agent: another host that goes by the same name.
+    refuse("node id " + reg.node_id() + " is in use by the agent at " + node->address +
+           "; give every host its own node id (--node-id)");
+    return;
+  }
   if (node != nullptr && node->conn != 0) {
     // The same node registers again while we still hold a connection: the old
     // session is stale (the agent restarted); its ranks are gone.
@@ -760,6 +773,7 @@ void JobController::Finish(JobState final_state, const std::string& summary) {
   if (!s.ok()) ++store_errors_;
   v1::ControllerMessage msg;
   msg.mutable_shutdown()->set_reason(summary);
+  msg.mutable_shutdown()->set_exit_status(final_state == JobState::kSucceeded ? 0 : last_failure_status_);
   for (auto& n : nodes_) {
     if (n.conn != 0) n.link->Send(msg);
   }

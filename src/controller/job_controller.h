@@ -81,7 +81,8 @@ class JobController {
   // Replaces the node provider (null: none). Takes effect for the next loss.
   void SetNodeProvider(NodeProvider* provider);
 
-  // Records the job in the store. Call once before anything else.
+  // Records the job in the store. Call once. Agents that register before it
+  // (a listening server may accept them first) are welcomed by Start.
   Status Start();
 
   void OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> link);
@@ -167,6 +168,8 @@ class JobController {
   RecoveryPolicy policy_;
   std::string summary_;
   std::int64_t store_errors_ = 0;
+  bool started_ = false;
+  std::vector<std::pair<std::uint64_t, v1::Register>> early_registrations_;  // before Start
 };
 
 }  // namespace trainguard

@@ -161,6 +161,53 @@ TEST_F(JobControllerTest, RefusesAProtocolVersionMismatch) {
   EXPECT_EQ(EventsOf("agent_refused").size(), 1u);
 }
 
+TEST_F(JobControllerTest, AnotherHostWithTheSameNodeIdIsRefusedNotTakenForARestart) {
+  Make(2, 1);
+  auto reg = [&](int conn, const std::string& address) {
+    auto link = std::make_shared<FakeAgentLink>();
+    links_.push_back(link);
+    controller_->OnConnect(conn, link);
+    v1::AgentMessage m;
+    m.mutable_register_()->set_protocol_version(kProtocolVersion);
+    m.mutable_register_()->set_node_id("gpu-host");
+    m.mutable_register_()->set_address(address);
+    controller_->OnMessage(conn, m);
+    return link.get();
+  };
+  FakeAgentLink* first = reg(1, "10.0.0.1");
+  FakeAgentLink* twin = reg(2, "10.0.0.2");  // same hostname, another host
+  EXPECT_TRUE(first->Last(Kind::kWelcome)->welcome().error().empty());
+  EXPECT_FALSE(first->closed);
+  EXPECT_NE(twin->Last(Kind::kWelcome)->welcome().error().find("give every host its own node id"),
+            std::string::npos);
+  EXPECT_TRUE(twin->closed);
+  FakeAgentLink* restarted = reg(3, "10.0.0.1");  // the same host's agent, restarted
+  EXPECT_TRUE(restarted->Last(Kind::kWelcome)->welcome().error().empty());
+  EXPECT_TRUE(first->closed);
+}
+
+TEST_F(JobControllerTest, AgentsThatRegisterBeforeStartAreWelcomedByIt) {
+  config_.job_id = "early";
+  config_.nnodes = 1;
+  config_.nproc_per_node = 1;
+  config_.argv = {"true"};
+  controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, nullptr);
+  auto link = std::make_shared<FakeAgentLink>();
+  links_.push_back(link);
+  controller_->OnConnect(1, link);
+  v1::AgentMessage m;
+  m.mutable_register_()->set_protocol_version(kProtocolVersion);
+  m.mutable_register_()->set_node_id("n");
+  controller_->OnMessage(1, m);
+  EXPECT_EQ(link->Last(Kind::kWelcome), nullptr);
+  ASSERT_TRUE(controller_->Start().ok());
+  ASSERT_NE(link->Last(Kind::kWelcome), nullptr);
+  EXPECT_NE(link->Last(Kind::kStart), nullptr);
+  auto events = store_.Events("early");
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->front().kind, "job_created");  // the job exists before its first node
+}
+
 TEST_F(JobControllerTest, RefusesANodeBeyondTheJobSize) {
   Make(1, 1);
   Register(0);

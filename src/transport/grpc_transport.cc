@@ -121,6 +121,9 @@ GrpcControllerServer::~GrpcControllerServer() { Shutdown(1000); }
 
 Status GrpcControllerServer::Start(const std::string& address) {
   grpc::ServerBuilder builder;
+  // One controller per port: without this, gRPC sets SO_REUSEPORT and a
+  // second controller could share the port and take half of the agents.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
   builder.RegisterService(&impl_->service);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
@@ -166,6 +169,11 @@ Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // An agent may start before its controller: try again every second, not
+  // with gRPC's default backoff of up to two minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
   if (!impl_->channel->WaitForConnected(deadline)) {
