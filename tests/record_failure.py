@@ -2,7 +2,7 @@
 torch's @record, no trainguard import. Rank FAIL_RANK raises deep in its data
 loading at step FAIL_STEP; an exit handler then prints NOISE lines, as logging
 and tracking libraries do at shutdown, so the traceback is no longer among the
-rank's last lines of output."""
+rank's last lines of output (stdout and stderr together)."""
 
 import atexit
 import os
@@ -28,8 +28,9 @@ def load_shard(rank, step):
 
 
 def say_goodbye():
+    # On stderr, after the traceback in the same pipe: nothing can reorder them.
     for i in range(NOISE):
-        print("tracker: uploading run summary part %d/%d" % (i + 1, NOISE), flush=True)
+        print("tracker: uploading run summary part %d/%d" % (i + 1, NOISE), file=sys.stderr, flush=True)
 
 
 @record

@@ -52,6 +52,28 @@ def test_ctrl_c_exits_130_and_leaves_nothing_running(tmp_path, no_leftovers):
     assert p.returncode == 130, err[-2000:]
 
 
+def test_ctrl_c_on_a_host_waiting_for_its_controller_exits_130_at_once(tmp_path, no_leftovers):
+    # The endpoint's port is held by something that never answers as a
+    # controller, so this host joins as an agent and waits, as torchrun waits
+    # for its rendezvous; Ctrl-C must end the wait, not the rendezvous timeout.
+    import socket
+    import time
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        endpoint = "127.0.0.1:%d" % held.getsockname()[1]
+        p = run(tmp_path, "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", endpoint,
+                "--rendezvous-timeout", "60", "--store", str(tmp_path / "db"), "/bin/true")
+        waiting = ""
+        deadline = time.monotonic() + 30
+        while "joins the controller" not in waiting and time.monotonic() < deadline:
+            waiting += p.stderr.readline()
+        assert "joins the controller at " + endpoint in waiting, waiting
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    assert p.returncode == 130, waiting + err
+
+
 def test_the_default_store_is_per_user_not_in_the_current_directory(tmp_path, no_leftovers):
     home = tmp_path / "home"
     work = tmp_path / "work"

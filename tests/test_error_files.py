@@ -31,7 +31,8 @@ def test_the_error_file_names_the_exception_when_the_output_no_longer_does(tmp_p
     assert "in read_shard_header" in error["traceback"] and "in load_shard" in error["traceback"]
     assert error["path"].endswith("errors/rank1.gen0.json")
     assert "corrupt header" in failure[0]["message"] and "error file" in failure[0]["message"]
-    # The rank's last 20 lines are the exit handler's noise only...
+    # The rank's last 20 lines are the exit handler's noise only (on stderr,
+    # after the traceback)...
     assert not any("ValueError" in line for line in failure[0]["detail"]["log_tail"])
     # ...yet the attribution found the exception, from the error file.
     attribution = [e for e in events(store, "rec") if e["kind"] == "attribution"][0]["detail"]
@@ -48,9 +49,10 @@ def test_the_error_file_names_the_exception_when_the_output_no_longer_does(tmp_p
     logs = run_dir / "node0" / "logs"
     out = (logs / "rank1.stdout.log").read_text()
     err = (logs / "rank1.stderr.log").read_text()
-    assert "rank 1 of 2 starting" in out and "uploading run summary part 40/40" in out
-    assert "Traceback" not in out and "a warning on stderr" not in out
+    assert "rank 1 of 2 starting" in out
+    assert "Traceback" not in out and "a warning on stderr" not in out and "uploading" not in out
     assert "Traceback (most recent call last)" in err and "rank 1: a warning on stderr" in err
+    assert err.index("Traceback") < err.index("uploading run summary part 40/40")
     assert "[rank1]: rank 1 of 2 starting" in done.stdout
     assert "[rank1]: rank 1: a warning on stderr" in done.stderr
     assert "[rank1]: Traceback (most recent call last):" in done.stderr

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <set>
 #include <thread>
 
 #include "agent/error_file.h"
@@ -67,6 +68,7 @@ struct Agent::Rank {
   std::string stacks_path;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE
   std::unique_ptr<OutputPump> output;
+  std::set<int> pids;      // the rank and every process seen in its group
   bool running = false;
   ExitInfo exit;
   ActivityTracker activity{0};
@@ -74,7 +76,8 @@ struct Agent::Rank {
 
 // Kernel messages older than this are not sent with a failure.
 constexpr Nanos kKernelWindow = 10 * 60 * kSecond;
-constexpr size_t kKernelLines = 50;
+constexpr size_t kKernelLines = 50;       // sent with a failure
+constexpr size_t kKernelLinesRead = 500;  // looked through for them
 
 Agent::Agent(AgentConfig config, Clock* clock, ControllerLink* link)
     : config_(std::move(config)), clock_(clock), link_(link),
@@ -267,6 +270,7 @@ void Agent::StartRanks(const v1::Start& start) {
       continue;
     }
     rank->pid = proc->pid;
+    rank->pids.insert(proc->pid);
     rank->running = true;
     rank->output = std::make_unique<OutputPump>(
         proc->stdout_fd, proc->stderr_fd, log_base,
@@ -349,10 +353,23 @@ void Agent::ReapExited() {
     if (exit->exit_code != 0 || exit->signal != 0) {
       if (auto error = ReadErrorFile(rank->error_file)) *e->mutable_error() = *error;
       kernel_.Poll();
-      for (const auto& line : kernel_.Recent(kKernelWindow, kKernelLines)) e->add_kernel_lines(line);
+      for (const auto& line : KernelLines(RankProcesses())) e->add_kernel_lines(line);
     }
     Send(m);
   }
+}
+
+std::set<int> Agent::RankProcesses() const {
+  std::set<int> ours;
+  for (const auto& rank : ranks_) ours.insert(rank->pids.begin(), rank->pids.end());
+  return ours;
+}
+
+std::vector<std::string> Agent::KernelLines(const std::set<int>& ours) const {
+  std::vector<std::string> lines =
+      WithoutOthersOomReports(kernel_.Recent(kKernelWindow, kKernelLinesRead), ours);
+  if (lines.size() > kKernelLines) lines.erase(lines.begin(), lines.end() - kKernelLines);
+  return lines;
 }
 
 void Agent::SendHeartbeat() {
@@ -366,7 +383,10 @@ void Agent::SendHeartbeat() {
   std::map<pid_t, GroupActivity> activity = SampleGroupsActivity(groups);
   Nanos sampled = clock_->MonotonicNanos();
   for (const auto& rank : ranks_) {
-    if (rank->running) rank->activity.Update(activity[rank->pid], sampled);
+    if (rank->running) {
+      rank->activity.Update(activity[rank->pid], sampled);
+      rank->pids.insert(activity[rank->pid].pids.begin(), activity[rank->pid].pids.end());
+    }
     *hb->add_ranks() = Describe(*rank);
   }
   double load1 = 0;
@@ -490,6 +510,8 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
     }
     if (rank->page.get() != nullptr) unlink(rank->page.path().c_str());
   }
+  std::set<int> ours;
+  for (const auto& rank : ranks_) ours.insert(rank->pids.begin(), rank->pids.end());
   ranks_.clear();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -497,7 +519,7 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
   }
   if (report) {
     kernel_.Poll();
-    for (const auto& line : kernel_.Recent(kKernelWindow, kKernelLines)) stopped->add_kernel_lines(line);
+    for (const auto& line : KernelLines(ours)) stopped->add_kernel_lines(line);
     stopped->set_free_port(FindFreePort());
     stopped->set_stopped_unix_ms(clock_->WallNanos() / kMillisecond);
     Send(reply);

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,11 @@ class Agent {
   void ReapExited();
   void SendHeartbeat();
   v1::RankStatus Describe(const Rank& rank) const;
+  // Every process of this generation's ranks seen so far.
+  std::set<int> RankProcesses() const;
+  // The node's recent kernel lines, without OOM-killer reports about
+  // processes outside `ours`, at most kKernelLines.
+  std::vector<std::string> KernelLines(const std::set<int>& ours) const;
   void Send(const v1::AgentMessage& msg);
 
   const AgentConfig config_;

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
+#include <regex>
 
 namespace trainguard {
 
@@ -49,6 +51,50 @@ std::vector<std::string> KernelLog::Recent(Nanos window, size_t max) const {
     if (when >= since) out.push_back(line);
   }
   if (out.size() > max) out.erase(out.begin(), out.end() - static_cast<long>(max));
+  return out;
+}
+
+namespace {
+
+// The process an OOM-killer line names as killed or reaped, if any.
+std::optional<int> OomVictim(const std::string& line) {
+  static const std::regex victim(
+      R"((?:Kill(?:ed)? process|reaped process|oom-kill:.*[,:]pid=)\s*(\d+))");
+  std::smatch m;
+  if (!std::regex_search(line, m, victim)) return std::nullopt;
+  return std::atoi(m[1].str().c_str());
+}
+
+}  // namespace
+
+std::vector<std::string> WithoutOthersOomReports(const std::vector<std::string>& lines,
+                                                 const std::set<int>& ours) {
+  std::vector<std::string> out;
+  std::vector<std::string> report;  // an OOM report not yet closed by its victim
+  bool in_report = false;
+  for (const auto& line : lines) {
+    if (line.find("invoked oom-killer") != std::string::npos) {
+      out.insert(out.end(), report.begin(), report.end());  // an unclosed one stays
+      report = {line};
+      in_report = true;
+      continue;
+    }
+    std::optional<int> victim = OomVictim(line);
+    bool closes = line.find("Killed process") != std::string::npos ||
+                  line.find("Kill process") != std::string::npos;
+    if (in_report) {
+      report.push_back(line);
+      if (victim && closes) {
+        if (ours.count(*victim)) out.insert(out.end(), report.begin(), report.end());
+        report.clear();
+        in_report = false;
+      }
+      continue;
+    }
+    if (victim && !ours.count(*victim)) continue;
+    out.push_back(line);
+  }
+  out.insert(out.end(), report.begin(), report.end());
   return out;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <deque>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,13 @@ class KernelLog {
   std::string pending_;                                  // an incomplete record
   std::deque<std::pair<Nanos, std::string>> lines_;  // (arrival, message), capped
 };
+
+// The OOM killer's reports name the process they killed. Drops every report
+// (from "... invoked oom-killer" to "Killed process N") and every line that
+// names a killed or reaped process N whose N is not in `ours`: an OOM kill of
+// another job's process, or of this job's previous attempt, is no evidence
+// about this failure. Other lines pass as they are.
+std::vector<std::string> WithoutOthersOomReports(const std::vector<std::string>& lines,
+                                                 const std::set<int>& ours);
 
 }  // namespace trainguard

@@ -163,6 +163,7 @@ std::map<pid_t, GroupActivity> SampleGroupsActivity(const std::vector<pid_t>& pg
                                std::strtoull(f[12].c_str(), nullptr, 10);
     total.cpu += static_cast<Nanos>(ticks) * kSecond / ticks_per_second;
     ++total.processes;
+    total.pids.push_back(static_cast<pid_t>(std::atol(entry->d_name)));
     std::ifstream io(base + "/io");
     std::string key;
     unsigned long long value;

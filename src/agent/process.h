@@ -56,6 +56,7 @@ struct GroupActivity {
   Nanos cpu = 0;
   std::uint64_t io_bytes = 0;
   int processes = 0;
+  std::vector<pid_t> pids;  // the group's processes
 };
 // One pass over /proc for all the groups an agent watches.
 std::map<pid_t, GroupActivity> SampleGroupsActivity(const std::vector<pid_t>& pgids);

@@ -205,6 +205,13 @@ int Supervise(const JobOptions& o, const std::string& listen,
   std::unique_ptr<LocalLauncher> launcher;
   std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
 
+  // Before any thread exists (gRPC's included): the watcher blocks SIGINT and
+  // SIGTERM in every thread created after it, so they reach only the watcher.
+  std::atomic<int> interrupted_by{0};
+  SignalWatcher signals([&](int sig) {
+    interrupted_by = sig;
+    controller.Cancel(std::string("interrupted by signal ") + strsignal(sig));
+  });
   // Listen first: a host that finds the endpoint taken joins as an agent and
   // must leave no job behind. Agents that register before Start() are
   // welcomed by it.
@@ -220,11 +227,6 @@ int Supervise(const JobOptions& o, const std::string& listen,
     std::fprintf(stderr, "trainguard: error: %s\n", started.message().c_str());
     return 2;
   }
-  std::atomic<int> interrupted_by{0};
-  SignalWatcher signals([&](int sig) {
-    interrupted_by = sig;
-    controller.Cancel(std::string("interrupted by signal ") + strsignal(sig));
-  });
   std::atomic<bool> ticking{true};
   std::thread ticker([&] {
     while (ticking.load() && !controller.finished()) {
@@ -428,14 +430,19 @@ int RunAgent(const AgentOptions& o) {
   config.stream_output = !o.quiet;
   if (o.protocol_version != 0) config.protocol_version = o.protocol_version;
 
-  GrpcControllerLink link;
-  Agent agent(config, RealClock::Get(), &link);
+  // Before any thread exists (see Supervise).
   std::atomic<int> interrupted_by{0};
+  std::atomic<Agent*> running{nullptr};
   SignalWatcher signals([&](int sig) {
     interrupted_by = sig;
-    agent.OnLinkLost(std::string("agent interrupted by signal ") + strsignal(sig));
+    if (Agent* a = running.load()) a->OnLinkLost(std::string("agent interrupted by signal ") + strsignal(sig));
   });
-  Status connected = link.Connect(o.controller, static_cast<int>(o.connect_timeout_s * 1000));
+  GrpcControllerLink link;
+  Agent agent(config, RealClock::Get(), &link);
+  running = &agent;
+  Status connected = link.Connect(o.controller, static_cast<int>(o.connect_timeout_s * 1000),
+                                  [&] { return interrupted_by.load() != 0; });
+  if (interrupted_by.load() != 0) return 128 + interrupted_by.load();
   if (!connected.ok()) {
     std::fprintf(stderr, "trainguard agent %s: error: %s\n", config.node_id.c_str(),
                  connected.message().c_str());

@@ -101,8 +101,12 @@ Blame AssignBlame(const RuleSet* rules, const Incident& inc,
   b.culprit_ranks = a.culprit_ranks;
   if (inc.kind == "hang") {
     b.culprit_ranks = HangCulprits(inc, a);
-  } else if (b.culprit_ranks.empty() && a.culprit_nodes.empty() && inc.first_rank >= 0) {
-    b.culprit_ranks = {inc.first_rank};  // nothing better known than who failed first
+  } else if (b.culprit_ranks.empty() && inc.first_rank >= 0 &&
+             (a.culprit_nodes.empty() ||
+              std::count(a.culprit_nodes.begin(), a.culprit_nodes.end(), node_of_rank(inc.first_rank)))) {
+    // Nothing better known than who failed first; when the evidence names
+    // its node only (kernel lines: the OOM killer, an Xid), that rank too.
+    b.culprit_ranks = {inc.first_rank};
   }
   b.culprit_nodes.insert(a.culprit_nodes.begin(), a.culprit_nodes.end());
   for (int r : b.culprit_ranks) {

@@ -164,7 +164,8 @@ GrpcControllerLink::GrpcControllerLink() : impl_(std::make_unique<Impl>()) {}
 
 GrpcControllerLink::~GrpcControllerLink() { Close(); }
 
-Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms) {
+Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms,
+                                   const std::function<bool()>& cancelled) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -176,9 +177,14 @@ Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms) {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
-  if (!impl_->channel->WaitForConnected(deadline)) {
-    return Unavailable("cannot reach the controller at " + address + " within " +
-                       std::to_string(timeout_ms / 1000.0).substr(0, 4) + " s");
+  for (;;) {
+    auto slice = std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    if (impl_->channel->WaitForConnected(slice)) break;
+    if (cancelled && cancelled()) return Unavailable("stopped waiting for the controller at " + address + ": interrupted");
+    if (std::chrono::system_clock::now() >= deadline) {
+      return Unavailable("cannot reach the controller at " + address + " within " +
+                         std::to_string(timeout_ms / 1000.0).substr(0, 4) + " s");
+    }
   }
   impl_->stub = v1::Controller::NewStub(impl_->channel);
   impl_->stream = impl_->stub->Session(&impl_->ctx);

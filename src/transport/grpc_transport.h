@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,7 +38,9 @@ class GrpcControllerLink final : public ControllerLink {
   GrpcControllerLink();
   ~GrpcControllerLink() override;
   // Connects to `address` within `timeout_ms`; errors name the address.
-  Status Connect(const std::string& address, int timeout_ms);
+  // `cancelled`, if given, is asked every 200 ms and ends the wait when true.
+  Status Connect(const std::string& address, int timeout_ms,
+                 const std::function<bool()>& cancelled = nullptr);
   // Starts delivering messages to `agent` (OnCommand / OnLinkLost).
   void Attach(Agent* agent);
   bool Send(const v1::AgentMessage& msg) override;
