@@ -360,8 +360,6 @@ int RunOneHostOfSeveral(const JobOptions& o) {
   a.connect_timeout_s = o.rendezvous_timeout_s;
   a.native_stacks = o.native_stacks;
   a.exit_with_job = true;
-  std::fprintf(stderr, "trainguard: node %s (node rank %d, %s) joins the controller at %s\n",
-               node_id.c_str(), o.node_rank, address.c_str(), a.controller.c_str());
   return RunAgent(a);
 }
 
@@ -440,6 +438,12 @@ int RunAgent(const AgentOptions& o) {
   GrpcControllerLink link;
   Agent agent(config, RealClock::Get(), &link);
   running = &agent;
+  // Said once the watcher is up: from here on Ctrl-C ends the wait cleanly.
+  // (Agents that `run` starts next to its controller say nothing.)
+  if (!loopback || o.exit_with_job) std::fprintf(stderr, "trainguard: node %s (%s%s) joins the controller at %s\n",
+               config.node_id.c_str(), config.address.c_str(),
+               o.group_rank >= 0 ? (", node rank " + std::to_string(o.group_rank)).c_str() : "",
+               o.controller.c_str());
   Status connected = link.Connect(o.controller, static_cast<int>(o.connect_timeout_s * 1000),
                                   [&] { return interrupted_by.load() != 0; });
   if (interrupted_by.load() != 0) return 128 + interrupted_by.load();
