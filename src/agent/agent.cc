@@ -22,6 +22,7 @@
 #include "agent/output_pump.h"
 #include "agent/process.h"
 #include "common/status_page.h"
+#include "proto/sanitize.h"
 
 namespace trainguard {
 
@@ -81,7 +82,46 @@ constexpr size_t kKernelLinesRead = 500;  // looked through for them
 
 Agent::Agent(AgentConfig config, Clock* clock, ControllerLink* link)
     : config_(std::move(config)), clock_(clock), link_(link),
-      kernel_(config_.kernel_log.empty() ? "/nonexistent" : config_.kernel_log) {}
+      kernel_(config_.kernel_log.empty() ? "/nonexistent" : config_.kernel_log) {
+  if (config_.scan_rules != nullptr) {
+    auto scan = std::make_shared<RuleSet>(config_.scan_rules->ScanRules());
+    if (!scan->rules().empty()) scan_rules_ = scan;
+  }
+}
+
+void Agent::ScanLine(std::int64_t generation, int rank, const std::string& line) {
+  if (scan_rules_ == nullptr) return;
+  for (int i : scan_rules_->Match(line)) {
+    const Rule& rule = scan_rules_->rules()[i];
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!alerted_.emplace(generation, rank, rule.id).second) continue;
+    alerts_.push_back(Alert{generation, rank, &rule, line.substr(0, 2000), WallNowNanos()});
+    cv_.notify_all();
+  }
+}
+
+void Agent::PollKernel() {
+  for (const auto& line : kernel_.Poll()) ScanLine(generation_, -1, line);
+}
+
+void Agent::SendAlerts() {
+  std::vector<Alert> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(alerts_);
+  }
+  for (const Alert& a : batch) {
+    v1::AgentMessage m;
+    v1::LogAlert* alert = m.mutable_log_alert();
+    alert->set_generation(a.generation);
+    alert->set_global_rank(a.rank);
+    alert->set_rule_id(a.rule->id);
+    alert->set_severity(a.rule->scan);
+    alert->set_line(a.line);
+    alert->set_seen_unix_ms(a.wall / kMillisecond);
+    Send(m);
+  }
+}
 
 Agent::~Agent() { StopRanks(generation_, {}, 0, false); }
 
@@ -112,7 +152,13 @@ std::vector<int> Agent::RankPids() const {
   return pids_;
 }
 
-void Agent::Send(const v1::AgentMessage& msg) { link_->Send(msg); }
+void Agent::Send(const v1::AgentMessage& msg) {
+  // Rank output, kernel lines, error files and stacks are bytes; the wire
+  // wants UTF-8 (a bad string would end the session: "node lost").
+  v1::AgentMessage clean = msg;
+  SanitizeStrings(&clean);
+  link_->Send(clean);
+}
 
 int Agent::Run() {
   std::error_code ec;
@@ -140,7 +186,8 @@ int Agent::Run() {
     std::deque<Command> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return !commands_.empty(); });
+      cv_.wait_for(lock, std::chrono::milliseconds(20),
+                   [&] { return !commands_.empty() || !alerts_.empty(); });
       batch.swap(commands_);
     }
     for (auto& cmd : batch) {
@@ -176,7 +223,8 @@ int Agent::Run() {
         return 0;
       }
     }
-    kernel_.Poll();
+    PollKernel();
+    if (welcomed) SendAlerts();
     ReapExited();
     if (welcomed && clock_->MonotonicNanos() >= next_heartbeat_) {
       SendHeartbeat();
@@ -272,9 +320,16 @@ void Agent::StartRanks(const v1::Start& start) {
     rank->pid = proc->pid;
     rank->pids.insert(proc->pid);
     rank->running = true;
+    OutputPump::LineSink sink;
+    if (scan_rules_ != nullptr) {
+      sink = [this, generation = generation_, global = rank->global_rank](const std::string& line) {
+        ScanLine(generation, global, line);
+      };
+    }
     rank->output = std::make_unique<OutputPump>(
         proc->stdout_fd, proc->stderr_fd, log_base,
-        "[rank" + std::to_string(rank->global_rank) + "]: ", config_.stream_output, static_cast<size_t>(config_.log_tail_lines));
+        "[rank" + std::to_string(rank->global_rank) + "]: ", config_.stream_output,
+        static_cast<size_t>(config_.log_tail_lines), sink);
     *started.mutable_started()->add_ranks() = Describe(*rank);
     ranks_.push_back(std::move(rank));
   }
@@ -310,6 +365,7 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
     s.set_last_step_unix_ms(to_unix_ms(snap.last_step_mono_ns));
     s.set_checkpoint_step(snap.checkpoint_step);
     s.set_checkpoint_blocked_ms(snap.checkpoint_blocked_ns / kMillisecond);
+    s.set_checkpoint_blocked_us(snap.checkpoint_blocked_ns / 1000);
     s.set_max_step_ms(snap.max_step_ns / kMillisecond);
     s.set_phase(snap.phase);
     if (snap.phase_mono_ns > 0) s.set_phase_age_ms((now_mono - snap.phase_mono_ns) / kMillisecond);
@@ -352,7 +408,7 @@ void Agent::ReapExited() {
     e->set_exit_unix_ms(exit_wall / kMillisecond);
     if (exit->exit_code != 0 || exit->signal != 0) {
       if (auto error = ReadErrorFile(rank->error_file)) *e->mutable_error() = *error;
-      kernel_.Poll();
+      PollKernel();
       for (const auto& line : KernelLines(RankProcesses())) e->add_kernel_lines(line);
     }
     Send(m);
@@ -518,7 +574,7 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
     pids_.clear();
   }
   if (report) {
-    kernel_.Poll();
+    PollKernel();
     for (const auto& line : KernelLines(ours)) stopped->add_kernel_lines(line);
     stopped->set_free_port(FindFreePort());
     stopped->set_stopped_unix_ms(clock_->WallNanos() / kMillisecond);

@@ -18,10 +18,12 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
 #include "agent/kernel_log.h"
+#include "attribution/attribution.h"
 #include "common/clock.h"
 #include "proto/protocol.h"
 
@@ -41,6 +43,9 @@ struct AgentConfig {
   int preferred_group_rank = -1;      // -1: whichever slot the controller gives
   std::uint32_t protocol_version = kProtocolVersion;  // only tests change it
   std::string kernel_log = "/dev/kmsg";  // "" = do not read kernel messages
+  // Rules scanned on every output and kernel line as it arrives (their
+  // `scan` severity); null = no scanning.
+  std::shared_ptr<const RuleSet> scan_rules;
 };
 
 // How the agent sends to the controller. Send must not block for long;
@@ -78,6 +83,20 @@ class Agent {
     std::string link_lost;  // non-empty: the session ended
   };
 
+  struct Alert {
+    std::int64_t generation;
+    int rank;              // -1: kernel log
+    const Rule* rule;
+    std::string line;
+    Nanos wall;
+  };
+  // Matches `line` against the scan rules; a match is queued as an alert
+  // (once per generation, rank and rule). Any thread.
+  void ScanLine(std::int64_t generation, int rank, const std::string& line);
+  // Reads new kernel lines and scans them. Control loop only.
+  void PollKernel();
+  void SendAlerts();
+
   void StartRanks(const v1::Start& start);
   void StopRanks(std::int64_t generation, const std::vector<int>& capture,
                  Nanos grace, bool report);
@@ -95,12 +114,15 @@ class Agent {
   Clock* const clock_;
   ControllerLink* const link_;
 
-  mutable std::mutex mu_;  // guards commands_, error_, pids_
+  mutable std::mutex mu_;  // guards commands_, error_, pids_, alerts_, alerted_
   std::condition_variable cv_;
   std::deque<Command> commands_;
   std::string error_;
   std::vector<int> pids_;
   int job_exit_status_ = 0;
+  std::shared_ptr<const RuleSet> scan_rules_;  // ScanRules() of config_.scan_rules
+  std::vector<Alert> alerts_;
+  std::set<std::tuple<std::int64_t, int, std::string>> alerted_;  // (generation, rank, rule id)
 
   // Control-loop state (Run() thread only).
   KernelLog kernel_;

@@ -22,13 +22,14 @@ KernelLog::~KernelLog() {
   if (fd_ >= 0) close(fd_);
 }
 
-void KernelLog::Poll() {
-  if (fd_ < 0) return;
+std::vector<std::string> KernelLog::Poll() {
+  std::vector<std::string> fresh;
+  if (fd_ < 0) return fresh;
   char buf[8192];
   for (int i = 0; i < 1000; ++i) {
     ssize_t n = read(fd_, buf, sizeof(buf));
     if (n < 0 && errno == EPIPE) continue;  // records were overwritten; go on with the next
-    if (n <= 0) return;                     // EAGAIN (or end of a plain file): nothing new
+    if (n <= 0) return fresh;               // EAGAIN (or end of a plain file): nothing new
     // /dev/kmsg gives one record per read: "prio,seq,usec,flags;message" and
     // continuation lines starting with a space ("KEY=value"), which are skipped.
     pending_.append(buf, static_cast<size_t>(n));
@@ -39,9 +40,11 @@ void KernelLog::Poll() {
       auto semi = line.find(';');
       if (line.empty() || line[0] == ' ' || semi == std::string::npos) continue;
       lines_.emplace_back(MonotonicNowNanos(), line.substr(semi + 1));
+      fresh.push_back(lines_.back().second);
       if (lines_.size() > kKeep) lines_.pop_front();
     }
   }
+  return fresh;
 }
 
 std::vector<std::string> KernelLog::Recent(Nanos window, size_t max) const {

@@ -21,8 +21,8 @@ class KernelLog {
   KernelLog& operator=(const KernelLog&) = delete;
 
   bool available() const { return fd_ >= 0; }
-  // Reads what arrived since the last call (never blocks).
-  void Poll();
+  // Reads what arrived since the last call (never blocks); returns it.
+  std::vector<std::string> Poll();
   // Messages that arrived within `window` before now, oldest first, at most `max`.
   std::vector<std::string> Recent(Nanos window, size_t max) const;
 

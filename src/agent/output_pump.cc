@@ -12,8 +12,8 @@ std::mutex g_console_mu;  // one whole line at a time on the agent's stdout and 
 }  // namespace
 
 OutputPump::OutputPump(int stdout_fd, int stderr_fd, const std::string& log_base,
-                       std::string prefix, bool echo, size_t tail_lines)
-    : prefix_(std::move(prefix)), echo_(echo), tail_max_(tail_lines) {
+                       std::string prefix, bool echo, size_t tail_lines, LineSink sink)
+    : prefix_(std::move(prefix)), echo_(echo), tail_max_(tail_lines), sink_(std::move(sink)) {
   streams_[0].fd = stdout_fd;
   streams_[0].log = std::fopen((log_base + ".stdout.log").c_str(), "ae");
   streams_[0].console = stdout;
@@ -97,6 +97,7 @@ void OutputPump::Drain(Stream& s, const char* data, size_t n) {
 }
 
 void OutputPump::Line(Stream& s, const std::string& line) {
+  if (sink_) sink_(line);
   tail_.push_back(line);
   while (tail_.size() > tail_max_) tail_.pop_front();
   if (echo_) {

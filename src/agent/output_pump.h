@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -17,10 +18,13 @@ namespace trainguard {
 
 class OutputPump {
  public:
+  // Called with every whole line, on the pump's thread.
+  using LineSink = std::function<void(const std::string& line)>;
+
   // Takes ownership of both descriptors. `log_base` + ".stdout.log" and
   // ".stderr.log" are appended to.
   OutputPump(int stdout_fd, int stderr_fd, const std::string& log_base, std::string prefix,
-             bool echo, size_t tail_lines);
+             bool echo, size_t tail_lines, LineSink sink = nullptr);
   ~OutputPump();
   OutputPump(const OutputPump&) = delete;
   OutputPump& operator=(const OutputPump&) = delete;
@@ -50,6 +54,7 @@ class OutputPump {
   std::string prefix_;
   bool echo_;
   size_t tail_max_;
+  LineSink sink_;
   std::mutex mu_;
   std::deque<std::string> tail_;
   std::atomic<bool> stop_{false};

@@ -1,6 +1,7 @@
 #include "attribution/attribution.h"
 
 #include <re2/re2.h>
+#include <re2/set.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -9,6 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+
+#include "common/utf8.h"
 
 namespace trainguard {
 
@@ -21,7 +24,51 @@ const std::vector<std::string>& AttributionCategories() {
   return kCategories;
 }
 
+// Every rule's pattern in one RE2::Set (case-insensitive ones carry "(?i)"),
+// so a line is scanned once whatever the number of rules.
+class RuleMatcher {
+ public:
+  explicit RuleMatcher(const std::vector<Rule>& rules)
+      : set_(SetOptions(), RE2::UNANCHORED), rules_(rules) {
+    for (const Rule& r : rules) {
+      std::string error;
+      set_.Add((r.case_sensitive ? "" : "(?i)") + r.pattern, &error);
+    }
+    compiled_ = set_.Compile();
+  }
+  std::vector<int> Match(const std::string& text) const {
+    std::vector<int> hits;
+    RE2::Set::ErrorInfo info;
+    if (compiled_ && set_.Match(text, &hits, &info)) {
+      std::sort(hits.begin(), hits.end());
+      return hits;
+    }
+    if (compiled_ && info.kind == RE2::Set::kNoError) return {};
+    // The set's DFA ran out of memory on this text: rule by rule.
+    hits.clear();
+    for (size_t i = 0; i < rules_.size(); ++i) {
+      if (RE2::PartialMatch(text, *rules_[i].regex)) hits.push_back(static_cast<int>(i));
+    }
+    return hits;
+  }
+
+ private:
+  static RE2::Options SetOptions() {
+    RE2::Options o;
+    o.set_log_errors(false);
+    o.set_max_mem(256 << 20);
+    return o;
+  }
+  RE2::Set set_;
+  std::vector<Rule> rules_;
+  bool compiled_ = false;
+};
+
 namespace {
+
+// Lines with more than this share of non-text bytes are binary output, not
+// messages: they match no rule (random bytes hold "DBE" sooner or later).
+constexpr double kMaxNonText = 0.10;
 
 constexpr const char* kRulesFormat = "trainguard-attribution-rules";
 constexpr int kRulesVersion = 1;
@@ -51,7 +98,7 @@ StatusOr<RuleSet> RuleSet::Parse(const std::string& text, const std::string& ori
   }
   static const std::set<std::string> kFields = {
       "id", "category", "pattern", "priority", "role", "persistence", "hardware", "action",
-      "description", "case_sensitive"};
+      "description", "case_sensitive", "scan", "source"};
   RuleSet set;
   std::set<std::string> ids;
   int index = 0;
@@ -74,6 +121,7 @@ StatusOr<RuleSet> RuleSet::Parse(const std::string& text, const std::string& ori
       rule.action = r.value("action", "restart");
       rule.description = r.value("description", "");
       rule.case_sensitive = r.value("case_sensitive", false);
+      rule.scan = r.value("scan", "");
     } catch (const std::exception& e) {
       return InvalidArgument(where + ": " + e.what());
     }
@@ -95,6 +143,12 @@ StatusOr<RuleSet> RuleSet::Parse(const std::string& text, const std::string& ori
     if (!OneOf(rule.action, {"restart", "evict_node", "stop"})) {
       return InvalidArgument(where + ": action must be restart, evict_node or stop");
     }
+    if (!OneOf(rule.scan, {"", "fatal", "warning"})) {
+      return InvalidArgument(where + ": scan must be fatal or warning");
+    }
+    if (rule.scan == "fatal" && rule.role != "cause") {
+      return InvalidArgument(where + ": a fatal scan rule must be a cause");
+    }
     RE2::Options options;
     options.set_case_sensitive(rule.case_sensitive);
     options.set_log_errors(false);
@@ -104,7 +158,24 @@ StatusOr<RuleSet> RuleSet::Parse(const std::string& text, const std::string& ori
     }
     set.rules_.push_back(std::move(rule));
   }
+  set.Compile();
   return set;
+}
+
+RuleSet RuleSet::ScanRules() const {
+  RuleSet scan;
+  for (const Rule& r : rules_) {
+    if (!r.scan.empty()) scan.rules_.push_back(r);
+  }
+  scan.Compile();
+  return scan;
+}
+
+void RuleSet::Compile() { matcher_ = std::make_shared<const RuleMatcher>(rules_); }
+
+std::vector<int> RuleSet::Match(const std::string& text) const {
+  if (matcher_ == nullptr || NonTextShare(text) > kMaxNonText) return {};
+  return matcher_->Match(text);
 }
 
 StatusOr<RuleSet> RuleSet::Load(const std::string& path) {
@@ -124,6 +195,7 @@ void RuleSet::Merge(const RuleSet& overrides) {
       rules_.push_back(r);
     }
   }
+  Compile();
 }
 
 int RankFromPrefix(const std::string& line) {
@@ -143,9 +215,7 @@ Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
   };
   std::vector<Match> matches;
   for (size_t i = 0; i < lines.size(); ++i) {
-    for (const Rule& r : rules.rules()) {
-      if (RE2::PartialMatch(lines[i].text, *r.regex)) matches.push_back({&r, i});
-    }
+    for (int r : rules.Match(lines[i].text)) matches.push_back({&rules.rules()[r], i});
   }
   Attribution a;
   if (matches.empty()) {

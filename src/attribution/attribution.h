@@ -24,6 +24,10 @@ class RE2;
 }
 
 namespace trainguard {
+class RuleMatcher;
+}
+
+namespace trainguard {
 
 // Categories, in the order of docs/attribution.md.
 const std::vector<std::string>& AttributionCategories();
@@ -39,6 +43,10 @@ struct Rule {
   std::string action;          // "restart", "evict_node" or "stop"
   std::string description;
   bool case_sensitive = false;
+  // Scanned as lines arrive (the agent, every rank's output and the kernel
+  // log): "fatal" starts an incident at once, "warning" is recorded and makes
+  // the node watched; "" only when an incident is attributed.
+  std::string scan;
   std::shared_ptr<re2::RE2> regex;
 };
 
@@ -49,10 +57,19 @@ class RuleSet {
   static StatusOr<RuleSet> Load(const std::string& path);
   // Rules of `overrides` replace rules with the same id and add new ones.
   void Merge(const RuleSet& overrides);
+  // The rules with a `scan` severity, compiled as a set of their own.
+  RuleSet ScanRules() const;
   const std::vector<Rule>& rules() const { return rules_; }
 
+  // Indices (into rules()) of every rule that matches `text`, ascending: one
+  // pass of a compiled set over the text, not one regex after another. Text
+  // that is mostly not text (binary bytes) matches nothing.
+  std::vector<int> Match(const std::string& text) const;
+
  private:
+  void Compile();
   std::vector<Rule> rules_;
+  std::shared_ptr<const RuleMatcher> matcher_;  // all rules at once; rebuilt by Parse/Merge
 };
 
 struct LogLine {

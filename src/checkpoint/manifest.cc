@@ -1,4 +1,5 @@
 #include "checkpoint/manifest.h"
+#include "common/json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -35,7 +36,7 @@ std::string EncodeManifest(const ManifestFile& f) {
             {"data_file", f.data_file},
             {"checksum", "xxh3-64"},
             {"pieces", pieces}};
-  return j.dump(1) + "\n";
+  return j.dump(1, ' ', false, kReplaceBadUtf8) + "\n";
 }
 
 namespace {
@@ -112,7 +113,7 @@ std::string EncodeCommit(const CommitRecord& c) {
             {"world_size", c.world_size},
             {"created_unix_ms", c.created_unix_ms},
             {"ranks", ranks}};
-  return j.dump(1) + "\n";
+  return j.dump(1, ' ', false, kReplaceBadUtf8) + "\n";
 }
 
 StatusOr<CommitRecord> DecodeCommit(const std::string& text, const std::string& origin) {

@@ -1,4 +1,5 @@
 #include "cli/commands.h"
+#include "common/json_text.h"
 
 #include <limits.h>
 #include <signal.h>
@@ -385,7 +386,7 @@ int RunJob(const JobOptions& options) {
                       {"node_rank", options.node_rank},
                       {"env", env},
                       {"command", options.command}}
-                     .dump()
+                     .dump(-1, ' ', false, kReplaceBadUtf8)
               << "\n";
     return 0;
   }
@@ -427,6 +428,13 @@ int RunAgent(const AgentOptions& o) {
   config.preferred_group_rank = o.group_rank;
   config.stream_output = !o.quiet;
   if (o.protocol_version != 0) config.protocol_version = o.protocol_version;
+  // The shipped rules' fatal and warning patterns, scanned on every line.
+  if (auto rules = LoadRulesFor({}); rules.ok()) {
+    config.scan_rules = std::make_shared<const RuleSet>(std::move(rules.value()));
+  } else {
+    std::fprintf(stderr, "trainguard agent %s: warning: no line scanning: %s\n",
+                 config.node_id.c_str(), rules.status().message().c_str());
+  }
 
   // Before any thread exists (see Supervise).
   std::atomic<int> interrupted_by{0};
@@ -508,7 +516,7 @@ int ShowReport(const EventsOptions& o) {
     return 2;
   }
   if (o.json) {
-    std::cout << ReportJson(*report).dump(2) << "\n";
+    std::cout << ReportJson(*report).dump(2, ' ', false, kReplaceBadUtf8) << "\n";
   } else {
     std::cout << ReportText(*report);
   }
@@ -530,7 +538,7 @@ int ShowHang(const HangOptions& o) {
     return 1;
   }
   if (o.stored.json) {
-    std::cout << hang->dump(2) << "\n";
+    std::cout << hang->dump(2, ' ', false, kReplaceBadUtf8) << "\n";
   } else {
     std::cout << HangText(*hang);
   }
@@ -560,7 +568,7 @@ int ShowEvents(const EventsOptions& o) {
                      {"generation", e.generation}, {"step", e.step}, {"message", e.message},
                      {"detail", detail.is_discarded() ? json(e.detail_json) : detail}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, kReplaceBadUtf8) << "\n";
     return 0;
   }
   std::printf("job %s (%zu events)\n", job_id.c_str(), events->size());
@@ -588,7 +596,7 @@ int ListCheckpointsCommand(const CkptOptions& o) {
                      {"complete", c.complete}, {"problem", c.problem}, {"save", c.save},
                      {"world_size", c.world_size}, {"manifests", c.manifests}, {"bytes", c.bytes}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, kReplaceBadUtf8) << "\n";
     return 0;
   }
   std::printf("%-14s %-10s %6s %10s %14s  %s\n", "STEP", "STATE", "RANKS", "MANIFESTS", "BYTES",
@@ -696,7 +704,7 @@ int AttributeCommand(const AttributeOptions& o) {
   }
   Attribution a = Attribute(*rules, lines);
   if (o.json) {
-    std::cout << AttributionJson(a).dump(2) << "\n";
+    std::cout << AttributionJson(a).dump(2, ' ', false, kReplaceBadUtf8) << "\n";
     return 0;
   }
   std::printf("category:   %s (%s, %s)\n", a.category.c_str(), a.hardware ? "hardware" : "software",

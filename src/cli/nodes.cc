@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "common/json_text.h"
 #include "common/clock.h"
 #include "controller/job_config.h"
 #include "controller/recovery_policy.h"
@@ -86,7 +87,7 @@ int ShowNodes(const EventsOptions& o) {
                                                                {"rule", r.last.rule},
                                                                {"action", r.last.action}}}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << out.dump(2, ' ', false, kReplaceBadUtf8) << "\n";
     return 0;
   }
   if (rows.empty()) {

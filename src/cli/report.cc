@@ -53,7 +53,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
       r.state = e.kind == "job_succeeded" ? "SUCCEEDED" : "FAILED";
       r.restarts = d.value("restart_count", 0);
       final_last_step = FromMs(d, "last_step_unix_ms");
-      final_ckpt_s = static_cast<double>(d.value("checkpoint_overhead_ms", 0LL)) / 1000;
+      final_ckpt_s = d.value("checkpoint_overhead_ms", 0.0) / 1000;
     }
   }
   if (start == 0) return NotFound("no job_created event for job " + job_id);
@@ -104,7 +104,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     double restart = Sec(std::max<Nanos>(0, next - stopped));
     // Checkpoint time of this generation: the part inside the kept work is
     // overhead; the part inside the lost work is already counted as lost.
-    double ckpt_s = static_cast<double>(d.value("checkpoint_overhead_ms", 0LL)) / 1000;
+    double ckpt_s = d.value("checkpoint_overhead_ms", 0.0) / 1000;
     if (productive + lost > 0) ckpt_s *= productive / (productive + lost);
     ckpt_s = std::min(ckpt_s, productive);
     productive -= ckpt_s;

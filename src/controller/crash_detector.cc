@@ -1,4 +1,5 @@
 #include "controller/crash_detector.h"
+#include "common/json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -47,7 +48,7 @@ std::optional<Finding> DetectCrash(const std::string& node_id, const v1::RankExi
     d["kernel_lines"] =
         std::vector<std::string>(exited.kernel_lines().begin(), exited.kernel_lines().end());
   }
-  f.detail_json = d.dump();
+  f.detail_json = d.dump(-1, ' ', false, kReplaceBadUtf8);
   return f;
 }
 

@@ -1,4 +1,5 @@
 #include "controller/hang_detector.h"
+#include "common/json_text.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -94,7 +95,7 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config) 
                   Seconds(timeout) + (config.hang_timeout_auto ? " (--hang-timeout auto)" : "") +
                   "; first stuck: rank " +
                   std::to_string(f.rank) + " on " + f.node + AtStep(f.rank_step);
-  f.detail_json = json{{"hung_ranks", evidence}}.dump();
+  f.detail_json = json{{"hung_ranks", evidence}}.dump(-1, ' ', false, kReplaceBadUtf8);
   return f;
 }
 

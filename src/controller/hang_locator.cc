@@ -1,4 +1,5 @@
 #include "controller/hang_locator.h"
+#include "common/json_text.h"
 
 #include <algorithm>
 #include <cctype>
@@ -495,7 +496,7 @@ void AttachLocation(const HangLocation& loc, Finding* f) {
   json detail = json::parse(f->detail_json, nullptr, false);
   if (!detail.is_object()) detail = json::object();
   detail["location"] = loc.ToJson();
-  f->detail_json = detail.dump();
+  f->detail_json = detail.dump(-1, ' ', false, kReplaceBadUtf8);
   f->roots = loc.roots;
   if (!loc.roots.empty()) {
     const RankWait& root = loc.ranks[loc.roots.front()];

@@ -1,4 +1,5 @@
 #include "controller/heartbeat_detector.h"
+#include "common/json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -19,7 +20,7 @@ std::vector<Finding> DetectSilentNodes(const JobView& view, const JobConfig& con
                     std::to_string(config.missed_heartbeats) + " x " +
                     Seconds(config.heartbeat_interval) + ")";
     f.fault_wall = n->last_heartbeat_wall;
-    f.detail_json = nlohmann::json{{"reason", f.description}}.dump();
+    f.detail_json = nlohmann::json{{"reason", f.description}}.dump(-1, ' ', false, kReplaceBadUtf8);
     found.push_back(std::move(f));
   }
   return found;

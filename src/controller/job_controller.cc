@@ -1,10 +1,14 @@
 #include "controller/job_controller.h"
 
+#include "common/json_text.h"
+#include "common/utf8.h"
+
 #include "controller/crash_detector.h"
 #include "controller/describe.h"
 #include "controller/hang_detector.h"
 #include "controller/hang_locator.h"
 #include "controller/heartbeat_detector.h"
+#include "controller/log_alert_detector.h"
 
 #include <algorithm>
 #include <set>
@@ -58,12 +62,12 @@ Status JobController::Start() {
               {"startup_timeout_ms", config_.startup_timeout / kMillisecond},
               {"argv", config_.argv}};
   TG_RETURN_IF_ERROR(store_->CreateJob(
-      {config_.job_id, clock_->WallNanos(), command, cfg.dump(), "STARTING", ""}));
+      {config_.job_id, clock_->WallNanos(), ValidUtf8(command), cfg.dump(-1, ' ', false, kReplaceBadUtf8), "STARTING", ""}));
   waiting_since_mono_ = clock_->MonotonicNanos();
   Emit("job_created", "", -1, -1,
        "job " + config_.job_id + ": " + std::to_string(config_.nnodes) + " node(s) x " +
            std::to_string(config_.nproc_per_node) + " rank(s): " + command,
-       cfg.dump());
+       cfg.dump(-1, ' ', false, kReplaceBadUtf8));
   started_ = true;
   for (const auto& [conn, reg] : early_registrations_) HandleRegister(conn, reg);
   early_registrations_.clear();
@@ -143,6 +147,7 @@ void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg) {
     case v1::AgentMessage::kStarted: HandleStarted(node, msg.started()); break;
     case v1::AgentMessage::kRankExited: HandleRankExited(node, msg.rank_exited()); break;
     case v1::AgentMessage::kStopped: HandleStopped(node, msg.stopped()); break;
+    case v1::AgentMessage::kLogAlert: HandleLogAlert(node, msg.log_alert()); break;
     default: break;
   }
 }
@@ -243,13 +248,13 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   Emit("node_registered", node->node_id, -1, -1,
        "node " + node->node_id + " (" + reg.hostname() + ", " + reg.address() +
            ") registered as group rank " + std::to_string(node->group_rank),
-       d.dump());
+       d.dump(-1, ' ', false, kReplaceBadUtf8));
   auto health = store_->GetNodeHealth(node->node_id);
   if (health.ok() && health->status == "suspect") {
     Emit("node_suspect", node->node_id, -1, -1,
          "warning: node " + node->node_id + " is marked suspect since job " + health->job_id +
              ": " + health->reason,
-         json{{"reason", health->reason}, {"marked_by_job", health->job_id}}.dump());
+         json{{"reason", health->reason}, {"marked_by_job", health->job_id}}.dump(-1, ' ', false, kReplaceBadUtf8));
   }
   MaybeStartGeneration();
 }
@@ -294,7 +299,7 @@ void JobController::MaybeStartGeneration() {
        "started generation " + std::to_string(generation_) + " (restart " +
            std::to_string(restart_count_) + "/" + std::to_string(config_.max_restarts) +
            "), master " + master->address + ":" + std::to_string(master->free_port),
-       d.dump());
+       d.dump(-1, ' ', false, kReplaceBadUtf8));
 }
 
 void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
@@ -317,7 +322,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
               // this holds when the loop steps one at a time.
               {"first_step", status.step() - std::max<std::int64_t>(status.step_count(), 1) + 1},
               {"since_launch_ms", (first_wall - generation_start_wall_) / kMillisecond}}
-             .dump());
+             .dump(-1, ' ', false, kReplaceBadUtf8));
     RecordDowntime(first_wall);
   }
 }
@@ -339,7 +344,7 @@ void JobController::HandleStarted(Node* node, const v1::RanksStarted& started) {
   Emit("ranks_started", node->node_id, -1, -1,
        "node " + node->node_id + " started " + std::to_string(started.ranks_size()) +
            " rank(s) of generation " + std::to_string(generation_),
-       json{{"pids", pids}, {"generation", started.generation()}}.dump());
+       json{{"pids", pids}, {"generation", started.generation()}}.dump(-1, ' ', false, kReplaceBadUtf8));
 }
 
 void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
@@ -357,7 +362,7 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   bool ok = r.exit_code() == 0 && r.term_signal() == 0;
   std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node->node_id + " " +
                      DescribeExit(r) + AtStep(r.step());
-  Emit("rank_exited", node->node_id, r.global_rank(), r.step(), what, d.dump());
+  Emit("rank_exited", node->node_id, r.global_rank(), r.step(), what, d.dump(-1, ' ', false, kReplaceBadUtf8));
   if (exited.generation() == generation_ && incident_) incident_->rank_steps[r.global_rank()] = r.step();
   if (!ok && exited.generation() == generation_ && incident_ && exited.exit_unix_ms() > 0) {
     incident_->exit_times[r.global_rank()] = exited.exit_unix_ms() * kMillisecond;
@@ -404,7 +409,7 @@ void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
     Emit("stacks", node->node_id, s.global_rank(), -1,
          "stacks of rank " + std::to_string(s.global_rank()) + " (process state " +
              (s.proc_state().empty() ? "?" : s.proc_state()) + "): " + where,
-         d.dump());
+         d.dump(-1, ' ', false, kReplaceBadUtf8));
   }
   if (stopped.generation() != generation_ || state_ != JobState::kStopping) return;
   if (incident_) {
@@ -425,6 +430,32 @@ void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
   }
   node->stopped_generation = stopped.generation();
   MaybeAllStopped();
+}
+
+void JobController::HandleLogAlert(Node* node, const v1::LogAlert& alert) {
+  int rank = alert.global_rank();
+  std::int64_t step = -1;
+  if (rank >= 0 && node->ranks.count(rank)) step = node->ranks[rank].status.step();
+  std::string who = rank >= 0 ? "rank " + std::to_string(rank) + " on " + node->node_id
+                              : "the kernel log of " + node->node_id;
+  json d = {{"rule", alert.rule_id()}, {"severity", alert.severity()}, {"line", alert.line()},
+            {"generation", alert.generation()}};
+  Emit("log_alert", node->node_id, rank, step,
+       alert.severity() + ": " + who + ": " + alert.line() + " (rule " + alert.rule_id() + ")",
+       d.dump(-1, ' ', false, kReplaceBadUtf8));
+  if (alert.severity() == "warning") {
+    // A warning makes the node watched unless it is suspect already.
+    auto health = store_->GetNodeHealth(node->node_id);
+    if (health.ok() && health->status != "suspect") {
+      Status st = store_->SetNodeHealth({node->node_id, "watch", "warning: " + alert.line() +
+                                         " (rule " + alert.rule_id() + ")", config_.job_id,
+                                         clock_->WallNanos()});
+      if (!st.ok()) ++store_errors_;
+    }
+    return;
+  }
+  if (alert.generation() != generation_ || state_ != JobState::kRunning) return;
+  if (auto fatal = DetectFatalLine(node->node_id, alert, step, clock_->WallNanos())) Fail(*fatal);
 }
 
 void JobController::OnDisconnect(std::uint64_t conn) {
@@ -453,7 +484,7 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
   }
   node->group_rank = -1;  // its slot is free for a replacement
   Emit("node_lost", id, -1, -1, "node " + id + " lost: " + why,
-       json{{"reason", why}, {"group_rank", group_rank}}.dump());
+       json{{"reason", why}, {"group_rank", group_rank}}.dump(-1, ' ', false, kReplaceBadUtf8));
   // What the scheduler backend knows of the loss (an agent process that
   // exited while its host stayed up) outweighs the bare loss.
   std::string known = provider_ != nullptr ? provider_->ExplainLoss(id) : "";
@@ -466,7 +497,7 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
     f.fault_wall = fault_wall;
     f.lines.push_back({-1, id, "trainguard: node " + id + " lost: " + why});
     if (!known.empty()) f.lines.push_back({-1, id, "trainguard: " + known});
-    f.detail_json = json{{"reason", why}}.dump();
+    f.detail_json = json{{"reason", why}}.dump(-1, ' ', false, kReplaceBadUtf8);
     Fail(f);
   } else if (state_ == JobState::kStopping) {
     MaybeAllStopped();
@@ -577,7 +608,7 @@ void JobController::Fail(const Finding& f) {
   d["last_step_unix_ms"] = inc.last_step_wall / kMillisecond;
   d["checkpoint_overhead_ms"] = CheckpointOverheadMs();
   Emit("failure", f.node, f.rank, inc.failure_step,
-       "incident " + std::to_string(inc.number) + ": " + kind + ": " + description, d.dump());
+       "incident " + std::to_string(inc.number) + ": " + kind + ": " + description, d.dump(-1, ' ', false, kReplaceBadUtf8));
 
   SetState(JobState::kStopping, "stopping all ranks after " + kind);
   stop_sent_mono_ = clock_->MonotonicNanos();
@@ -603,7 +634,7 @@ void JobController::MaybeAllStopped() {
     Emit("stopped", "", -1, -1,
          "all ranks of generation " + std::to_string(generation_) + " stopped " +
              Seconds(now_wall - incident_->detected_wall) + " after detection",
-         json{{"shutdown_ms", (now_wall - incident_->detected_wall) / kMillisecond}}.dump());
+         json{{"shutdown_ms", (now_wall - incident_->detected_wall) / kMillisecond}}.dump(-1, ' ', false, kReplaceBadUtf8));
   }
   Verdict verdict = incident_ ? Decide() : Verdict{};
   const std::string& why = verdict.why;
@@ -675,13 +706,13 @@ Verdict JobController::Decide() {
        "incident " + std::to_string(inc.number) + ": " + a.category + " (" +
            (a.hardware ? "hardware" : "software") + ", " + a.persistence + ", confidence " +
            std::to_string(a.confidence).substr(0, 4) + "), culprit " + b.CulpritText(),
-       d.dump());
+       d.dump(-1, ' ', false, kReplaceBadUtf8));
   Emit("decision", b.culprit_node, b.culprit_rank, b.step,
        std::string("incident ") + std::to_string(inc.number) + ": " + decision_name + ": " + v.why,
-       json{{"incident", inc.number}, {"decision", decision_name}, {"reason", v.why}}.dump());
+       json{{"incident", inc.number}, {"decision", decision_name}, {"reason", v.why}}.dump(-1, ' ', false, kReplaceBadUtf8));
   Status st = store_->RecordIncident({config_.job_id, inc.number, clock_->WallNanos(),
                                       b.culprit_node, b.culprit_rank, a.category, a.rule_id,
-                                      decision_name, b.step, d.dump()});
+                                      decision_name, b.step, d.dump(-1, ' ', false, kReplaceBadUtf8)});
   if (!st.ok()) ++store_errors_;
   if (v.decision == Decision::kEvict) {
     for (const auto& n : nodes) {
@@ -746,7 +777,7 @@ void JobController::RecordDowntime(Nanos first_step_wall) {
   std::string line = "incident " + std::to_string(inc.number) + " (" + inc.kind + "): detection " +
                      seconds("detection_ms") + ", shutdown " + seconds("shutdown_ms") +
                      ", restart " + seconds("restart_ms") + ", " + lost;
-  Emit("downtime", "", -1, inc.failure_step, line, d.dump());
+  Emit("downtime", "", -1, inc.failure_step, line, d.dump(-1, ' ', false, kReplaceBadUtf8));
   incident_.reset();
 }
 
@@ -768,8 +799,8 @@ void JobController::Finish(JobState final_state, const std::string& summary) {
   }
   Emit(final_state == JobState::kSucceeded ? "job_succeeded" : "job_failed", "", -1, MaxStep(),
        summary, json{{"restart_count", restart_count_}, {"last_step_unix_ms", last_step_wall / kMillisecond},
-                     {"checkpoint_overhead_ms", CheckpointOverheadMs()}}.dump());
-  Status s = store_->UpdateJob(config_.job_id, JobStateName(final_state), summary);
+                     {"checkpoint_overhead_ms", CheckpointOverheadMs()}}.dump(-1, ' ', false, kReplaceBadUtf8));
+  Status s = store_->UpdateJob(config_.job_id, JobStateName(final_state), ValidUtf8(summary));
   if (!s.ok()) ++store_errors_;
   v1::ControllerMessage msg;
   msg.mutable_shutdown()->set_reason(summary);
@@ -785,7 +816,7 @@ void JobController::SetState(JobState s, const std::string& why) {
   JobState old = state_;
   state_ = s;
   Emit("state", "", -1, -1, std::string(JobStateName(old)) + " -> " + JobStateName(s) + ": " + why,
-       json{{"from", JobStateName(old)}, {"to", JobStateName(s)}}.dump());
+       json{{"from", JobStateName(old)}, {"to", JobStateName(s)}}.dump(-1, ' ', false, kReplaceBadUtf8));
   if (s != JobState::kSucceeded && s != JobState::kFailed) {
     Status st = store_->UpdateJob(config_.job_id, JobStateName(s), "");
     if (!st.ok()) ++store_errors_;
@@ -803,7 +834,8 @@ void JobController::Emit(const std::string& kind, const std::string& node, int r
   e.rank = rank;
   e.generation = generation_;
   e.step = step;
-  e.message = message;
+  // Messages quote command lines and rank output: the store keeps UTF-8 text.
+  e.message = ValidUtf8(message);
   e.detail_json = detail_json;
   Status s = store_->Append(e);
   if (!s.ok()) {
@@ -814,12 +846,17 @@ void JobController::Emit(const std::string& kind, const std::string& node, int r
   }
 }
 
-std::int64_t JobController::CheckpointOverheadMs() const {
+double JobController::CheckpointOverheadMs() const {
   // Ranks save at the same steps and block at the same time: the job lost
-  // the longest of them, not their sum.
-  std::int64_t m = 0;
+  // the longest of them, not their sum. Microseconds where the agent sends them.
+  double m = 0;
   for (const auto& n : nodes_) {
-    for (const auto& [rank, view] : n.ranks) m = std::max(m, view.status.checkpoint_blocked_ms());
+    for (const auto& [rank, view] : n.ranks) {
+      const v1::RankStatus& s = view.status;
+      double ms = s.checkpoint_blocked_us() > 0 ? s.checkpoint_blocked_us() / 1000.0
+                                                : static_cast<double>(s.checkpoint_blocked_ms());
+      m = std::max(m, ms);
+    }
   }
   return m;
 }

@@ -121,6 +121,7 @@ class JobController {
   void HandleStarted(Node* node, const v1::RanksStarted& started);
   void HandleRankExited(Node* node, const v1::RankExited& exited);
   void HandleStopped(Node* node, const v1::Stopped& stopped);
+  void HandleLogAlert(Node* node, const v1::LogAlert& alert);
   void UpdateRank(Node* node, const v1::RankStatus& status);
   void MaybeStartGeneration();
   // What the detectors look at now.
@@ -142,7 +143,7 @@ class JobController {
             const std::string& message, const std::string& detail_json = "{}");
   std::int64_t MaxStep() const;
   // Checkpoint time of the current generation, the slowest rank's.
-  std::int64_t CheckpointOverheadMs() const;
+  double CheckpointOverheadMs() const;
 
   const JobConfig config_;
   const RuleSet* const rules_;
