@@ -1,0 +1,90 @@
+"""Issue 10, part 1: the rules cover the published catalogs, not only the logs
+at hand. Every Xid of NVIDIA's catalog (and any newer number), every CUDA
+runtime/driver error name and every NCCL result code gets the category the
+catalogs call for, in the forms logs print them. The tables are
+rules/catalogs/*.tsv (facts from NVIDIA's Xid catalog and the CUDA headers;
+the scripts beside them say where each comes from)."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT, TRAINGUARD
+
+CATALOGS = os.path.join(ROOT, "rules", "catalogs")
+
+
+def attribute(lines):
+    out = subprocess.run([TRAINGUARD, "attribute", "--json", "-"], input="\n".join(lines) + "\n",
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def table(name):
+    with open(os.path.join(CATALOGS, name)) as f:
+        return [l.rstrip("\n").split("\t") for l in f if l.strip() and not l.startswith("#")]
+
+
+XIDS = table("nvidia_xid.tsv")
+
+
+def test_the_xid_table_is_nvidias_whole_catalog():
+    assert [int(r[0]) for r in XIDS] == list(range(1, 173))
+
+
+@pytest.mark.parametrize("form", [
+    "NVRM: Xid (PCI:0000:3b:00): {x}, pid=4242, name=python3, something happened",
+    "kernel: [ 4909.922970] NVRM: Xid (0000:48:00): {x}, Ch 0000000b",     # a bus id with 48 in it
+    "XID {x} reported on GPU 0000:17:00.0",
+])
+def test_every_xid_of_the_catalog_gets_its_category(form):
+    wrong = []
+    for xid, bucket, category, action in XIDS:
+        a = attribute([form.format(x=xid)])
+        if (a["category"], a["action"]) != (category, action):
+            wrong.append((xid, bucket, category, action, a["category"], a["action"], a["rule"]))
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("xid", [173, 199, 250, 1000])
+def test_an_xid_newer_than_the_catalog_is_a_gpu_fault_of_unknown_kind(xid):
+    a = attribute(["NVRM: Xid (PCI:0000:3b:00): %d, pid=1, new fault" % xid])
+    assert (a["category"], a["rule"], a["action"]) == ("gpu_hardware", "gpu-xid-newer", "restart")
+
+
+def test_every_cuda_error_name_gets_a_category():
+    rows = table("cuda_errors.tsv")
+    assert len(rows) > 200
+    wrong = []
+    for name, number, category in rows:
+        a = attribute(["RuntimeError: CUDA driver error: %s (%s)" % (name, number)])
+        if a["category"] != category:
+            wrong.append((name, category, a["category"], a["rule"]))
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("text,category", [
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1275, unhandled cuda error "
+     "(run with NCCL_DEBUG=INFO for details), NCCL version 2.18.1 ncclUnhandledCudaError", "cuda_software"),
+    ("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, unhandled "
+     "system error, NCCL version 2.14.3 ncclSystemError: System call (e.g. socket, malloc) or external "
+     "library call failed or device error.", "network"),
+    ("RuntimeError: NCCL error: internal error - please report this issue to the NCCL developers, "
+     "NCCL version 2.17.1 ncclInternalError: Internal check failed.", "cuda_software"),
+    ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, invalid usage (run with NCCL_DEBUG=WARN for "
+     "details), NCCL version 2.19.3 ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+     "user_code"),
+    ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, invalid argument (run with NCCL_DEBUG=WARN "
+     "for details), NCCL version 2.19.3 ncclInvalidArgument", "user_code"),
+])
+def test_every_nccl_error_result_code_gets_a_category(text, category):
+    assert attribute([text])["category"] == category
+
+
+def test_ncclremoteerror_alone_is_a_symptom_of_a_peer():
+    a = attribute(["torch.distributed.DistBackendError: NCCL error: remote process exited or there was a "
+                   "network error, NCCL version 2.18.1 ncclRemoteError"])
+    assert a["rule"] == "net-peer-reset" and a["confidence"] < 0.5, a
