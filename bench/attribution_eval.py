@@ -1,4 +1,4 @@
-"""Accuracy of `trainguard attribute` on real failure logs.
+"""Accuracy and calibration of `trainguard attribute` on real failure logs.
 
 Runs the command on every log of a labelled JSONL file (default: the shared
 dev set, ../shared/data/failure-logs/dev.jsonl, quoted verbatim from public
@@ -31,6 +31,7 @@ def main():
     records = [json.loads(l) for l in open(args.data) if l.strip()]
     confusion = collections.defaultdict(collections.Counter)
     misses = []
+    by_confidence = collections.defaultdict(lambda: [0, 0])  # bin -> [right, all]
     with tempfile.TemporaryDirectory() as tmp:
         for rec in records:
             path = os.path.join(tmp, rec["id"] + ".log")
@@ -40,6 +41,9 @@ def main():
                                  capture_output=True, text=True, check=True)
             got = json.loads(out.stdout)
             confusion[rec["label"]][got["category"]] += 1
+            b = min(int(got["confidence"] * 5), 4)
+            by_confidence[b][0] += got["category"] == rec["label"]
+            by_confidence[b][1] += 1
             if got["category"] != rec["label"]:
                 misses.append((rec["id"], rec["label"], got["category"], got["rule"]))
     total = len(records)
@@ -59,6 +63,11 @@ def main():
     for c in CATEGORIES:
         if sum(confusion[c].values()):
             print("%-14s " % c + " ".join("%6s" % (confusion[c][d] or ".") for d in CATEGORIES))
+    print("\ncalibration: how often an answer of a given confidence was right")
+    for b in range(5):
+        right, n = by_confidence[b]
+        if n:
+            print("  confidence %.1f-%.1f: %3d answers, %5.1f%% right" % (b / 5, (b + 1) / 5, n, 100.0 * right / n))
     if args.show_misses:
         for m in misses:
             print("miss %s: label %s, answered %s (rule %s)" % m)

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "attribution/log_structure.h"
 #include "common/utf8.h"
 
 namespace trainguard {
@@ -214,8 +215,12 @@ Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
     size_t line;
   };
   std::vector<Match> matches;
+  // Rules see what a line says, not the code or the paths a stack trace quotes.
+  const LogStructure structure = ParseLogStructure(lines);
   for (size_t i = 0; i < lines.size(); ++i) {
-    for (int r : rules.Match(lines[i].text)) matches.push_back({&rules.rules()[r], i});
+    const LineStructure& ls = structure.lines[i];
+    if (ls.kind == LineKind::kPythonFrame || ls.kind == LineKind::kQuotedSource) continue;
+    for (int r : rules.Match(ls.match_text)) matches.push_back({&rules.rules()[r], i});
   }
   Attribution a;
   if (matches.empty()) {
@@ -240,9 +245,7 @@ Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
   a.persistence = win.persistence;
   a.action = win.action;
 
-  auto rank_of = [&](size_t i) {
-    return lines[i].rank >= 0 ? lines[i].rank : RankFromPrefix(lines[i].text);
-  };
+  auto rank_of = [&](size_t i) { return structure.lines[i].rank; };
   auto evidence = [&](const Match& m) {
     return Evidence{rank_of(m.line), lines[m.line].node, m.rule->id, m.rule->category,
                     m.rule->role, lines[m.line].text.substr(0, 500)};
@@ -265,6 +268,8 @@ Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
     if (o == nullptr || m.rule->priority > o->rule->priority) o = &m;
   }
   for (const auto& [cat, m] : others) a.evidence.push_back(evidence(*m));
+  // A launcher summary's root cause names the rank when its lines do not.
+  if (ranks.empty() && structure.launcher_root_rank >= 0) ranks.insert(structure.launcher_root_rank);
   a.culprit_ranks.assign(ranks.begin(), ranks.end());
   a.culprit_nodes.assign(nodes.begin(), nodes.end());
 

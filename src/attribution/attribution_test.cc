@@ -141,5 +141,39 @@ TEST(RuleSetTest, OperatorRulesOverrideAndExtend) {
   EXPECT_NE(Attribute(rules, Lines({{0, "CUDA out of memory"}})).rule_id, "oom-gpu");
 }
 
+TEST(AttributionTest, CodeAndPathsQuotedInATracebackAreNotEvidence) {
+  std::vector<LogLine> lines;
+  for (const char* t : {"Traceback (most recent call last):",
+                        "  File \"/lustre/scratch/u/train.py\", line 88, in step",
+                        "    if torch.isnan(loss): raise RuntimeError('loss is nan, ECC error?')",
+                        "KeyError: 'input_ids'"}) {
+    lines.push_back({2, "node0", t});
+  }
+  Attribution a = Attribute(Shipped(), lines);
+  EXPECT_EQ(a.category, "user_code") << a.rule_id;
+  EXPECT_EQ(a.culprit_ranks, std::vector<int>{2});
+  for (const auto& e : a.evidence) EXPECT_EQ(e.line.find("/lustre"), std::string::npos) << e.line;
+}
+
+TEST(AttributionTest, AWatchdogFrameInACxxStackIsACollectiveTimeout) {
+  Attribution a = Attribute(
+      Shipped(), {{1, "node0", "terminate called after throwing an instance of 'c10::DistBackendError'"},
+                  {1, "node0", "frame #2: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<long>) "
+                               "+ 0x1f2 (0x7f3c in /gpfs/envs/torch/lib/libtorch_cuda.so)"}});
+  EXPECT_EQ(a.category, "comm_hang") << a.rule_id;
+}
+
+TEST(AttributionTest, TorchrunsRootCauseNamesTheCulpritRank) {
+  std::vector<LogLine> lines;
+  for (const char* t : {"Root Cause (first observed failure):", "[0]:", "  time      : 2022-11-29_17:14:19",
+                        "  host      : GPU236", "  rank      : 3 (local_rank: 3)",
+                        "  exitcode  : -9 (pid: 49151)",
+                        "  traceback : Signal 9 (SIGKILL) received by PID 49151"}) {
+    lines.push_back({-1, "", t});
+  }
+  Attribution a = Attribute(Shipped(), lines);
+  EXPECT_EQ(a.culprit_ranks, std::vector<int>{3});
+}
+
 }  // namespace
 }  // namespace trainguard
