@@ -156,3 +156,21 @@ def test_attribute_generalizes_to_common_failure_texts(tmp_path):
         if got != case["label"]:
             wrong.append((case["label"], got, case["log"][:80]))
     assert not wrong, wrong
+
+
+def test_the_project_corpus_of_real_logs_stays_above_the_goal(tmp_path):
+    """tests/data/failure-logs/corpus.jsonl: real logs from public threads, a
+    random third held out from rule writing. The issue's goal is >= 90 % on
+    logs not read while writing rules; this keeps both parts there."""
+    records = [json.loads(l) for l in open(os.path.join(os.path.dirname(__file__), "data", "failure-logs",
+                                                        "corpus.jsonl"))]
+    assert len(records) >= 40
+    for split in ("held_out", "read"):
+        part = [r for r in records if r["split"] == split]
+        right = 0
+        for r in part:
+            log = tmp_path / (r["id"] + ".log")
+            log.write_text(r["log"] + "\n")
+            out = subprocess.run([TRAINGUARD, "attribute", "--json", str(log)], capture_output=True, text=True)
+            right += json.loads(out.stdout)["category"] == r["label"]
+        assert right >= 0.9 * len(part), (split, right, len(part))
