@@ -88,3 +88,38 @@ def test_ncclremoteerror_alone_is_a_symptom_of_a_peer():
     a = attribute(["torch.distributed.DistBackendError: NCCL error: remote process exited or there was a "
                    "network error, NCCL version 2.18.1 ncclRemoteError"])
     assert a["rule"] == "net-peer-reset" and a["confidence"] < 0.5, a
+
+
+# errno as Python (`OSError: [Errno N] text`) and C libraries (the name) print
+# it; the numbers and texts come from this machine's libc through Python.
+ERRNO_CATEGORIES = {
+    "ENOSPC": "storage", "EDQUOT": "storage", "EFBIG": "storage", "EIO": "storage", "EROFS": "storage",
+    "ESTALE": "storage", "ENOMEM": "oom", "EMFILE": "other", "ENFILE": "other", "EADDRINUSE": "other",
+    "ENETDOWN": "network", "ENETUNREACH": "network", "EHOSTUNREACH": "network", "EHOSTDOWN": "network",
+    "ECONNRESET": "network", "ECONNREFUSED": "network", "ECONNABORTED": "network", "ETIMEDOUT": "network",
+    "EPIPE": "network", "ENOENT": "user_code", "EACCES": "user_code",
+}
+
+
+def test_errnos_as_python_and_c_print_them_get_their_category():
+    import errno
+    wrong = []
+    for name, category in ERRNO_CATEGORIES.items():
+        number = getattr(errno, name)
+        for form in ("OSError: [Errno %d] %s" % (number, os.strerror(number)),
+                     "write failed: %s (%s)" % (name, os.strerror(number))):
+            a = attribute([form])
+            if a["category"] != category:
+                wrong.append((form, category, a["category"], a["rule"]))
+    assert not wrong, wrong
+
+
+def test_no_errno_is_read_as_a_hardware_fault():
+    import errno
+    hardware = []
+    for number, name in sorted(errno.errorcode.items()):
+        a = attribute(["OSError: [Errno %d] %s" % (number, os.strerror(number)), "errno %s" % name])
+        if a["hardware"] and name not in ("EIO", "ESTALE", "EROFS", "ENETDOWN", "ENETUNREACH", "EHOSTUNREACH",
+                                          "EHOSTDOWN"):
+            hardware.append((name, a["rule"]))
+    assert not hardware, hardware
