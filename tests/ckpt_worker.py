@@ -93,6 +93,12 @@ def main():
         out["bytes_read"] = ck.bytes_read
     dist.barrier()
     print(json.dumps(out), flush=True)
+    # Tear down as a well-behaved script does: the engine's thread and gloo's
+    # before the interpreter's finalization (torch 1.13's gloo threads have
+    # been seen to abort a process that exits with its group still alive).
+    ck.close()
+    del ck
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -81,14 +81,14 @@ def test_kill9_during_phase2_leaves_the_previous_checkpoint_complete(tmp_path):
     assert by_step[10]["committed"]
     assert 20 not in by_step or not by_step[20]["committed"]
     codes, outs, errs = run_ranks(2, "--dir", d, "--mode", "load", "--numel", str(numel))
-    assert codes == [0, 0], errs
+    assert codes == [0, 0], "\n".join(errs)
     assert all(o["step"] == 10 and o["matches"] for o in outs)
 
 
 def test_a_flipped_byte_is_detected_reported_and_restore_falls_back(tmp_path):
     d = str(tmp_path / "ck")
     codes, _, errs = run_ranks(2, "--dir", d, "--mode", "save", "--steps", "10,20", "--numel", "100000")
-    assert codes == [0, 0], errs
+    assert codes == [0, 0], "\n".join(errs)
     shard = os.path.join(committed_save_dir(d, 20), "rank-00001.data")
     with open(shard, "r+b") as f:
         f.seek(1000)
@@ -99,7 +99,7 @@ def test_a_flipped_byte_is_detected_reported_and_restore_falls_back(tmp_path):
     assert verify.returncode != 0 and "checksum mismatch" in verify.stdout + verify.stderr
     assert "rank-00001.data" in verify.stdout + verify.stderr
     codes, outs, errs = run_ranks(2, "--dir", d, "--mode", "load", "--numel", "100000")
-    assert codes == [0, 0], errs
+    assert codes == [0, 0], "\n".join(errs)
     assert all(o["step"] == 10 and o["matches"] for o in outs)
     assert "checksum mismatch" in errs[1] and "falling back" in errs[1]
 
@@ -107,12 +107,12 @@ def test_a_flipped_byte_is_detected_reported_and_restore_falls_back(tmp_path):
 def test_a_missing_rank_shard_makes_the_checkpoint_incomplete_and_skipped(tmp_path):
     d = str(tmp_path / "ck")
     codes, _, errs = run_ranks(2, "--dir", d, "--mode", "save", "--steps", "10,20", "--numel", "1000")
-    assert codes == [0, 0], errs
+    assert codes == [0, 0], "\n".join(errs)
     os.remove(os.path.join(committed_save_dir(d, 20), "rank-00000.json"))
     verify = subprocess.run([TRAINGUARD, "ckpt", "verify", d, "20"], capture_output=True, text=True)
     assert verify.returncode != 0 and "manifest of rank 0 is missing" in verify.stdout + verify.stderr
     codes, outs, errs = run_ranks(2, "--dir", d, "--mode", "load", "--numel", "1000")
-    assert codes == [0, 0], errs
+    assert codes == [0, 0], "\n".join(errs)
     assert all(o["step"] == 10 and o["matches"] for o in outs)
 
 
@@ -200,7 +200,7 @@ def test_shard_groups_store_each_distinct_shard_once(tmp_path):
 def test_no_usable_checkpoint_is_an_error_not_a_silent_fresh_start(tmp_path):
     d = str(tmp_path / "ck")
     codes, _, errs = run_ranks(2, "--dir", d, "--mode", "save", "--steps", "10", "--numel", "1000")
-    assert codes == [0, 0], errs
+    assert codes == [0, 0], "\n".join(errs)
     # A job of another size cannot use them: it must say so.
     codes, outs, errs = run_ranks(1, "--dir", d, "--mode", "load", "--numel", "1000")
     assert codes[0] != 0
