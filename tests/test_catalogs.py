@@ -1,7 +1,8 @@
 """Issue 10, part 1: the rules cover the published catalogs, not only the logs
 at hand. Every Xid of NVIDIA's catalog (and any newer number), every CUDA
-runtime/driver error name and every NCCL result code gets the category the
-catalogs call for, in the forms logs print them. The tables are
+runtime/driver error name, every NCCL result code and every RDMA
+work-completion status and adapter event gets the category the catalogs call
+for, in the forms logs print them. The tables are
 rules/catalogs/*.tsv (facts from NVIDIA's Xid catalog and the CUDA headers;
 the scripts beside them say where each comes from)."""
 
@@ -123,3 +124,45 @@ def test_no_errno_is_read_as_a_hardware_fault():
                                           "EHOSTDOWN"):
             hardware.append((name, a["rule"]))
     assert not hardware, hardware
+
+
+IBV = table("ibv_wc_status.tsv")
+
+
+def test_the_ibv_table_is_libibverbs_whole_enum():
+    wc = [r for r in IBV if r[0] == "wc"]
+    events = [r for r in IBV if r[0] == "event"]
+    assert [int(r[1]) for r in wc] == list(range(24)) and [int(r[1]) for r in events] == list(range(20))
+
+
+def test_every_rdma_completion_status_gets_its_category_by_number_name_and_text():
+    """NCCL prints the number ("with status=12", older "with error 12"),
+    other stacks the enum name or libibverbs' text for it. A status that is
+    the software's or its setup's (memory registration, access rights) must
+    not send a node out as a fabric fault; a retry or timeout must."""
+    wrong = []
+    for kind, number, name, text, category in IBV:
+        if kind != "wc" or category == "-":
+            continue
+        forms = ["h:1:2 [0] transport/net_ib.cc:1909 NCCL WARN NET/IB : Got completion from peer 10.1.3.2<33057> "
+                 "with status=%s opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.1" % number,
+                 "h:1:2 [0] NCCL WARN NET/IB : Got completion with error %s, opcode 0, len 0, vendor err 129" % number,
+                 "ibv_poll_cq: work completion %s failed" % name,
+                 "Completion with error: %s (status %s)" % (text, number)]
+        for form in forms:
+            a = attribute([form])
+            if a["category"] != category:
+                wrong.append((form, category, a["category"], a["rule"]))
+    assert not wrong, wrong
+
+
+def test_every_adapter_async_event_gets_its_category():
+    wrong = []
+    for kind, number, name, text, category in IBV:
+        if kind != "event":
+            continue
+        a = attribute(["h:1:2 [0] transport/net_ib.cc:101 NCCL WARN NET/IB : mlx5_0:1 Got async event : %s" % text])
+        expected = category if category != "-" else "other"
+        if a["category"] != expected:
+            wrong.append((text, expected, a["category"], a["rule"]))
+    assert not wrong, wrong

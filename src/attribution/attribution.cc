@@ -209,6 +209,33 @@ int RankFromPrefix(const std::string& line) {
   return -1;
 }
 
+namespace {
+
+// NVIDIA's Xid catalog on the faults it traces to the application (MMU
+// faults, Xid 31, and the like): a burst is the application's, but the same
+// fault on one GPU again and again, from process after process, while no
+// other GPU shows it, points at that GPU. Returns the lines of such a GPU's
+// reports among `app_lines` (lines an application-class rule matched), or
+// nothing.
+std::vector<std::size_t> RepeatedAppXidOnOneGpu(const LogStructure& s, const std::set<std::size_t>& app_lines) {
+  constexpr std::size_t kProcesses = 3;
+  std::map<int, std::map<std::string, std::set<std::string>>> pids;  // xid -> gpu -> pids
+  std::map<int, std::map<std::string, std::vector<std::size_t>>> at;
+  for (const auto& e : s.xids) {
+    if (!app_lines.count(e.line)) continue;
+    if (!e.pid.empty() && e.pid.find("unknown") == std::string::npos) pids[e.xid][e.gpu].insert(e.pid);
+    at[e.xid][e.gpu].push_back(e.line);
+  }
+  for (const auto& [xid, gpus] : at) {
+    if (gpus.size() != 1) continue;  // on several GPUs: the application's
+    const std::string& gpu = gpus.begin()->first;
+    if (pids[xid][gpu].size() >= kProcesses) return gpus.begin()->second;
+  }
+  return {};
+}
+
+}  // namespace
+
 Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
   struct Match {
     const Rule* rule;
@@ -237,6 +264,11 @@ Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
     }
   }
   const Rule& win = *best->rule;
+  std::set<std::size_t> app_xid_lines;
+  for (const Match& m : matches) {
+    if (m.rule->category == "cuda_software" && m.rule->priority >= win.priority) app_xid_lines.insert(m.line);
+  }
+  const std::vector<std::size_t> repeated = RepeatedAppXidOnOneGpu(structure, app_xid_lines);
   a.category = win.category;
   a.rule_id = win.id;
   a.role = win.role;
@@ -280,10 +312,22 @@ Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
     if (m->rule->role == "cause" && m->rule->priority >= win.priority - 10) conf -= 0.15;
   }
   a.confidence = std::clamp(conf, 0.1, 0.95);
+  if (!repeated.empty()) {
+    a.category = "gpu_hardware";
+    a.rule_id = "gpu-xid-repeated-on-one-gpu";
+    a.description = "an application-class Xid again and again on one GPU, from 3 or more processes, and on no "
+                    "other GPU: NVIDIA's Xid catalog reads that as a possible fault of that GPU";
+    a.hardware = true;
+    a.persistence = "persistent";
+    a.action = "evict_node";
+    a.confidence = 0.6;
+    a.culprit_nodes.clear();
+    if (!lines[repeated.front()].node.empty()) a.culprit_nodes.push_back(lines[repeated.front()].node);
+  }
   char buf[256];
   std::snprintf(buf, sizeof(buf), "%s (%s, %s%s): %s", a.category.c_str(),
                 a.hardware ? "hardware" : "software", a.persistence.c_str(),
-                win.role == "symptom" ? ", symptom only" : "", win.description.c_str());
+                win.role == "symptom" && repeated.empty() ? ", symptom only" : "", a.description.c_str());
   a.summary = buf;
   return a;
 }

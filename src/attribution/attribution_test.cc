@@ -175,5 +175,69 @@ TEST(AttributionTest, TorchrunsRootCauseNamesTheCulpritRank) {
   EXPECT_EQ(a.culprit_ranks, std::vector<int>{3});
 }
 
+std::vector<LogLine> XidLines(const std::vector<std::pair<std::string, std::string>>& gpu_pid, int xid) {
+  std::vector<LogLine> out;
+  for (const auto& [gpu, pid] : gpu_pid) {
+    out.push_back({-1, "node7", "NVRM: Xid (PCI:" + gpu + "): " + std::to_string(xid) + ", pid=" + pid +
+                                    ", Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_10 faulted"});
+  }
+  return out;
+}
+
+TEST(AttributionTest, AnApplicationXidRepeatedByManyProcessesOnOneGpuOnlyPointsAtThatGpu) {
+  Attribution a = Attribute(Shipped(), XidLines({{"0000:db:00", "13641"}, {"0000:db:00", "14323"},
+                                                 {"0000:db:00", "33275"}}, 31));
+  EXPECT_EQ(a.category, "gpu_hardware");
+  EXPECT_EQ(a.rule_id, "gpu-xid-repeated-on-one-gpu");
+  EXPECT_TRUE(a.hardware);
+  EXPECT_EQ(a.culprit_nodes, std::vector<std::string>{"node7"});
+  EXPECT_NE(a.summary.find("possible fault of that GPU"), std::string::npos) << a.summary;
+}
+
+TEST(AttributionTest, AnApplicationXidStaysTheApplicationsWhenItIsOnSeveralGpusOrFewProcesses) {
+  // The same fault on two GPUs: the application (NVIDIA: "different GPU: check the app").
+  Attribution spread = Attribute(Shipped(), XidLines({{"0000:db:00", "1"}, {"0000:db:00", "2"}, {"0000:db:00", "3"},
+                                                      {"0000:3b:00", "4"}}, 31));
+  EXPECT_EQ(spread.category, "cuda_software");
+  // Two processes, or one process faulting again and again: a burst, not a pattern.
+  EXPECT_EQ(Attribute(Shipped(), XidLines({{"0000:db:00", "1"}, {"0000:db:00", "2"}}, 31)).category, "cuda_software");
+  EXPECT_EQ(Attribute(Shipped(), XidLines({{"0000:db:00", "7"}, {"0000:db:00", "7"}, {"0000:db:00", "7"},
+                                           {"0000:db:00", "'<unknown>'"}}, 31)).category,
+            "cuda_software");
+}
+
+TEST(AttributionTest, ATransportRejectingItsOwnRequestIsSoftwareNotTheFabric) {
+  Attribution a = Attribute(
+      Shipped(), Lines({{0, "node201:1:2 [0] transport/net_ib.cc:101 NCCL WARN NET/IB : mlx5_0:1 Got async event : "
+                            "local access violation work queue error"},
+                        {8, "node023:1:2 [0] transport/net_ib.cc:1909 NCCL WARN NET/IB : Got completion from peer "
+                            "10.1.3.201<33057> with status=9 opcode=0 len=0 vendor err 138 (Send)"}}));
+  EXPECT_EQ(a.category, "cuda_software");
+  EXPECT_FALSE(a.hardware);
+  EXPECT_NE(a.action, "evict_node");
+}
+
+TEST(AttributionTest, NcclsCudaFailureNamesTheCudaErrorItSaw) {
+  EXPECT_EQ(Attribute(Shipped(), Lines({{0, "h:1:2 [0] transport.cc:154 NCCL WARN Cuda failure 'invalid argument'"}}))
+                .category,
+            "cuda_software");
+  EXPECT_EQ(Attribute(Shipped(), Lines({{0, "h:1:2 [0] NCCL WARN Cuda failure 'uncorrectable ECC error encountered'"}}))
+                .category,
+            "gpu_hardware");
+}
+
+TEST(AttributionTest, ANodeThatDiedUnderRayAndAClosedRendezvousAreNodeLoss) {
+  Attribution ray = Attribute(Shipped(), Lines({{0, "The actor is dead because its node has died. Node Id: 677df2a9"}}));
+  EXPECT_EQ(ray.category, "node_failure");
+  Attribution closed = Attribute(Shipped(), Lines({{0, "torch.distributed.elastic.rendezvous.api.RendezvousClosedError"}}));
+  EXPECT_EQ(closed.category, "node_failure");
+  EXPECT_EQ(closed.role, "symptom");  // the loss of a peer, seen from the survivors
+  // A cause elsewhere in the log outranks it.
+  EXPECT_EQ(Attribute(Shipped(), Lines({{0, "torch.distributed.elastic.rendezvous.api.RendezvousClosedError"},
+                                        {1, "torch.cuda.OutOfMemoryError: CUDA out of memory."}}))
+                .category,
+            "oom");
+}
+
 }  // namespace
 }  // namespace trainguard

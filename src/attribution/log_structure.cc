@@ -29,6 +29,7 @@ LogStructure ParseLogStructure(const std::vector<LogLine>& lines) {
   static const RE2 kLauncherRank(R"(^\s*rank\s*:\s*(\d+)\s*\(local_rank)");
   static const RE2 kLauncherBlock(R"(^\s*\[\d+\]:\s*$)");
   static const RE2 kLauncherField(R"(^\s*(time|host|rank|exitcode|error_file|traceback)\s*:)");
+  static const RE2 kXid(R"(\bXid \((?:PCI:)?([0-9A-Fa-f:.]+)\):\s*(\d+)\b(?:,\s*pid=([^,\s]+))?)");
 
   LogStructure out;
   out.lines.resize(lines.size());
@@ -42,6 +43,11 @@ LogStructure ParseLogStructure(const std::vector<LogLine>& lines) {
     ls.match_text = lines[i].text;
     ls.rank = lines[i].rank >= 0 ? lines[i].rank : RankFromPrefix(lines[i].text);
     std::string s = WithoutPrefix(lines[i].text);
+    {
+      std::string gpu, pid;
+      int xid = 0;
+      if (RE2::PartialMatch(lines[i].text, kXid, &gpu, &xid, &pid)) out.xids.push_back({i, gpu, xid, pid});
+    }
 
     // torchrun's failure summary: "[N]:" opens a block of "field : value" lines.
     if (s.find("Root Cause (first observed failure)") != std::string::npos) in_root_cause = true;

@@ -5,7 +5,8 @@
 // library path: a frame in the NCCL watchdog's timeout check means a
 // collective timed out), which exceptions ended each traceback and which of
 // them caused the others, and the ranks that a launcher's failure summary
-// (torchrun's "Root Cause" table) names for its lines.
+// (torchrun's "Root Cause" table) names for its lines, and the driver's Xid
+// reports with the GPU and process each names.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +43,14 @@ struct LogStructure {
   };
   std::vector<Exception> exceptions;
   int launcher_root_rank = -1;  // the rank of torchrun's "Root Cause (first observed failure)"
+  // The driver's Xid reports: "NVRM: Xid (PCI:0000:db:00): 31, pid=13641, ...".
+  struct XidEvent {
+    std::size_t line;
+    std::string gpu;  // the PCI address
+    int xid;
+    std::string pid;  // as the driver prints it ("13641", "'<unknown>'"), "" if absent
+  };
+  std::vector<XidEvent> xids;
 };
 
 LogStructure ParseLogStructure(const std::vector<LogLine>& lines);
