@@ -64,3 +64,31 @@ def test_a_warning_line_is_recorded_and_the_node_is_watched(tmp_path, no_leftove
                                       capture_output=True, text=True, timeout=30).stdout)
     node0 = [n for n in nodes if n["node"] == "node0"][0]
     assert node0["status"] == "watch" and "corrected ECC" in node0["reason"], node0
+
+
+def test_an_operators_fatal_rule_reaches_every_agent(tmp_path, no_leftovers):
+    """`--rules FILE` on `run`: the controller sends its scan rules to each
+    agent when it registers, so a site's own fatal pattern starts the incident
+    from the rank's line as the shipped ones do (before, only the attribution
+    after the fact saw operator rules)."""
+    rules = tmp_path / "site.json"
+    rules.write_text(json.dumps({"format": "trainguard-attribution-rules", "version": 1, "rules": [
+        {"id": "site-psu-fault", "category": "gpu_hardware", "priority": 97, "role": "cause",
+         "persistence": "persistent", "hardware": True, "action": "evict_node", "scan": "fatal",
+         "pattern": "PSU [0-9]+ input lost", "description": "a power supply of the node failed"}]}))
+    script = tmp_path / "psu.py"
+    script.write_text("import os, sys, time\n"
+                      "if os.environ['RANK'] == '0':\n"
+                      "    time.sleep(1)\n"
+                      "    print('bmc: PSU 2 input lost', flush=True)\n"
+                      "time.sleep(120)\n")
+    store = str(tmp_path / "tg.db")
+    done = subprocess.run(
+        [TRAINGUARD, "run", "--nnodes", "2", "--nproc-per-node", "1", "--max-restarts", "0",
+         "--hang-timeout", "300", "--rules", str(rules), "--store", store, "--job-id", "psu",
+         "--run-dir", str(tmp_path / "run"), "--", PYTHON, str(script)],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-3000:]
+    failure = [e for e in events(store, "psu") if e["kind"] == "failure"]
+    assert len(failure) == 1 and failure[0]["detail"]["failure_kind"] == "fatal_line", failure
+    assert failure[0]["detail"]["rule"] == "site-psu-fault" and "PSU 2 input lost" in failure[0]["detail"]["line"]

@@ -89,6 +89,21 @@ Agent::Agent(AgentConfig config, Clock* clock, ControllerLink* link)
   }
 }
 
+void Agent::UseControllerScanRules(const std::string& rule_file) {
+  if (rule_file.empty()) return;  // an older controller: keep the shipped rules
+  auto rules = RuleSet::Parse(rule_file, "the controller's scan rules");
+  if (!rules.ok()) {
+    // Keep scanning with the shipped rules rather than not at all.
+    std::fprintf(stderr, "trainguard agent %s: warning: %s\n", config_.node_id.c_str(),
+                 rules.status().message().c_str());
+    return;
+  }
+  // Called on the agent's own thread when the Welcome arrives, before any
+  // Start: no output pump (the other reader of scan_rules_) exists yet.
+  auto scan = std::make_shared<RuleSet>(rules->ScanRules());
+  scan_rules_ = scan->rules().empty() ? nullptr : scan;
+}
+
 void Agent::ScanLine(std::int64_t generation, int rank, const std::string& line) {
   if (scan_rules_ == nullptr) return;
   for (int i : scan_rules_->Match(line)) {
@@ -205,6 +220,7 @@ int Agent::Run() {
           return 1;
         }
         welcomed = true;
+        UseControllerScanRules(m.welcome().scan_rules());
         if (m.welcome().heartbeat_interval_ms() > 0) {
           heartbeat_interval_ = m.welcome().heartbeat_interval_ms() * kMillisecond;
         }

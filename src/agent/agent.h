@@ -120,7 +120,9 @@ class Agent {
   std::string error_;
   std::vector<int> pids_;
   int job_exit_status_ = 0;
-  std::shared_ptr<const RuleSet> scan_rules_;  // ScanRules() of config_.scan_rules
+  // Replaces scan_rules_ with the scan rules the controller sent in its Welcome.
+  void UseControllerScanRules(const std::string& rule_file);
+  std::shared_ptr<const RuleSet> scan_rules_;  // ScanRules() of config_.scan_rules, or the controller's
   std::vector<Alert> alerts_;
   std::set<std::tuple<std::int64_t, int, std::string>> alerted_;  // (generation, rank, rule id)
 

@@ -172,6 +172,22 @@ RuleSet RuleSet::ScanRules() const {
   return scan;
 }
 
+std::string RuleSet::ToJson() const {
+  nlohmann::json rules = nlohmann::json::array();
+  for (const Rule& r : rules_) {
+    nlohmann::json j = {{"id", r.id},           {"category", r.category},
+                        {"pattern", r.pattern}, {"priority", r.priority},
+                        {"role", r.role},       {"persistence", r.persistence},
+                        {"hardware", r.hardware}, {"action", r.action},
+                        {"description", r.description}};
+    if (r.case_sensitive) j["case_sensitive"] = true;
+    if (!r.scan.empty()) j["scan"] = r.scan;
+    rules.push_back(std::move(j));
+  }
+  nlohmann::json file = {{"format", "trainguard-attribution-rules"}, {"version", kRulesVersion}, {"rules", rules}};
+  return file.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 void RuleSet::Compile() { matcher_ = std::make_shared<const RuleMatcher>(rules_); }
 
 std::vector<int> RuleSet::Match(const std::string& text) const {

@@ -59,6 +59,9 @@ class RuleSet {
   void Merge(const RuleSet& overrides);
   // The rules with a `scan` severity, compiled as a set of their own.
   RuleSet ScanRules() const;
+  // The rules as a rule file (the format Parse reads), for shipping them to
+  // the agents: Parse(ToJson()) gives the same rules.
+  std::string ToJson() const;
   const std::vector<Rule>& rules() const { return rules_; }
 
   // Indices (into rules()) of every rule that matches `text`, ascending: one

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 namespace trainguard {
 namespace {
 
@@ -237,6 +239,29 @@ TEST(AttributionTest, ANodeThatDiedUnderRayAndAClosedRendezvousAreNodeLoss) {
                                         {1, "torch.cuda.OutOfMemoryError: CUDA out of memory."}}))
                 .category,
             "oom");
+}
+
+TEST(RuleSetTest, ARuleFileWrittenByToJsonReadsBackAsTheSameRules) {
+  RuleSet shipped = Shipped();
+  auto again = RuleSet::Parse(shipped.ToJson(), "round trip");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  ASSERT_EQ(again->rules().size(), shipped.rules().size());
+  for (size_t i = 0; i < shipped.rules().size(); ++i) {
+    const Rule& a = shipped.rules()[i];
+    const Rule& b = again->rules()[i];
+    EXPECT_EQ(a.id, b.id);
+    EXPECT_EQ(a.pattern, b.pattern);
+    EXPECT_EQ(std::tie(a.category, a.priority, a.role, a.persistence, a.hardware, a.action, a.scan,
+                       a.case_sensitive, a.description),
+              std::tie(b.category, b.priority, b.role, b.persistence, b.hardware, b.action, b.scan,
+                       b.case_sensitive, b.description))
+        << a.id;
+  }
+  // The scan rules alone, as the controller sends them to agents.
+  auto scan = RuleSet::Parse(shipped.ScanRules().ToJson(), "scan rules");
+  ASSERT_TRUE(scan.ok());
+  EXPECT_FALSE(scan->rules().empty());
+  for (const Rule& r : scan->rules()) EXPECT_FALSE(r.scan.empty()) << r.id;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "controller/crash_detector.h"
 #include "controller/describe.h"
+#include "controller/downtime.h"
 #include "controller/hang_detector.h"
 #include "controller/hang_locator.h"
 #include "controller/heartbeat_detector.h"
@@ -37,6 +38,7 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
                              NodeProvider* provider, const RuleSet* rules)
     : config_(std::move(config)),
       rules_(rules),
+      scan_rules_json_(rules != nullptr ? rules->ScanRules().ToJson() : ""),
       clock_(clock),
       store_(store),
       provider_(provider),
@@ -242,6 +244,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   node->last_heartbeat_wall = clock_->WallNanos();
   node->stopped_generation = generation_;  // a fresh agent runs no ranks
   node->ranks.clear();
+  if (rules_ != nullptr) welcome.mutable_welcome()->set_scan_rules(scan_rules_json_);
   link->Send(welcome);
   json d = {{"hostname", reg.hostname()}, {"address", reg.address()},
             {"agent_pid", reg.pid()},     {"group_rank", node->group_rank}};
@@ -741,43 +744,8 @@ void JobController::Evict(const std::string& node_id, const std::string& why) {
 
 void JobController::RecordDowntime(Nanos first_step_wall) {
   if (!incident_) return;
-  const Incident& inc = *incident_;
-  json d = {{"incident", inc.number},
-            {"failure_kind", inc.kind},
-            {"detection_ms", (inc.detected_wall - inc.fault_wall) / kMillisecond},
-            {"shutdown_ms", inc.stopped_wall > 0
-                                ? (inc.stopped_wall - inc.detected_wall) / kMillisecond
-                                : -1},
-            {"restart_ms", first_step_wall > 0 && inc.stopped_wall > 0
-                               ? (first_step_wall - inc.stopped_wall) / kMillisecond
-                               : -1},
-            {"failure_step", inc.failure_step},
-            {"checkpoint_step", inc.checkpoint_step},
-            {"lost_steps", std::max<std::int64_t>(
-                               0, inc.failure_step - std::max<std::int64_t>(inc.checkpoint_step, 0))}};
-  auto seconds = [&](const char* key) {
-    std::int64_t ms = d[key].get<std::int64_t>();
-    char buf[64];
-    if (ms < 0) return std::string("unknown");
-    std::snprintf(buf, sizeof(buf), "%.3f s", static_cast<double>(ms) / 1000);
-    return std::string(buf);
-  };
-  std::string lost;
-  if (inc.failure_step < 0) {
-    lost = "lost work unknown: no progress data";
-    d["lost_steps"] = nullptr;
-  } else if (inc.checkpoint_step < 0) {
-    lost = "lost " + std::to_string(d["lost_steps"].get<std::int64_t>()) + " step(s) (failed at " +
-           std::to_string(inc.failure_step) + ", no checkpoint reported: counted from step 0)";
-  } else {
-    lost = "lost " + std::to_string(d["lost_steps"].get<std::int64_t>()) + " step(s) (failed at " +
-           std::to_string(inc.failure_step) + ", checkpoint " + std::to_string(inc.checkpoint_step) +
-           ")";
-  }
-  std::string line = "incident " + std::to_string(inc.number) + " (" + inc.kind + "): detection " +
-                     seconds("detection_ms") + ", shutdown " + seconds("shutdown_ms") +
-                     ", restart " + seconds("restart_ms") + ", " + lost;
-  Emit("downtime", "", -1, inc.failure_step, line, d.dump(-1, ' ', false, kReplaceBadUtf8));
+  DowntimeRecord r = DescribeDowntime(*incident_, first_step_wall);
+  Emit("downtime", "", -1, incident_->failure_step, r.line, r.json);
   incident_.reset();
 }
 

@@ -147,6 +147,7 @@ class JobController {
 
   const JobConfig config_;
   const RuleSet* const rules_;
+  const std::string scan_rules_json_;  // rules_'s scan rules as a rule file, sent in every Welcome
   Clock* const clock_;
   EventStore* const store_;
   NodeProvider* provider_;  // guarded by mu_
