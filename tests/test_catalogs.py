@@ -166,3 +166,29 @@ def test_every_adapter_async_event_gets_its_category():
         if a["category"] != expected:
             wrong.append((text, expected, a["category"], a["rule"]))
     assert not wrong, wrong
+
+
+def test_nvswitch_sxids_fatal_and_non_fatal():
+    fatal = attribute(["nvidia-nvswitch0: SXid (PCI:0000:86:00.0): 24007, Fatal, Link 44 sourcetrack timeout error (First)"])
+    assert fatal["category"] == "gpu_hardware" and fatal["action"] == "evict_node", fatal
+    nonfatal = attribute(["nvidia-nvswitch3: SXid (PCI:0000:8b:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV "
+                          "error (First)"])
+    assert nonfatal["rule"] == "gpu-sxid-nonfatal" and nonfatal["action"] != "evict_node", nonfatal
+
+
+@pytest.mark.parametrize("code,category", [("1", "cuda_software"), ("2", "network"), ("3", "cuda_software"),
+                                           ("4", "user_code"), ("5", "user_code"), ("6", "network")])
+def test_an_nccl_return_chain_alone_says_what_kind_of_error_began_it(code, category):
+    chain = ["h:984:1357 [4] NCCL INFO transport/net.cc:1298 -> %s" % code,
+             "h:984:1357 [4] NCCL INFO proxy.cc:694 -> %s" % code,
+             "h:984:1357 [4] NCCL INFO proxy.cc:874 -> %s [Progress Thread]" % code]
+    a = attribute(chain)
+    assert a["category"] == category and a["confidence"] < 0.5, a   # a trace, not the cause itself
+
+
+def test_the_warning_that_began_a_chain_outranks_the_chain():
+    a = attribute(["h:1:2 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<4> with status=12 "
+                   "opcode=129 len=65536 vendor err 129 (Recv)",
+                   "h:1:2 [4] NCCL INFO transport/net.cc:1298 -> 6",
+                   "h:1:2 [4] NCCL INFO proxy.cc:694 -> 6"])
+    assert a["category"] == "network" and a["rule"] == "net-completion-error", a
