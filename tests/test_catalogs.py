@@ -192,3 +192,23 @@ def test_the_warning_that_began_a_chain_outranks_the_chain():
                    "h:1:2 [4] NCCL INFO transport/net.cc:1298 -> 6",
                    "h:1:2 [4] NCCL INFO proxy.cc:694 -> 6"])
     assert a["category"] == "network" and a["rule"] == "net-completion-error", a
+
+
+CUDA_STRINGS = table("cuda_error_strings.tsv")
+
+
+def test_every_cuda_error_text_gets_the_category_of_its_name():
+    """PyTorch prints the runtime's text, not the name: "CUDA error: <text>",
+    and older builds "cuda runtime error (N) : <text>". The texts are the
+    toolkit's own (cudaGetErrorString), one per cudaError_t."""
+    names = {name: category for name, number, category in table("cuda_errors.tsv")}
+    assert len(CUDA_STRINGS) > 100
+    wrong = []
+    for number, name, text, category in CUDA_STRINGS:
+        assert names[name] == category, name
+        for form in ("RuntimeError: CUDA error: %s" % text,
+                     "RuntimeError: cuda runtime error (%s) : %s at /pytorch/aten/src/THC/THCGeneral.cpp:50" % (number, text)):
+            a = attribute([form])
+            if a["category"] != category:
+                wrong.append((form, category, a["category"], a["rule"]))
+    assert not wrong, wrong

@@ -16,7 +16,8 @@ HARDWARE = {"cudaErrorECCUncorrectable", "CUDA_ERROR_ECC_UNCORRECTABLE", "cudaEr
             "CUDA_ERROR_NVLINK_UNCORRECTABLE", "cudaErrorContained", "CUDA_ERROR_CONTAINED"}
 OOM = {"cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY"}
 USER = {"cudaErrorAssert", "CUDA_ERROR_ASSERT"}
-LAUNCH_FAILURE = {"cudaErrorLaunchFailure", "CUDA_ERROR_LAUNCH_FAILED"}  # the gpu-launch-failure rule
+LAUNCH_FAILURE = {"cudaErrorLaunchFailure", "CUDA_ERROR_LAUNCH_FAILED",
+                  "cudaErrorPriorLaunchFailure"}  # the gpu-launch-failure rule
 
 
 def category(name):
