@@ -162,8 +162,8 @@ def test_the_project_corpus_of_real_logs_stays_above_the_goal(tmp_path):
     """tests/data/failure-logs/corpus.jsonl: real logs from public threads, a
     random third held out from rule writing. The issue's goal is >= 90 % on
     logs not read while writing rules. The read part is held at 95 %; the
-    held-out part at its measured 54/62 (87.1 %, below the goal: see
-    docs/attribution.md), so that no rule change loses a held-out log unseen."""
+    held-out part at its measured 65/72 (90.3 %, see docs/attribution.md),
+    so that no rule change loses a held-out log unseen."""
     records = [json.loads(l) for l in open(os.path.join(os.path.dirname(__file__), "data", "failure-logs",
                                                         "corpus.jsonl"))]
     assert len(records) >= 40
@@ -175,5 +175,5 @@ def test_the_project_corpus_of_real_logs_stays_above_the_goal(tmp_path):
             log.write_text(r["log"] + "\n")
             out = subprocess.run([TRAINGUARD, "attribute", "--json", str(log)], capture_output=True, text=True)
             right += json.loads(out.stdout)["category"] == r["label"]
-        floor = {"read": 0.95, "held_out": 54 / 62}[split]
+        floor = {"read": 0.95, "held_out": 65 / 72}[split]
         assert right >= floor * len(part) - 1e-9, (split, right, len(part))

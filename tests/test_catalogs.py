@@ -212,3 +212,18 @@ def test_every_cuda_error_text_gets_the_category_of_its_name():
             if a["category"] != category:
                 wrong.append((form, category, a["category"], a["rule"]))
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("line,category", [
+    ("h:1:2 [1] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : No space left on device", "storage"),
+    ("h:1:2 [6] misc/shmutils.cc:71 NCCL WARN Error: failed to extend /dev/shm/nccl-fjwOOB to 5967876 bytes", "storage"),
+    ("h:1:2 [3] misc/shmutils.cc:112 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-KWfVyt "
+     "(size 5967872)", "storage"),
+    ("h:1:2 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory segment /dev/shm/nccl-glnlGK "
+     "(size 14156128), error: No such file or directory (2)", "cuda_software"),
+])
+def test_nccl_shared_memory_warnings(line, category):
+    """NCCL's /dev/shm transport: a segment it cannot create or grow means
+    shared memory is full (storage); one it cannot attach to vanished under it
+    (the NCCL software), not a missing user file."""
+    assert attribute([line])["category"] == category
