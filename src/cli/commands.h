@@ -83,6 +83,18 @@ struct AttributeOptions {
   bool json = false;
 };
 
+struct DiagOptions {
+  std::string store;                   // "" = record nothing (--no-store)
+  std::string node_id;                 // "" = hostname
+  std::vector<std::string> paths;      // ROLE=DIR; none = scratch=$TMPDIR or /tmp
+  bool full = false;                   // the full suite (longer probes), else the quick one
+  bool show = false;                   // judge the stored diagnostics; measure nothing
+  bool json = false;
+  double max_age_s = 24 * 3600;        // older records are not compared
+  std::vector<std::string> floors;     // KIND=VALUE over the default floors
+  std::vector<std::string> fractions;  // KIND=FRACTION over the default fractions of the median
+};
+
 int RunJob(const JobOptions& options);
 // Where the event store lives unless --store says otherwise: a per-user state
 // directory ($XDG_STATE_HOME/trainguard, else ~/.local/state/trainguard, else
@@ -102,6 +114,9 @@ int ShowNodes(const EventsOptions& options);
 // trainguard uncordon NODE: clears the node's suspicion; its earlier
 // incidents no longer count against it.
 int UncordonNode(const std::string& store, const std::string& node);
+
+// trainguard diag: the node diagnostics suite (cli/diag_command.cc).
+int DiagCommand(const DiagOptions& options);
 
 // trainguard hang: where the job's hang sat in its parallel layout.
 int ShowHang(const HangOptions& options);

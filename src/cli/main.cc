@@ -177,6 +177,27 @@ int main(int argc, char** argv) {
   uncordon_cmd->add_option("--store", uncordon_store, "SQLite event store")->capture_default_str();
   uncordon_cmd->add_option("node", uncordon_node, "node id")->required();
 
+  trainguard::DiagOptions diag;
+  diag.store = trainguard::DefaultStorePath();
+  bool diag_no_store = false;
+  CLI::App* diag_cmd = app.add_subcommand(
+      "diag", "run the node diagnostics suite here (compute, memory, disks), record it, and judge it "
+              "against floors and the other nodes' newest figures");
+  diag_cmd->add_option("--store", diag.store, "SQLite event store the figures go to")->capture_default_str();
+  diag_cmd->add_flag("--no-store", diag_no_store, "record nothing; judge by floors only");
+  diag_cmd->add_option("--node-id", diag.node_id, "this node's id (default: the hostname)");
+  diag_cmd->add_option("--path", diag.paths,
+                       "ROLE=DIR: a directory jobs write (checkpoint=/ckpt, scratch=/tmp); repeatable "
+                       "(default scratch=$TMPDIR or /tmp)");
+  diag_cmd->add_flag("--full", diag.full, "the full suite (about 10 s and 256 MiB per path) instead of the quick one");
+  diag_cmd->add_flag("--show", diag.show, "judge every node's newest stored diagnostics; measure nothing");
+  diag_cmd->add_option("--max-age", diag.max_age_s, "seconds: older diagnostics are not compared")
+      ->capture_default_str();
+  diag_cmd->add_option("--floor", diag.floors, "KIND=VALUE: a figure's absolute floor (see docs/diagnostics.md)");
+  diag_cmd->add_option("--fraction", diag.fractions,
+                       "KIND=F: a node below F x the nodes' median of KIND fails (see docs/diagnostics.md)");
+  diag_cmd->add_flag("--json", diag.json, "JSON output");
+
   trainguard::AttributeOptions attr;
   CLI::App* attr_cmd = app.add_subcommand("attribute", "say why a failure happened, from its logs");
   attr_cmd->add_option("files", attr.files, "log files, one per rank (rankN in the name), - for stdin")
@@ -235,6 +256,10 @@ int main(int argc, char** argv) {
   if (hang_cmd->parsed()) return trainguard::ShowHang(hang);
   if (nodes_cmd->parsed()) return trainguard::ShowNodes(nodes);
   if (uncordon_cmd->parsed()) return trainguard::UncordonNode(uncordon_store, uncordon_node);
+  if (diag_cmd->parsed()) {
+    if (diag_no_store) diag.store.clear();
+    return trainguard::DiagCommand(diag);
+  }
   if (attr_cmd->parsed()) return trainguard::AttributeCommand(attr);
   if (ckpt_ls->parsed()) return trainguard::ListCheckpointsCommand(ckpt);
   if (ckpt_verify->parsed()) return trainguard::VerifyCheckpointsCommand(ckpt);

@@ -1,6 +1,7 @@
 #include "store/event_store.h"
 
 #include <algorithm>
+#include <map>
 #include <sqlite3.h>
 
 namespace trainguard {
@@ -90,6 +91,21 @@ StatusOr<std::vector<NodeHealth>> InMemoryEventStore::ListNodeHealth() {
   return out;
 }
 
+Status InMemoryEventStore::RecordDiagnostics(const DiagnosticsRecord& record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  diagnostics_.push_back(record);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<DiagnosticsRecord>> InMemoryEventStore::LatestDiagnostics() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, DiagnosticsRecord> newest;  // later records replace earlier ones
+  for (const auto& d : diagnostics_) newest[d.node] = d;
+  std::vector<DiagnosticsRecord> out;
+  for (auto& [node, d] : newest) out.push_back(std::move(d));
+  return out;
+}
+
 // ---------------------------------------------------------------------------
 
 namespace {
@@ -137,6 +153,15 @@ CREATE TABLE IF NOT EXISTS node_health (
   job_id TEXT NOT NULL,
   wall_ns INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS node_diagnostics (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  node TEXT NOT NULL,
+  wall_ns INTEGER NOT NULL,
+  mode TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  figures_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS node_diagnostics_by_node ON node_diagnostics(node, id);
 )sql";
 
 // RAII prepared statement.
@@ -318,6 +343,33 @@ class SqliteEventStore final : public EventStore {
       out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4)});
     }
     if (rc != SQLITE_DONE) return Error("read node health");
+    return out;
+  }
+
+  Status RecordDiagnostics(const DiagnosticsRecord& d) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json) VALUES(?,?,?,?,?)");
+    if (!s.ok()) return Error("prepare insert diagnostics");
+    s.Bind(1, d.node);
+    s.Bind(2, d.wall_ns);
+    s.Bind(3, d.mode);
+    s.Bind(4, d.job_id);
+    s.Bind(5, d.figures_json.empty() ? std::string("[]") : d.figures_json);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert diagnostics of " + d.node);
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT node, wall_ns, mode, job_id, figures_json FROM node_diagnostics "
+                "WHERE id IN (SELECT MAX(id) FROM node_diagnostics GROUP BY node) ORDER BY node");
+    if (!s.ok()) return Error("prepare select diagnostics");
+    std::vector<DiagnosticsRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Int(1), s.Text(2), s.Text(3), s.Text(4)});
+    }
+    if (rc != SQLITE_DONE) return Error("read diagnostics");
     return out;
   }
 

@@ -63,6 +63,17 @@ struct NodeHealth {
   Nanos wall_ns = 0;
 };
 
+// One run of the diagnostics suite on one node (`trainguard diag`, or an
+// agent on the controller's order). The figures are kept as the suite wrote
+// them; judging them against the other nodes is the reader's (diag/judge.h).
+struct DiagnosticsRecord {
+  std::string node;
+  Nanos wall_ns = 0;
+  std::string mode;          // "quick" or "full"
+  std::string job_id;        // the job that ordered it, "" when an operator ran it
+  std::string figures_json;  // [{"name": ..., "value": ..., "error": ...}, ...]
+};
+
 class EventStore {
  public:
   virtual ~EventStore() = default;
@@ -83,6 +94,10 @@ class EventStore {
   virtual StatusOr<NodeHealth> GetNodeHealth(const std::string& node) = 0;
   // Every node's record, by node id.
   virtual StatusOr<std::vector<NodeHealth>> ListNodeHealth() = 0;
+
+  virtual Status RecordDiagnostics(const DiagnosticsRecord& record) = 0;
+  // The newest record of each node, by node id.
+  virtual StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() = 0;
 };
 
 class SqliteEventStore;
@@ -102,6 +117,8 @@ class InMemoryEventStore final : public EventStore {
   Status SetNodeHealth(const NodeHealth& health) override;
   StatusOr<NodeHealth> GetNodeHealth(const std::string& node) override;
   StatusOr<std::vector<NodeHealth>> ListNodeHealth() override;
+  Status RecordDiagnostics(const DiagnosticsRecord& record) override;
+  StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() override;
 
  private:
   std::mutex mu_;
@@ -109,6 +126,7 @@ class InMemoryEventStore final : public EventStore {
   std::vector<Event> events_;
   std::vector<IncidentRecord> incidents_;
   std::vector<NodeHealth> health_;
+  std::vector<DiagnosticsRecord> diagnostics_;
 };
 
 }  // namespace trainguard

@@ -101,6 +101,23 @@ TEST_P(EventStoreTest, KeepsIncidentsAndNodeHealthAcrossJobs) {
   EXPECT_EQ((*all)[1].reason, "ECC");
 }
 
+TEST_P(EventStoreTest, KeepsTheNewestDiagnosticsOfEachNode) {
+  EXPECT_TRUE(store_->LatestDiagnostics()->empty());
+  ASSERT_TRUE(store_->RecordDiagnostics({"node2", 10, "quick", "", R"([{"name":"compute_gflops","value":1}])"}).ok());
+  ASSERT_TRUE(store_->RecordDiagnostics({"node1", 20, "full", "j1", "[]"}).ok());
+  // An older clock on a later record still replaces: the newest record is the last one written.
+  ASSERT_TRUE(store_->RecordDiagnostics({"node2", 5, "quick", "", R"([{"name":"compute_gflops","value":2}])"}).ok());
+  auto latest = store_->LatestDiagnostics();
+  ASSERT_TRUE(latest.ok());
+  ASSERT_EQ(latest->size(), 2u);
+  EXPECT_EQ((*latest)[0].node, "node1");
+  EXPECT_EQ((*latest)[0].mode, "full");
+  EXPECT_EQ((*latest)[0].job_id, "j1");
+  EXPECT_EQ((*latest)[1].node, "node2");
+  EXPECT_EQ((*latest)[1].wall_ns, 5);
+  EXPECT_EQ((*latest)[1].figures_json, R"([{"name":"compute_gflops","value":2}])");
+}
+
 INSTANTIATE_TEST_SUITE_P(All, EventStoreTest, testing::Values("memory", "sqlite"));
 
 TEST(SqliteEventStoreTest, EventsSurviveReopen) {

@@ -1,0 +1,219 @@
+// `trainguard diag`: runs the node diagnostics suite here, records the
+// figures with the node in the store, and judges them against floors and
+// against the newest figures of the other nodes; `--show` judges what the
+// store holds without measuring.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "cli/cli_support.h"
+#include "cli/commands.h"
+#include "common/clock.h"
+#include "common/json_text.h"
+#include "diag/judge.h"
+#include "diag/suite.h"
+#include "store/event_store.h"
+
+namespace trainguard {
+
+using nlohmann::json;
+
+namespace {
+
+const char* const kKinds[] = {"compute_gflops", "memory_gbps", "disk_write_mbps", "disk_read_mbps", "disk_free_gib"};
+
+bool KnownKind(const std::string& kind) {
+  for (const char* k : kKinds) {
+    if (kind == k) return true;
+  }
+  return false;
+}
+
+// "KIND=NUMBER" into `into`; "" if fine, else the error.
+std::string ParseKindValue(const std::string& flag, const std::string& text, std::map<std::string, double>* into) {
+  auto eq = text.find('=');
+  if (eq == std::string::npos) return flag + " '" + text + "' is not KIND=NUMBER";
+  std::string kind = text.substr(0, eq), number = text.substr(eq + 1);
+  if (!KnownKind(kind)) {
+    std::string known;
+    for (const char* k : kKinds) known += std::string(known.empty() ? "" : ", ") + k;
+    return flag + " names an unknown figure '" + kind + "' (known: " + known + ")";
+  }
+  char* end = nullptr;
+  double v = std::strtod(number.c_str(), &end);
+  if (number.empty() || end != number.c_str() + number.size() || !(v >= 0)) {
+    return flag + " '" + text + "': '" + number + "' is not a non-negative number";
+  }
+  (*into)[kind] = v;
+  return "";
+}
+
+std::string Number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), v >= 100 ? "%.0f" : v >= 1 ? "%.2f" : "%.3f", v);
+  return buf;
+}
+
+json VerdictJson(const NodeVerdict& v, const DiagnosticsRecord& record) {
+  json figures = json::array();
+  for (const auto& f : v.figures) {
+    json j = {{"name", f.figure.name}, {"value", f.figure.value}, {"ok", f.failure.empty()}};
+    if (!f.figure.error.empty()) j["error"] = f.figure.error;
+    if (f.peers > 0) {
+      j["median"] = f.median;
+      j["nodes_in_median"] = f.peers;
+    }
+    if (!f.failure.empty()) j["failure"] = f.failure;
+    figures.push_back(std::move(j));
+  }
+  return {{"node", v.node},      {"healthy", v.healthy},         {"mode", record.mode},
+          {"job_id", record.job_id}, {"unix_ms", record.wall_ns / kMillisecond},
+          {"figures", figures},  {"failures", v.failures}};
+}
+
+void PrintVerdict(const NodeVerdict& v, const DiagnosticsRecord& record) {
+  std::printf("node %s (%s suite): %s\n", v.node.c_str(), record.mode.c_str(), v.healthy ? "ok" : "FAIL");
+  for (const auto& f : v.figures) {
+    std::string value = f.figure.error.empty() ? Number(f.figure.value) : "-";
+    std::string median = f.peers > 0 ? "median " + Number(f.median) + " of " + std::to_string(f.peers) : "";
+    std::printf("  %-28s %10s  %-18s %s\n", f.figure.name.c_str(), value.c_str(), median.c_str(),
+                f.failure.empty() ? "ok" : ("FAIL: " + f.failure).c_str());
+  }
+}
+
+}  // namespace
+
+int DiagCommand(const DiagOptions& o) {
+  JudgePolicy policy;
+  for (const auto& f : o.floors) {
+    if (auto err = ParseKindValue("--floor", f, &policy.floors); !err.empty()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", err.c_str());
+      return 2;
+    }
+  }
+  for (const auto& f : o.fractions) {
+    if (auto err = ParseKindValue("--fraction", f, &policy.fraction_of_median); !err.empty()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", err.c_str());
+      return 2;
+    }
+  }
+  SuitePlan plan;
+  plan.mode = o.full ? "full" : "quick";
+  static const std::regex kRole("[A-Za-z0-9_.-]+");
+  for (const auto& p : o.paths) {
+    auto eq = p.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == p.size() || !std::regex_match(p.substr(0, eq), kRole)) {
+      std::fprintf(stderr, "trainguard: error: --path '%s' is not ROLE=DIR (e.g. checkpoint=/ckpt)\n", p.c_str());
+      return 2;
+    }
+    plan.paths.emplace_back(p.substr(0, eq), p.substr(eq + 1));
+  }
+  if (plan.paths.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    plan.paths.emplace_back("scratch", tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
+  }
+
+  std::unique_ptr<EventStore> store;
+  if (!o.store.empty()) {
+    if (o.show && !std::filesystem::exists(o.store)) {
+      std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", o.store.c_str());
+      return 2;
+    }
+    auto opened = OpenSqliteEventStore(o.store);
+    if (!opened.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", opened.status().message().c_str());
+      return 2;
+    }
+    store = std::move(opened.value());
+  } else if (o.show) {
+    std::fprintf(stderr, "trainguard: error: --show reads the store; --no-store leaves nothing to show\n");
+    return 2;
+  }
+
+  const std::string node = o.node_id.empty() ? Hostname() : o.node_id;
+  DiagnosticsRecord mine;
+  if (!o.show) {
+    if (!o.json) std::fprintf(stderr, "trainguard: running the %s diagnostics suite on node %s\n", plan.mode.c_str(), node.c_str());
+    mine = {node, WallNowNanos(), plan.mode, "", FiguresToJson(RunSuite(plan))};
+    if (store) {
+      if (Status s = store->RecordDiagnostics(mine); !s.ok()) {
+        std::fprintf(stderr, "trainguard: error: %s\n", s.message().c_str());
+        return 2;
+      }
+    }
+  }
+
+  // The newest record of every node, within --max-age, judged together.
+  std::vector<DiagnosticsRecord> records;
+  int stale = 0;
+  if (store) {
+    auto latest = store->LatestDiagnostics();
+    if (!latest.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", latest.status().message().c_str());
+      return 2;
+    }
+    const Nanos oldest = WallNowNanos() - static_cast<Nanos>(o.max_age_s * kSecond);
+    for (auto& r : *latest) {
+      if (r.node == node && !o.show) continue;  // ours is `mine`, just measured
+      if (r.wall_ns < oldest) {
+        ++stale;
+        continue;
+      }
+      records.push_back(std::move(r));
+    }
+  }
+  if (!o.show) records.push_back(mine);
+  std::vector<NodeFigures> nodes;
+  std::vector<DiagnosticsRecord> judged;
+  for (const auto& r : records) {
+    auto figures = FiguresFromJson(r.figures_json);
+    if (!figures.ok()) {
+      std::fprintf(stderr, "trainguard: warning: node %s's diagnostics are unreadable: %s\n", r.node.c_str(),
+                   figures.status().message().c_str());
+      continue;
+    }
+    nodes.push_back({r.node, std::move(figures.value())});
+    judged.push_back(r);
+  }
+  auto verdicts = JudgeNodes(nodes, policy);
+
+  int failing = 0;
+  json out = {{"nodes", json::array()}};
+  for (std::size_t i = 0; i < verdicts.size(); ++i) {
+    const bool shown = o.show || verdicts[i].node == node;
+    if (!shown) continue;
+    failing += !verdicts[i].healthy;
+    if (o.json) {
+      out["nodes"].push_back(VerdictJson(verdicts[i], judged[i]));
+    } else {
+      PrintVerdict(verdicts[i], judged[i]);
+    }
+  }
+  if (o.json) {
+    out["nodes_compared"] = verdicts.size();
+    out["stale_records_ignored"] = stale;
+    out["policy"] = {{"floors", policy.floors},
+                     {"fraction_of_median", policy.fraction_of_median},
+                     {"min_nodes_for_median", policy.min_nodes_for_median}};
+    std::cout << out.dump(2, ' ', false, kReplaceBadUtf8) << "\n";
+  } else {
+    if (o.show && verdicts.empty()) std::printf("no node has diagnostics in %s\n", o.store.c_str());
+    std::printf("judged against %zu node(s)' newest diagnostics%s; a figure fails below its floor or, with %zu or "
+                "more nodes, below its fraction of their median\n",
+                verdicts.size(), stale > 0 ? (" (" + std::to_string(stale) + " older than --max-age ignored)").c_str() : "",
+                policy.min_nodes_for_median);
+    if (o.show && failing > 0) {
+      std::printf("failing:");
+      for (const auto& v : verdicts) {
+        if (!v.healthy) std::printf(" %s", v.node.c_str());
+      }
+      std::printf("\n");
+    }
+  }
+  return failing > 0 ? 1 : 0;
+}
+
+}  // namespace trainguard

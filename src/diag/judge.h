@@ -1,0 +1,51 @@
+// Judging the diagnostics of a job's nodes: each figure against an absolute
+// floor (broken hardware) and against the median of the same figure over the
+// nodes (a node much slower than its peers). Pure: figures in, verdicts out.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "diag/probes.h"
+
+namespace trainguard {
+
+struct NodeFigures {
+  std::string node;
+  std::vector<Figure> figures;
+};
+
+struct JudgePolicy {
+  // By kind (the figure name before ':'). A kind without a floor has none.
+  std::map<std::string, double> floors = {{"compute_gflops", 0.05}, {"memory_gbps", 0.5},
+                                          {"disk_write_mbps", 5},   {"disk_read_mbps", 5},
+                                          {"disk_free_gib", 1.0}};
+  // By kind: a node below this fraction of the nodes' median fails. Kinds not
+  // listed (free space: disks differ legitimately) are judged by floor only.
+  std::map<std::string, double> fraction_of_median = {{"compute_gflops", 0.7}, {"memory_gbps", 0.7},
+                                                      {"disk_write_mbps", 0.5}, {"disk_read_mbps", 0.5}};
+  std::size_t min_nodes_for_median = 3;  // fewer nodes: floors only
+};
+
+struct FigureVerdict {
+  Figure figure;
+  double median = 0;       // of the nodes that measured it; 0 when not compared
+  std::size_t peers = 0;   // how many nodes the median is over
+  std::string failure;     // "" if the figure passes
+};
+
+struct NodeVerdict {
+  std::string node;
+  bool healthy = true;
+  std::vector<FigureVerdict> figures;  // in the order measured
+  std::vector<std::string> failures;   // one line each: "compute_gflops 1.2 is 48 % of the median 2.5 (min 70 %)"
+};
+
+// The kind of a figure: its name before ':' ("disk_write_mbps:ckpt" -> "disk_write_mbps").
+std::string FigureKind(const std::string& name);
+
+// One verdict per node, in the order given.
+std::vector<NodeVerdict> JudgeNodes(const std::vector<NodeFigures>& nodes, const JudgePolicy& policy = {});
+
+}  // namespace trainguard
