@@ -145,3 +145,42 @@ def no_leftovers(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def cpu_cgroup(name, fraction):
+    """A cgroup (v2 or v1) whose processes get `fraction` of one CPU; its path, or None."""
+    period = 100000
+    quota = int(period * fraction)
+    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        with open("/sys/fs/cgroup/cgroup.controllers") as f:
+            if "cpu" not in f.read().split():
+                return None
+        path = "/sys/fs/cgroup/" + name
+        os.mkdir(path)
+        with open(path + "/cpu.max", "w") as f:
+            f.write("%d %d" % (quota, period))
+        return path
+    if os.path.isdir("/sys/fs/cgroup/cpu"):
+        path = "/sys/fs/cgroup/cpu/" + name
+        os.mkdir(path)
+        with open(path + "/cpu.cfs_period_us", "w") as f:
+            f.write(str(period))
+        with open(path + "/cpu.cfs_quota_us", "w") as f:
+            f.write(str(quota))
+        return path
+    return None
+
+
+def remove_cgroup(path):
+    """Removes a cgroup once its processes are gone (bounded wait)."""
+    wait_for(lambda: _rmdir(path), 10, "cgroup %s to empty" % path)
+
+
+def _rmdir(path):
+    try:
+        os.rmdir(path)
+        return True
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False

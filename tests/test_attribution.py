@@ -49,35 +49,45 @@ def test_a_hung_rank_is_named_not_the_ranks_waiting_for_it(tmp_path, no_leftover
     assert job.events("attribution")[0]["rank"] == 2
 
 
-def test_a_gpu_off_the_bus_evicts_its_node_and_warns_the_next_job(tmp_path, no_leftovers):
+def test_a_gpu_off_the_bus_evicts_and_cordons_its_node_until_an_operator_returns_it(tmp_path, no_leftovers):
     job = Job(tmp_path, "xid", example(tmp_path, "--xid-at-step", "9", "--crash-rank", "3"))
     assert job.wait() == 0, job.output()[-2000:]
     a = detail(job, "attribution")
     assert a["category"] == "gpu_hardware" and a["hardware"]
     assert a["culprit_ranks"] == [3] and a["culprit_nodes"] == ["node1"]
     assert detail(job, "decision")["decision"] == "evict_node"
-    assert [e["node"] for e in job.events("node_evicted")] == ["node1"]
-    # The next job on the same store is told.
+    evicted = job.events("node_evicted")
+    assert [e["node"] for e in evicted] == ["node1"]
+    assert evicted[0]["detail"]["by"] == "controller of job xid"
+    assert evicted[0]["detail"]["evidence"]["category"] == "gpu_hardware"
+    # Without spares, a new node (node2) took group rank 1 and the job went on.
+    registered = {e["node"]: e["detail"]["group_rank"] for e in job.events("node_registered")}
+    assert registered.get("node2") == 1, registered
+    # The next job on the same store does not use node1: it is cordoned.
     nxt = Job(tmp_path, "next", [PYTHON, "-c", "pass"], nnodes=2, nproc=1)
     assert nxt.wait() == 0
-    warned = nxt.events("node_suspect")
-    assert [e["node"] for e in warned] == ["node1"] and "xid" in warned[0]["message"]
-    # `trainguard nodes` shows it; `trainguard uncordon` clears it, and the
-    # job after that is not warned.
+    assert sorted(e["node"] for e in nxt.events("node_registered")) == ["node0", "node2"]
+    assert "node node1 is cordoned" in nxt.output()
+    # `trainguard nodes` shows it with who evicted it and why; `trainguard
+    # uncordon` returns it, and the job after that uses it again.
     nodes = json.loads(subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"],
                                       capture_output=True, text=True, check=True).stdout)
     node1 = [n for n in nodes if n["node"] == "node1"][0]
-    assert node1["status"] == "suspect" and node1["hardware_incidents_counting"] == 1, nodes
-    cleared = subprocess.run([TRAINGUARD, "uncordon", "--store", job.store, "node1"],
+    assert node1["status"] == "cordoned" and node1["hardware_incidents_counting"] == 1, nodes
+    assert [(h["action"], h["by"]) for h in node1["history"]] == [("evict", "controller of job xid")]
+    assert node1["history"][0]["evidence"]["rule"] == a["rule"]
+    cleared = subprocess.run([TRAINGUARD, "uncordon", "--store", job.store, "node1", "--reason", "GPU reseated"],
                              capture_output=True, text=True)
     assert cleared.returncode == 0 and "cleared" in cleared.stdout, cleared.stderr
     nodes = json.loads(subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"],
                                       capture_output=True, text=True, check=True).stdout)
     node1 = [n for n in nodes if n["node"] == "node1"][0]
     assert node1["status"] == "ok" and node1["hardware_incidents_counting"] == 0, nodes
+    assert [h["action"] for h in node1["history"]] == ["evict", "uncordon"]
+    assert node1["history"][1]["reason"] == "GPU reseated" and node1["history"][1]["by"].startswith("operator ")
     after = Job(tmp_path, "after", [PYTHON, "-c", "pass"], nnodes=2, nproc=1)
     assert after.wait() == 0
-    assert not after.events("node_suspect")
+    assert sorted(e["node"] for e in after.events("node_registered")) == ["node0", "node1"]
     unknown = subprocess.run([TRAINGUARD, "uncordon", "--store", job.store, "node9"],
                              capture_output=True, text=True)
     assert unknown.returncode == 1 and "node9 has no record" in unknown.stderr

@@ -8,11 +8,10 @@ real SQLite store and `diag --show` judges the newest of every node."""
 import json
 import os
 import subprocess
-import time
 
 import pytest
 
-from conftest import TRAINGUARD
+from conftest import TRAINGUARD, cpu_cgroup, remove_cgroup
 
 NODES = ["node-0", "node-1", "node-2", "node-3"]
 
@@ -30,30 +29,6 @@ def shown(store):
     return done.returncode, {n["node"]: n for n in json.loads(done.stdout)["nodes"]}
 
 
-def cpu_cgroup(name, fraction):
-    """A cgroup (v2 or v1) whose processes get `fraction` of one CPU; its path, or None."""
-    period = 100000
-    quota = int(period * fraction)
-    if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
-        with open("/sys/fs/cgroup/cgroup.controllers") as f:
-            if "cpu" not in f.read().split():
-                return None
-        path = "/sys/fs/cgroup/" + name
-        os.mkdir(path)
-        with open(path + "/cpu.max", "w") as f:
-            f.write("%d %d" % (quota, period))
-        return path
-    if os.path.isdir("/sys/fs/cgroup/cpu"):
-        path = "/sys/fs/cgroup/cpu/" + name
-        os.mkdir(path)
-        with open(path + "/cpu.cfs_period_us", "w") as f:
-            f.write(str(period))
-        with open(path + "/cpu.cfs_quota_us", "w") as f:
-            f.write(str(quota))
-        return path
-    return None
-
-
 @pytest.fixture
 def half_cpu():
     if os.geteuid() != 0:
@@ -62,12 +37,7 @@ def half_cpu():
     if path is None:
         pytest.skip("no cpu cgroup controller")
     yield path
-    for _ in range(100):  # empty once trainguard has exited
-        try:
-            os.rmdir(path)
-            break
-        except OSError:
-            time.sleep(0.1)
+    remove_cgroup(path)
 
 
 @pytest.fixture
@@ -103,6 +73,7 @@ def test_the_cpu_throttled_node_and_only_it_fails_against_the_median(tmp_path, h
     throttled = diag(store, "--node-id", "node-2", "--path", "checkpoint=%s" % ckpt, cgroup=half_cpu)
     assert throttled.returncode == 1, throttled.stdout + throttled.stderr
     assert "node node-2 (quick suite): FAIL" in throttled.stdout
+    assert "below the nodes' median: measuring again" in throttled.stderr  # slow twice before it fails
     rc, nodes = shown(store)
     assert rc == 1
     assert [n for n, v in nodes.items() if not v["healthy"]] == ["node-2"], nodes

@@ -22,6 +22,7 @@
 #include "agent/output_pump.h"
 #include "agent/process.h"
 #include "common/status_page.h"
+#include "diag/suite.h"
 #include "proto/sanitize.h"
 
 namespace trainguard {
@@ -193,6 +194,7 @@ int Agent::Run() {
   r->set_address(config_.address);
   r->set_free_port(FindFreePort());
   r->set_pid(getpid());
+  r->set_runs_diagnostics(true);
   if (config_.preferred_group_rank >= 0) r->set_preferred_group_rank(config_.preferred_group_rank);
   Send(reg);
 
@@ -232,6 +234,8 @@ int Agent::Run() {
         std::vector<int> capture(m.stop().capture_stacks_of().begin(),
                                  m.stop().capture_stacks_of().end());
         StopRanks(m.stop().generation(), capture, m.stop().grace_ms() * kMillisecond, true);
+      } else if (m.has_run_diagnostics() && welcomed) {
+        StartDiagnostics(m.run_diagnostics());
       } else if (m.has_shutdown()) {
         StopRanks(generation_, {}, 0, false);
         std::lock_guard<std::mutex> lock(mu_);
@@ -241,12 +245,52 @@ int Agent::Run() {
     }
     PollKernel();
     if (welcomed) SendAlerts();
+    MaybeSendDiagnostics();
     ReapExited();
     if (welcomed && clock_->MonotonicNanos() >= next_heartbeat_) {
       SendHeartbeat();
       next_heartbeat_ = clock_->MonotonicNanos() + heartbeat_interval_;
     }
   }
+}
+
+struct Agent::DiagnosticsRun {
+  std::int64_t round = 0;
+  Nanos started_mono = 0;
+  std::atomic<bool> done{false};
+  std::vector<Figure> figures;  // written before done is set
+};
+
+void Agent::StartDiagnostics(const v1::RunDiagnostics& order) {
+  if (diagnostics_ != nullptr) return;  // one round at a time; the controller waits for it
+  SuitePlan plan;
+  plan.mode = order.mode() == "full" ? "full" : "quick";
+  for (const auto& p : order.paths()) {
+    auto eq = p.find('=');
+    if (eq != std::string::npos && eq > 0) plan.paths.emplace_back(p.substr(0, eq), p.substr(eq + 1));
+  }
+  if (plan.paths.empty()) plan.paths.emplace_back("scratch", config_.run_dir);
+  auto run = std::make_shared<DiagnosticsRun>();
+  run->round = order.round();
+  run->started_mono = clock_->MonotonicNanos();
+  diagnostics_ = run;
+  // Detached: a probe stuck in the kernel (a dead file system) must not
+  // hold up the agent's exit; the controller times the round out.
+  std::thread([run, plan] {
+    run->figures = RunSuite(plan);
+    run->done.store(true);
+  }).detach();
+}
+
+void Agent::MaybeSendDiagnostics() {
+  if (diagnostics_ == nullptr || !diagnostics_->done.load()) return;
+  v1::AgentMessage m;
+  v1::DiagnosticsResult* result = m.mutable_diagnostics();
+  result->set_round(diagnostics_->round);
+  result->set_figures_json(FiguresToJson(diagnostics_->figures));
+  result->set_wall_ms((clock_->MonotonicNanos() - diagnostics_->started_mono) / kMillisecond);
+  diagnostics_.reset();
+  Send(m);
 }
 
 void Agent::StartRanks(const v1::Start& start) {

@@ -102,6 +102,10 @@ class Agent {
                  Nanos grace, bool report);
   void ReapExited();
   void SendHeartbeat();
+  // Runs the diagnostics suite on a thread of its own (heartbeats go on) and
+  // answers when it is done; one round at a time. Control loop only.
+  void StartDiagnostics(const v1::RunDiagnostics& order);
+  void MaybeSendDiagnostics();
   v1::RankStatus Describe(const Rank& rank) const;
   // Every process of this generation's ranks seen so far.
   std::set<int> RankProcesses() const;
@@ -132,6 +136,8 @@ class Agent {
   std::int64_t generation_ = -1;
   Nanos heartbeat_interval_ = 1 * kSecond;
   Nanos next_heartbeat_ = 0;
+  struct DiagnosticsRun;
+  std::shared_ptr<DiagnosticsRun> diagnostics_;  // the round running, if any
 };
 
 }  // namespace trainguard

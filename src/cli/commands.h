@@ -13,6 +13,11 @@ struct JobOptions {
   int nnodes = 1;
   int nproc_per_node = 1;
   int max_restarts = 3;
+  int spares = 0;           // idle extra nodes that take an evicted or lost node's place
+  std::string diagnose = "off";         // off, quick or full: node diagnostics before the start and after failures
+  std::vector<std::string> diag_paths;  // ROLE=DIR for the disk probes
+  int diag_parallel = -1;               // nodes diagnosed at once; -1: 1 when `run` has every node here, else all
+  double diag_timeout_s = 60;
   double hang_timeout_s = 300;
   bool hang_timeout_auto = false;     // --hang-timeout auto
   double hang_timeout_floor_s = 60;
@@ -111,9 +116,12 @@ int ShowReport(const EventsOptions& options);
 
 // trainguard nodes: what the store knows of each node across jobs.
 int ShowNodes(const EventsOptions& options);
-// trainguard uncordon NODE: clears the node's suspicion; its earlier
-// incidents no longer count against it.
-int UncordonNode(const std::string& store, const std::string& node);
+// trainguard cordon NODE --reason R: the node gets no ranks in any job until
+// uncordoned; the action is kept with who took it.
+int CordonNode(const std::string& store, const std::string& node, const std::string& reason);
+// trainguard uncordon NODE: returns a cordoned node and clears its
+// suspicion; its earlier incidents no longer count against it.
+int UncordonNode(const std::string& store, const std::string& node, const std::string& reason);
 
 // trainguard diag: the node diagnostics suite (cli/diag_command.cc).
 int DiagCommand(const DiagOptions& options);

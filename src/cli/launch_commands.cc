@@ -42,6 +42,11 @@ JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
   c.argv = o.command;
   c.env = o.env;
   c.max_restarts = o.max_restarts;
+  c.spares = o.spares;
+  c.diagnose = o.diagnose;
+  c.diag_paths = o.diag_paths;
+  c.diag_parallelism = std::max(o.diag_parallel, 0);
+  c.diag_timeout = Seconds(o.diag_timeout_s);
   c.no_instrument = o.no_instrument;
   c.hang_timeout = Seconds(o.hang_timeout_s);
   c.hang_timeout_auto = o.hang_timeout_auto;
@@ -80,8 +85,28 @@ constexpr int kEndpointTaken = -1;
 // Runs a controller on `listen` until the job finishes, and `local_nodes`'
 // agents next to it. With `endpoint_may_be_taken`, a listen address in use
 // returns kEndpointTaken before anything is written to the store.
-int Supervise(const JobOptions& o, const std::string& listen,
-              const std::vector<LocalNode>& local_nodes, bool endpoint_may_be_taken) {
+// The agents `run` starts on this machine: node<i> for the lowest i whose
+// node is not cordoned, nnodes of them with group ranks 0.. and then the
+// spares; and, without spares, where a new node comes from when one is
+// evicted (the next such id).
+std::vector<LocalNode> PickLocalNodes(EventStore* store, int nnodes, int spares) {
+  std::vector<LocalNode> nodes;
+  for (int i = 0; static_cast<int>(nodes.size()) < nnodes + spares; ++i) {
+    std::string id = "node" + std::to_string(i);
+    auto health = store->GetNodeHealth(id);
+    if (health.ok() && health->status == "cordoned") {
+      std::fprintf(stderr, "trainguard: node %s is cordoned (%s): not used; `trainguard uncordon %s` returns it\n",
+                   id.c_str(), health->reason.c_str(), id.c_str());
+      continue;
+    }
+    int position = static_cast<int>(nodes.size());
+    nodes.push_back({id, position < nnodes ? position : -1, "127.0.0.1"});
+  }
+  return nodes;
+}
+
+int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalNode> local_nodes,
+              bool endpoint_may_be_taken, bool pick_local_nodes = false) {
   std::string error = ValidateJob(o);
   if (!error.empty()) {
     std::fprintf(stderr, "trainguard: error: %s\n", error.c_str());
@@ -103,8 +128,12 @@ int Supervise(const JobOptions& o, const std::string& listen,
     std::fprintf(stderr, "trainguard: error: %s\n", rules.status().message().c_str());
     return 2;
   }
+  if (pick_local_nodes) local_nodes = PickLocalNodes(store->get(), o.nnodes, o.spares);
   std::string job_id = o.job_id.empty() ? DefaultJobId() : o.job_id;
-  JobController controller(MakeConfig(o, job_id), RealClock::Get(), store->get(), nullptr,
+  JobConfig config = MakeConfig(o, job_id);
+  // Nodes that share this host must not measure each other.
+  if (o.diag_parallel < 0 && pick_local_nodes) config.diag_parallelism = 1;
+  JobController controller(config, RealClock::Get(), store->get(), nullptr,
                            &rules.value());
   std::unique_ptr<LocalLauncher> launcher;
   std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
@@ -147,12 +176,37 @@ int Supervise(const JobOptions& o, const std::string& listen,
     launcher = std::make_unique<LocalLauncher>(SelfExe(), args);
     // The launcher is the controller's node provider from here on.
     controller.SetNodeProvider(launcher.get());
-    for (const LocalNode& node : local_nodes) {
+    if (pick_local_nodes && o.spares == 0) {
+      // No spares: an evicted node is replaced by a new one, as a scheduler would allocate it.
+      int next = local_nodes.empty() ? 0 : std::stoi(local_nodes.back().node_id.substr(4)) + 1;
+      EventStore* s = store->get();
+      launcher->ReplaceEvictedNodesWith([next, s]() mutable {
+        for (;; ++next) {
+          std::string id = "node" + std::to_string(next);
+          auto health = s->GetNodeHealth(id);
+          if (!health.ok() || health->status != "cordoned") return "node" + std::to_string(next++);
+        }
+      });
+    }
+    auto start = [&](const LocalNode& node) {
       std::vector<std::string> node_args = {"--address", node.address};
-      if (node.group_rank >= 0) {
+      if (node.group_rank >= 0 || pick_local_nodes) {  // a spare asks for no group rank (-1)
         node_args.insert(node_args.end(), {"--group-rank", std::to_string(node.group_rank)});
       }
       launcher->StartNode(node.node_id, node_args);
+    };
+    for (const LocalNode& node : local_nodes) {
+      if (!pick_local_nodes || node.group_rank >= 0) start(node);
+    }
+    // Spares join once the job's nodes have started generation 0: agents
+    // race to register, and a spare must not take a job node's group rank.
+    if (pick_local_nodes && o.spares > 0) {
+      while (!controller.finished() && controller.state() == JobState::kStarting) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      for (const LocalNode& node : local_nodes) {
+        if (node.group_rank < 0 && !controller.finished()) start(node);
+      }
     }
   }
   controller.WaitFinished(std::chrono::hours(24 * 365));
@@ -165,11 +219,13 @@ int Supervise(const JobOptions& o, const std::string& listen,
     // status pages; every agent of this job is gone now.
     std::error_code ec;
     std::string prefix = "trainguard-" + job_id + "-";
-    for (const LocalNode& node : local_nodes) {
-      for (const auto& entry : fs::directory_iterator("/dev/shm", ec)) {
-        std::string name = entry.path().filename().string();
-        if (name.rfind(prefix + node.node_id + "-r", 0) == 0) fs::remove(entry.path(), ec);
-      }
+    // With every node here (`run`), every page of the job goes, those of
+    // nodes that replaced evicted ones included; else only this host's node's.
+    for (const auto& entry : fs::directory_iterator("/dev/shm", ec)) {
+      std::string name = entry.path().filename().string();
+      bool ours = pick_local_nodes && name.rfind(prefix, 0) == 0;
+      for (const LocalNode& node : local_nodes) ours |= name.rfind(prefix + node.node_id + "-r", 0) == 0;
+      if (ours) fs::remove(entry.path(), ec);
     }
   }
   server.Shutdown(2000);
@@ -199,6 +255,17 @@ std::string ValidateJob(const JobOptions& o) {
   if (o.nnodes < 1) return "--nnodes must be at least 1";
   if (o.nproc_per_node < 1) return "--nproc-per-node must be at least 1";
   if (o.max_restarts < 0) return "--max-restarts must not be negative";
+  if (o.spares < 0) return "--spares must not be negative";
+  if (o.diagnose != "off" && o.diagnose != "quick" && o.diagnose != "full") {
+    return "--diagnose must be off, quick or full, not '" + o.diagnose + "'";
+  }
+  if (o.diag_timeout_s <= 0) return "--diag-timeout must be positive";
+  for (const auto& p : o.diag_paths) {
+    auto eq = p.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == p.size()) {
+      return "--diag-path '" + p + "' is not ROLE=DIR (e.g. checkpoint=/ckpt)";
+    }
+  }
   if (o.hang_timeout_s <= 0 || o.startup_timeout_s <= 0 || o.hang_timeout_floor_s <= 0) {
     return "timeouts must be positive";
   }
@@ -294,9 +361,7 @@ int RunJob(const JobOptions& options) {
     return 0;
   }
   if (!options.rendezvous.empty()) return RunOneHostOfSeveral(options);
-  std::vector<LocalNode> nodes;
-  for (int i = 0; i < options.nnodes; ++i) nodes.push_back({"node" + std::to_string(i), i, "127.0.0.1"});
-  return Supervise(options, "127.0.0.1:0", nodes, false);
+  return Supervise(options, "127.0.0.1:0", {}, false, /*pick_local_nodes=*/true);
 }
 
 int RunController(const ControllerOptions& options) {

@@ -38,6 +38,36 @@ void LocalLauncher::ReplaceNode(const std::string& node_id, const std::string& r
   cv_.notify_all();
 }
 
+void LocalLauncher::ReplaceEvictedNodesWith(std::function<std::string()> fresh_node_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fresh_node_id_ = std::move(fresh_node_id);
+}
+
+void LocalLauncher::EvictNode(const std::string& node_id, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_ || !node_args_.count(node_id)) return;
+  requests_.push_back({node_id, true, false});
+  std::string fresh = fresh_node_id_ ? fresh_node_id_() : "";
+  if (!fresh.empty() && !node_args_.count(fresh)) {
+    // The new node is reached like the old one but asks for no group rank: it takes the free one.
+    std::vector<std::string> args;
+    const auto& old = node_args_[node_id];
+    for (std::size_t i = 0; i < old.size(); ++i) {
+      if (old[i] == "--group-rank") {
+        ++i;
+        continue;
+      }
+      args.push_back(old[i]);
+    }
+    args.insert(args.end(), {"--group-rank", "-1"});
+    node_args_[fresh] = std::move(args);
+    requests_.push_back({fresh, false, true});
+    std::fprintf(stderr, "trainguard: node %s evicted (%s); node %s takes its place\n", node_id.c_str(),
+                 reason.c_str(), fresh.c_str());
+  }
+  cv_.notify_all();
+}
+
 pid_t LocalLauncher::AgentPid(const std::string& node_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = agents_.find(node_id);
@@ -177,7 +207,7 @@ void LocalLauncher::Loop() {
         dying_.push_back(it->second);
         agents_.erase(it);
       }
-      Launch(r.node_id);
+      if (r.launch) Launch(r.node_id);
     }
     reap();
   }

@@ -1,7 +1,10 @@
 // LocalLauncher: the `local` scheduler backend. Every "node" is an agent
-// process on this machine, started as `trainguard agent ...`. A lost node is
-// evicted (its agent SIGKILLed, which takes its ranks along through
-// PDEATHSIG) and replaced by a fresh agent with the same node id.
+// process on this machine, started as `trainguard agent ...`. A lost node's
+// agent is SIGKILLed (which takes its ranks along through PDEATHSIG) and a
+// fresh agent starts under the same node id. An evicted node (cordoned) is
+// killed for good; a new node under a fresh id takes its place only when a
+// source of fresh ids is set (without spares the local backend stands in for
+// a scheduler that allocates a new node; with spares the pool is fixed).
 //
 // Threading: one launcher thread forks, reaps and kills agents (so that
 // PDEATHSIG is tied to a thread that lives as long as the launcher);
@@ -12,6 +15,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -36,6 +40,10 @@ class LocalLauncher final : public NodeProvider {
   // Replaces a node this launcher started; other nodes (agents on other
   // hosts) are not its to replace.
   void ReplaceNode(const std::string& node_id, const std::string& reason) override;
+  void EvictNode(const std::string& node_id, const std::string& reason) override;
+  // Where the id of a node that replaces an evicted one comes from ("" =
+  // none). Called with the launcher's lock held: must not call back into it.
+  void ReplaceEvictedNodesWith(std::function<std::string()> fresh_node_id);
   // The agent's exit status when its process has exited (this host is up:
   // it is the one running the launcher): a fault of the agent, not the node.
   std::string ExplainLoss(const std::string& node_id) override;
@@ -49,6 +57,7 @@ class LocalLauncher final : public NodeProvider {
   struct Request {
     std::string node_id;
     bool kill_first;
+    bool launch = true;
   };
   void Loop();
   void Launch(const std::string& node_id);
@@ -66,6 +75,7 @@ class LocalLauncher final : public NodeProvider {
   int stop_timeout_ms_ = 0;
   int killed_ = 0;
   bool done_ = false;
+  std::function<std::string()> fresh_node_id_;
   std::thread thread_;
 };
 

@@ -18,6 +18,20 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
   }
   cmd->add_option("--max-restarts,--max_restarts", o->max_restarts, "restarts before the job fails")
       ->capture_default_str();
+  cmd->add_option("--diagnose", o->diagnose,
+                  "node diagnostics before the first start and after every failure (ranks stopped): "
+                  "off, quick or full; failing nodes are evicted and cordoned (docs/nodes.md)")
+      ->check(CLI::IsMember({"off", "quick", "full"}))
+      ->capture_default_str();
+  cmd->add_option("--diag-path", o->diag_paths, "ROLE=DIR each node's disk probes write (default: its run dir)");
+  cmd->add_option("--diag-parallel", o->diag_parallel,
+                  "nodes diagnosed at once (default: 1 when `run` has every node on this host, else all)");
+  cmd->add_option("--diag-timeout", o->diag_timeout_s, "seconds a node gets to answer its diagnostics")
+      ->capture_default_str();
+  cmd->add_option("--spares", o->spares,
+                  "idle extra nodes (agents) that take the place of an evicted or lost node at the restart; "
+                  "`run` starts them, a `controller` accepts that many beyond --nnodes")
+      ->capture_default_str();
   cmd->add_option_function<std::string>(
          "--hang-timeout",
          [o](const std::string& v) {
@@ -169,13 +183,21 @@ int main(int argc, char** argv) {
 
   trainguard::EventsOptions nodes;
   nodes.store = trainguard::DefaultStorePath();
-  CLI::App* nodes_cmd = app.add_subcommand("nodes", "each node's state across jobs: suspect or ok, incidents");
+  CLI::App* nodes_cmd = app.add_subcommand(
+      "nodes", "each node across jobs: cordoned, suspect or ok, incidents, newest diagnostics, history");
   nodes_cmd->add_option("--store", nodes.store, "SQLite event store")->capture_default_str();
   nodes_cmd->add_flag("--json", nodes.json, "JSON output");
-  std::string uncordon_store = trainguard::DefaultStorePath(), uncordon_node;
-  CLI::App* uncordon_cmd = app.add_subcommand("uncordon", "clear a node's suspicion");
+  std::string cordon_store = trainguard::DefaultStorePath(), cordon_node, cordon_reason;
+  CLI::App* cordon_cmd = app.add_subcommand("cordon", "take a node out of every job until it is uncordoned");
+  cordon_cmd->add_option("--store", cordon_store, "SQLite event store")->capture_default_str();
+  cordon_cmd->add_option("node", cordon_node, "node id")->required();
+  cordon_cmd->add_option("--reason", cordon_reason, "why (kept with the node and shown by `trainguard nodes`)")
+      ->required();
+  std::string uncordon_store = trainguard::DefaultStorePath(), uncordon_node, uncordon_reason;
+  CLI::App* uncordon_cmd = app.add_subcommand("uncordon", "return a cordoned node to jobs and clear its suspicion");
   uncordon_cmd->add_option("--store", uncordon_store, "SQLite event store")->capture_default_str();
   uncordon_cmd->add_option("node", uncordon_node, "node id")->required();
+  uncordon_cmd->add_option("--reason", uncordon_reason, "why (kept with the node)");
 
   trainguard::DiagOptions diag;
   diag.store = trainguard::DefaultStorePath();
@@ -255,7 +277,8 @@ int main(int argc, char** argv) {
   if (report_cmd->parsed()) return trainguard::ShowReport(report);
   if (hang_cmd->parsed()) return trainguard::ShowHang(hang);
   if (nodes_cmd->parsed()) return trainguard::ShowNodes(nodes);
-  if (uncordon_cmd->parsed()) return trainguard::UncordonNode(uncordon_store, uncordon_node);
+  if (cordon_cmd->parsed()) return trainguard::CordonNode(cordon_store, cordon_node, cordon_reason);
+  if (uncordon_cmd->parsed()) return trainguard::UncordonNode(uncordon_store, uncordon_node, uncordon_reason);
   if (diag_cmd->parsed()) {
     if (diag_no_store) diag.store.clear();
     return trainguard::DiagCommand(diag);

@@ -1,12 +1,20 @@
-// `trainguard nodes` and `trainguard uncordon`: what the store knows of each
-// node across jobs, and clearing an operator's suspicion.
+// `trainguard nodes`, `cordon` and `uncordon`: what the store knows of each
+// node across jobs (state, incidents, newest diagnostics, the actions taken on
+// it and by whom), and an operator taking a node out of every job or
+// returning it.
+#include <pwd.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
+#include "cli/cli_support.h"
 #include "cli/commands.h"
 #include "common/json_text.h"
 #include "common/clock.h"
@@ -41,6 +49,22 @@ std::string When(Nanos wall) {
   return buf;
 }
 
+// Who an operator command acts as: the user behind sudo if any, at this host.
+std::string OperatorName() {
+  std::string user;
+  if (const char* s = std::getenv("SUDO_USER"); s != nullptr && *s != '\0') user = s;
+  if (user.empty()) {
+    if (const struct passwd* pw = getpwuid(getuid()); pw != nullptr) user = pw->pw_name;
+  }
+  if (user.empty()) user = "uid " + std::to_string(getuid());
+  return "operator " + user + "@" + Hostname();
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "trainguard: error: %s\n", s.message().c_str());
+  return 2;
+}
+
 }  // namespace
 
 int ShowNodes(const EventsOptions& o) {
@@ -53,14 +77,22 @@ int ShowNodes(const EventsOptions& o) {
                  (!health.ok() ? health.status() : incidents.status()).message().c_str());
     return 2;
   }
+  auto diagnostics = store->LatestDiagnostics();
+  auto actions = store->NodeActions("");
+  if (!diagnostics.ok()) return Fail(diagnostics.status());
+  if (!actions.ok()) return Fail(actions.status());
   struct Row {
     NodeHealth health;
     int hardware = 0;       // hardware incidents that still count (window, not cleared)
     int incidents = 0;
     IncidentRecord last;
+    std::optional<DiagnosticsRecord> diagnostics;
+    std::vector<NodeAction> actions;
   };
   std::map<std::string, Row> rows;
   for (const auto& h : *health) rows[h.node].health = h;
+  for (const auto& d : *diagnostics) rows[d.node].diagnostics = d;
+  for (const auto& a : *actions) rows[a.node].actions.push_back(a);
   Nanos window_start = WallNowNanos() - JobConfig{}.suspicion_window;
   for (const auto& i : *incidents) {
     if (i.node.empty()) continue;
@@ -74,6 +106,20 @@ int ShowNodes(const EventsOptions& o) {
   if (o.json) {
     json out = json::array();
     for (const auto& [node, r] : rows) {
+      json history = json::array();
+      for (const auto& a : r.actions) {
+        json evidence = json::parse(a.evidence_json, nullptr, false);
+        history.push_back({{"action", a.action}, {"by", a.by}, {"reason", a.reason}, {"job_id", a.job_id},
+                           {"unix_ms", a.wall_ns / kMillisecond},
+                           {"evidence", evidence.is_discarded() ? json(a.evidence_json) : evidence}});
+      }
+      json diag = nullptr;
+      if (r.diagnostics) {
+        json figures = json::parse(r.diagnostics->figures_json, nullptr, false);
+        diag = {{"mode", r.diagnostics->mode}, {"job_id", r.diagnostics->job_id},
+                {"unix_ms", r.diagnostics->wall_ns / kMillisecond},
+                {"figures", figures.is_discarded() ? json(r.diagnostics->figures_json) : figures}};
+      }
       out.push_back({{"node", node},
                      {"status", r.health.status.empty() ? "ok" : r.health.status},
                      {"reason", r.health.reason},
@@ -85,7 +131,9 @@ int ShowNodes(const EventsOptions& o) {
                                                         : json{{"job_id", r.last.job_id},
                                                                {"category", r.last.category},
                                                                {"rule", r.last.rule},
-                                                               {"action", r.last.action}}}});
+                                                               {"action", r.last.action}}},
+                     {"last_diagnostics", diag},
+                     {"history", history}});
     }
     std::cout << out.dump(2, ' ', false, kReplaceBadUtf8) << "\n";
     return 0;
@@ -99,16 +147,41 @@ int ShowNodes(const EventsOptions& o) {
   for (const auto& [node, r] : rows) {
     std::string status = r.health.status.empty() ? "ok" : r.health.status;
     std::string why = r.health.reason;
+    if (!r.actions.empty() && r.actions.back().action != "uncordon" && status == "cordoned") {
+      why = r.actions.back().action + " by " + r.actions.back().by + ": " + r.actions.back().reason;
+    }
     if (why.empty() && r.incidents > 0) why = r.last.category + " (" + r.last.rule + ") in job " + r.last.job_id;
+    if (r.diagnostics) why += (why.empty() ? "" : "; ") + std::string("diagnostics ") + When(r.diagnostics->wall_ns);
     std::printf("%-20s %-8s %-17s %9d %9d  %s\n", node.c_str(), status.c_str(),
                 When(r.health.wall_ns).c_str(), r.incidents, r.hardware, why.c_str());
   }
   std::printf("HARDWARE: hardware incidents of the last 7 days since the node was last cleared; "
-              "a node with any is evicted on unexplained failures.\n");
+              "a node with any is evicted on unexplained failures. A cordoned node gets no ranks until "
+              "`trainguard uncordon`; `--json` has each node's history and newest diagnostics.\n");
   return 0;
 }
 
-int UncordonNode(const std::string& store_path, const std::string& node) {
+int CordonNode(const std::string& store_path, const std::string& node, const std::string& reason) {
+  if (node.empty()) return Fail(InvalidArgument("cordon: the node id is empty"));
+  if (reason.find_first_not_of(" \t") == std::string::npos) {
+    return Fail(InvalidArgument("cordon: say why with --reason (it is kept with the node)"));
+  }
+  auto opened = OpenSqliteEventStore(store_path);
+  if (!opened.ok()) return Fail(opened.status());
+  auto& store = *opened;
+  auto health = store->GetNodeHealth(node);
+  if (!health.ok()) return Fail(health.status());
+  const std::string by = OperatorName();
+  const Nanos now = WallNowNanos();
+  if (Status s = store->RecordNodeAction({node, now, "cordon", by, reason, "", "{}"}); !s.ok()) return Fail(s);
+  if (Status s = store->SetNodeHealth({node, "cordoned", reason, "", now}); !s.ok()) return Fail(s);
+  std::printf("node %s cordoned by %s: %s; it gets no ranks in new jobs and restarts until `trainguard uncordon %s`%s\n",
+              node.c_str(), by.c_str(), reason.c_str(), node.c_str(),
+              health->status == "cordoned" ? (" (it was cordoned already: " + health->reason + ")").c_str() : "");
+  return 0;
+}
+
+int UncordonNode(const std::string& store_path, const std::string& node, const std::string& reason) {
   auto store = OpenExisting(store_path);
   if (!store) return 2;
   auto health = store->GetNodeHealth(node);
@@ -124,15 +197,17 @@ int UncordonNode(const std::string& store_path, const std::string& node) {
     return 1;
   }
   std::string was = health->status.empty() ? "ok" : health->status;
-  Status s = store->SetNodeHealth({node, "ok", "cleared by an operator (was " + was +
+  const std::string by = OperatorName();
+  const Nanos now = WallNowNanos();
+  std::string why = reason.empty() ? "cleared by an operator" : reason;
+  if (Status s = store->RecordNodeAction({node, now, "uncordon", by, why, "", "{}"}); !s.ok()) return Fail(s);
+  Status s = store->SetNodeHealth({node, "ok", why + " (was " + was +
                                        (health->reason.empty() ? "" : ": " + health->reason) + ")",
-                                   "", WallNowNanos()});
-  if (!s.ok()) {
-    std::fprintf(stderr, "trainguard: error: %s\n", s.message().c_str());
-    return 2;
-  }
-  std::printf("node %s cleared (was %s); its earlier incidents no longer count against it\n",
-              node.c_str(), was.c_str());
+                                   "", now});
+  if (!s.ok()) return Fail(s);
+  std::printf("node %s cleared by %s (was %s); it may get ranks again and its earlier incidents no longer "
+              "count against it\n",
+              node.c_str(), by.c_str(), was.c_str());
   return 0;
 }
 

@@ -36,8 +36,10 @@ class FakeNodeProvider final : public NodeProvider {
   void ReplaceNode(const std::string& node_id, const std::string& reason) override {
     replaced.push_back(node_id);
   }
+  void EvictNode(const std::string& node_id, const std::string& reason) override { evicted.push_back(node_id); }
   std::string ExplainLoss(const std::string& node_id) override { return explanation; }
   std::vector<std::string> replaced;
+  std::vector<std::string> evicted;
   std::string explanation;  // what ExplainLoss says of any node
 };
 

@@ -19,6 +19,9 @@ struct JobConfig {
   std::map<std::string, std::string> env;  // extra environment for every rank
   // Restarts allowed after the first launch; the job fails on the failure after that.
   int max_restarts = 3;
+  // Extra agents the job accepts beyond nnodes: they register, wait idle and
+  // take the group rank of an evicted or lost node at the next restart.
+  int spares = 0;
   // Launch ranks with torchrun's environment only (no automatic instrumentation).
   bool no_instrument = false;
   // How often agents send a heartbeat.
@@ -44,6 +47,14 @@ struct JobConfig {
   // Restart-storm guard: stop after this many incidents in a row in which
   // the job made no step beyond the previous failure.
   int no_progress_restarts = 3;
+  // Node diagnostics the controller orders (controller/diagnosis_round.h):
+  // "off", or the suite's mode ("quick", "full"), run on every node before
+  // the first start and after every failure with all ranks stopped; nodes
+  // that fail are evicted and cordoned.
+  std::string diagnose = "off";
+  std::vector<std::string> diag_paths;  // ROLE=DIR for the disk probes; none: each agent's run dir
+  int diag_parallelism = 0;             // nodes diagnosed at once, 0 = all (1 when nodes share a host)
+  Nanos diag_timeout = 60 * kSecond;    // a node that has not answered by then fails
   // Hardware incidents of a node count against it (evicting it on vague
   // failures) for this long, unless an operator cleared it since.
   Nanos suspicion_window = 7 * 24 * 3600 * kSecond;

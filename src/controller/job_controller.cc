@@ -10,6 +10,7 @@
 #include "controller/hang_locator.h"
 #include "controller/heartbeat_detector.h"
 #include "controller/log_alert_detector.h"
+#include "diag/suite.h"
 
 #include <algorithm>
 #include <set>
@@ -26,6 +27,7 @@ const char* JobStateName(JobState s) {
     case JobState::kStarting: return "STARTING";
     case JobState::kRunning: return "RUNNING";
     case JobState::kStopping: return "STOPPING";
+    case JobState::kDiagnosing: return "DIAGNOSING";
     case JobState::kRestarting: return "RESTARTING";
     case JobState::kSucceeded: return "SUCCEEDED";
     case JobState::kFailed: return "FAILED";
@@ -150,6 +152,7 @@ void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg) {
     case v1::AgentMessage::kRankExited: HandleRankExited(node, msg.rank_exited()); break;
     case v1::AgentMessage::kStopped: HandleStopped(node, msg.stopped()); break;
     case v1::AgentMessage::kLogAlert: HandleLogAlert(node, msg.log_alert()); break;
+    case v1::AgentMessage::kDiagnostics: HandleDiagnostics(node, msg.diagnostics()); break;
     default: break;
   }
 }
@@ -186,6 +189,12 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     refuse(std::string("job already ") + JobStateName(state_));
     return;
   }
+  if (auto health = store_->GetNodeHealth(reg.node_id()); health.ok() && health->status == "cordoned") {
+    refuse("node " + reg.node_id() + " is cordoned (" + health->reason +
+           (health->job_id.empty() ? "" : ", by job " + health->job_id) +
+           "); `trainguard uncordon " + reg.node_id() + "` returns it");
+    return;
+  }
   Node* node = NodeById(reg.node_id());
   if (node != nullptr && node->conn != 0 && !node->address.empty() && node->address != reg.address()) {
     // Not a restarted agent: another host that goes by the same name.
@@ -216,10 +225,24 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   for (const auto& n : nodes_) {
     if (&n != node && n.group_rank >= 0) taken.insert(n.group_rank);
   }
-  if (reg.has_preferred_group_rank() && reg.preferred_group_rank() >= 0 &&
-      reg.preferred_group_rank() < config_.nnodes && !taken.count(reg.preferred_group_rank())) {
-    node->group_rank = reg.preferred_group_rank();
+  const int wanted = reg.has_preferred_group_rank() ? reg.preferred_group_rank() : -1;
+  node->asked_for_slot = wanted >= 0 && wanted < config_.nnodes;
+  // Before the first start a slot is only a label: a node that asks for it
+  // outranks one that took it as the lowest free (with spares, agents race
+  // to register), if the latter has somewhere to go.
+  Node* bumped = nullptr;
+  if (node->asked_for_slot && taken.count(wanted) && state_ == JobState::kStarting) {
+    for (auto& n : nodes_) {
+      if (&n != node && n.group_rank == wanted && !n.asked_for_slot) bumped = &n;
+    }
+    bool elsewhere = static_cast<int>(taken.size()) < config_.nnodes || IdleSpares() < config_.spares;
+    if (bumped != nullptr && elsewhere) {
+      taken.erase(wanted);
+    } else {
+      bumped = nullptr;
+    }
   }
+  if (node->asked_for_slot && !taken.count(wanted)) node->group_rank = wanted;
   if (node->group_rank < 0 || taken.count(node->group_rank)) {
     node->group_rank = -1;
     for (int g = 0; g < config_.nnodes; ++g) {
@@ -229,15 +252,33 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
       }
     }
   }
-  if (node->group_rank < 0) {
+  if (bumped != nullptr) {
+    taken.insert(node->group_rank);
+    bumped->group_rank = -1;
+    for (int g = 0; g < config_.nnodes; ++g) {
+      if (!taken.count(g)) {
+        bumped->group_rank = g;
+        break;
+      }
+    }
+    Emit("node_reassigned", bumped->node_id, -1, -1,
+         "node " + bumped->node_id + " gives group rank " + std::to_string(wanted) + " to " + reg.node_id() +
+             ", which asked for it, and is now " +
+             (bumped->group_rank < 0 ? std::string("an idle spare") : "group rank " + std::to_string(bumped->group_rank)),
+         json{{"group_rank", bumped->group_rank}, {"spare", bumped->group_rank < 0}}.dump(-1, ' ', false, kReplaceBadUtf8));
+  }
+  const bool spare = node->group_rank < 0;
+  if (spare && IdleSpares() >= config_.spares) {
     std::string id = node->node_id;
     nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(),
                               [&](const Node& n) { return n.node_id == id; }));
-    refuse("job already has all " + std::to_string(config_.nnodes) + " nodes");
+    refuse("job already has all " + std::to_string(config_.nnodes) + " nodes" +
+           (config_.spares > 0 ? " and " + std::to_string(config_.spares) + " spare(s)" : ""));
     return;
   }
   node->conn = conn;
   node->link = link;
+  node->runs_diagnostics = reg.runs_diagnostics();
   node->address = reg.address();
   node->free_port = reg.free_port();
   node->last_heartbeat_mono = clock_->MonotonicNanos();
@@ -247,10 +288,10 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   if (rules_ != nullptr) welcome.mutable_welcome()->set_scan_rules(scan_rules_json_);
   link->Send(welcome);
   json d = {{"hostname", reg.hostname()}, {"address", reg.address()},
-            {"agent_pid", reg.pid()},     {"group_rank", node->group_rank}};
+            {"agent_pid", reg.pid()},     {"group_rank", node->group_rank}, {"spare", spare}};
   Emit("node_registered", node->node_id, -1, -1,
-       "node " + node->node_id + " (" + reg.hostname() + ", " + reg.address() +
-           ") registered as group rank " + std::to_string(node->group_rank),
+       "node " + node->node_id + " (" + reg.hostname() + ", " + reg.address() + ") registered " +
+           (spare ? std::string("as an idle spare") : "as group rank " + std::to_string(node->group_rank)),
        d.dump(-1, ' ', false, kReplaceBadUtf8));
   auto health = store_->GetNodeHealth(node->node_id);
   if (health.ok() && health->status == "suspect") {
@@ -262,14 +303,47 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   MaybeStartGeneration();
 }
 
+int JobController::IdleSpares() const {
+  int idle = 0;
+  for (const auto& n : nodes_) idle += (n.conn != 0 && !n.node_id.empty() && n.group_rank < 0) ? 1 : 0;
+  return idle;
+}
+
+void JobController::PromoteSpares() {
+  std::set<int> taken;
+  for (const auto& n : nodes_) {
+    if (n.conn != 0 && n.group_rank >= 0) taken.insert(n.group_rank);
+  }
+  for (int g = 0; g < config_.nnodes; ++g) {
+    if (taken.count(g)) continue;
+    // A slot whose holder is away (not connected) is free for a spare.
+    auto spare = std::find_if(nodes_.begin(), nodes_.end(),
+                              [](const Node& n) { return n.conn != 0 && !n.node_id.empty() && n.group_rank < 0; });
+    if (spare == nodes_.end()) return;
+    for (auto& n : nodes_) {
+      if (n.conn == 0 && n.group_rank == g) n.group_rank = -1;
+    }
+    spare->group_rank = g;
+    taken.insert(g);
+    Emit("spare_promoted", spare->node_id, -1, -1,
+         "spare node " + spare->node_id + " takes group rank " + std::to_string(g),
+         json{{"group_rank", g}, {"idle_spares_left", IdleSpares()}}.dump(-1, ' ', false, kReplaceBadUtf8));
+  }
+}
+
 void JobController::MaybeStartGeneration() {
   if (state_ != JobState::kStarting && state_ != JobState::kRestarting) return;
+  PromoteSpares();
   std::vector<Node*> slots(config_.nnodes, nullptr);
   for (auto& n : nodes_) {
     if (n.conn != 0 && n.group_rank >= 0) slots[n.group_rank] = &n;
   }
   for (Node* n : slots) {
     if (n == nullptr) return;
+  }
+  if (state_ == JobState::kStarting && config_.diagnose != "off" && !preflight_done_) {
+    StartDiagnosis("preflight");
+    return;
   }
   generation_ = restart_count_;
   first_step_seen_ = false;
@@ -449,7 +523,7 @@ void JobController::HandleLogAlert(Node* node, const v1::LogAlert& alert) {
   if (alert.severity() == "warning") {
     // A warning makes the node watched unless it is suspect already.
     auto health = store_->GetNodeHealth(node->node_id);
-    if (health.ok() && health->status != "suspect") {
+    if (health.ok() && health->status != "suspect" && health->status != "cordoned") {
       Status st = store_->SetNodeHealth({node->node_id, "watch", "warning: " + alert.line() +
                                          " (rule " + alert.rule_id() + ")", config_.job_id,
                                          clock_->WallNanos()});
@@ -473,6 +547,13 @@ void JobController::OnDisconnect(std::uint64_t conn) {
   node->conn = 0;
   node->link.reset();
   if (state_ == JobState::kSucceeded || state_ == JobState::kFailed) return;
+  if (diagnosis_) diagnosis_->NodeGone(node->node_id, "its agent went away during the diagnostics");
+  if (node->group_rank < 0) {  // an idle spare (or an evicted node) went away: no rank of the job is hit
+    std::string id = node->node_id;
+    Emit("spare_lost", id, -1, -1, "idle node " + id + " went away (connection to its agent closed)");
+    nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.node_id == id; }));
+    return;
+  }
   NodeLost(node, "connection to its agent closed", clock_->WallNanos());
 }
 
@@ -531,15 +612,28 @@ void JobController::Tick() {
         }
       }
       break;
+    case JobState::kDiagnosing:
+      if (diagnosis_) {
+        diagnosis_->CheckTimeouts(now);
+        SendDiagnosisOrders();
+        MaybeFinishDiagnosis();
+      }
+      break;
     case JobState::kStarting:
     case JobState::kRestarting:
       if (now - waiting_since_mono_ > config_.rendezvous_timeout) {
         int present = 0;
         for (const auto& n : nodes_) present += (n.conn != 0 && n.group_rank >= 0) ? 1 : 0;
+        std::string evicted;
+        for (const auto& n : nodes_) {
+          if (n.conn == 0 && n.group_rank < 0) evicted += (evicted.empty() ? "" : ", ") + n.node_id;
+        }
         Finish(JobState::kFailed, "job " + config_.job_id + " FAILED: only " +
                                       std::to_string(present) + " of " +
                                       std::to_string(config_.nnodes) + " nodes joined within " +
-                                      Seconds(config_.rendezvous_timeout));
+                                      Seconds(config_.rendezvous_timeout) +
+                                      (evicted.empty() ? "" : "; gone: " + evicted) +
+                                      (config_.spares > 0 ? "; no spare left" : ""));
       }
       break;
     default: break;
@@ -653,7 +747,19 @@ void JobController::MaybeAllStopped() {
                                   " (after " + std::to_string(restart_count_) + " restart(s))");
     return;
   }
-  for (const auto& id : verdict.evict_nodes) Evict(id, why);
+  Restart(verdict);
+}
+
+void JobController::Restart(const Verdict& verdict, bool diagnosed) {
+  if (!diagnosed) {  // evictions first: an evicted node is not diagnosed
+    for (const auto& id : verdict.evict_nodes) Evict(id, verdict.why, verdict.evidence_json);
+    EvictCordonedNodes();
+    if (config_.diagnose != "off") {
+      pending_verdict_ = verdict;
+      StartDiagnosis("incident " + std::to_string(incident_ ? incident_->number : incident_count_));
+      return;
+    }
+  }
   ++restart_count_;
   waiting_since_mono_ = clock_->MonotonicNanos();
   SetState(JobState::kRestarting, "restart " + std::to_string(restart_count_));
@@ -661,6 +767,127 @@ void JobController::MaybeAllStopped() {
        "restarting all ranks (restart " + std::to_string(restart_count_) + "/" +
            std::to_string(config_.max_restarts) + ")");
   MaybeStartGeneration();
+}
+
+void JobController::StartDiagnosis(const std::string& purpose) {
+  // Job nodes in group-rank order, then the spares: a bad spare is found
+  // before it takes a place.
+  std::vector<const Node*> asked;
+  for (const auto& n : nodes_) {
+    if (n.conn != 0 && !n.node_id.empty() && n.runs_diagnostics) asked.push_back(&n);
+  }
+  std::sort(asked.begin(), asked.end(), [](const Node* a, const Node* b) {
+    if ((a->group_rank < 0) != (b->group_rank < 0)) return a->group_rank >= 0;
+    return a->group_rank != b->group_rank ? a->group_rank < b->group_rank : a->node_id < b->node_id;
+  });
+  std::vector<std::string> ids;
+  for (const Node* n : asked) ids.push_back(n->node_id);
+  diagnosis_.emplace(++diagnosis_rounds_, purpose, ids, config_.diag_parallelism, config_.diag_timeout);
+  SetState(JobState::kDiagnosing, purpose + ": diagnosing " + std::to_string(ids.size()) + " node(s)");
+  Emit("diagnosis_started", "", -1, -1,
+       "diagnosis round " + std::to_string(diagnosis_rounds_) + " (" + purpose + "): " + config_.diagnose +
+           " suite on " + std::to_string(ids.size()) + " node(s), " +
+           (config_.diag_parallelism > 0 ? std::to_string(config_.diag_parallelism) + " at a time" : "all at once"),
+       json{{"round", diagnosis_rounds_}, {"purpose", purpose}, {"nodes", ids}, {"mode", config_.diagnose}}
+           .dump(-1, ' ', false, kReplaceBadUtf8));
+  SendDiagnosisOrders();
+  MaybeFinishDiagnosis();
+}
+
+void JobController::SendDiagnosisOrders() {
+  if (!diagnosis_) return;
+  for (const auto& id : diagnosis_->NextToAsk(clock_->MonotonicNanos())) {
+    Node* node = NodeById(id);
+    if (node == nullptr || node->conn == 0) {
+      diagnosis_->NodeGone(id, "its agent went away before the diagnostics");
+      continue;
+    }
+    v1::ControllerMessage msg;
+    v1::RunDiagnostics* order = msg.mutable_run_diagnostics();
+    order->set_round(diagnosis_->id());
+    order->set_mode(config_.diagnose);
+    for (const auto& p : config_.diag_paths) order->add_paths(p);
+    node->link->Send(msg);
+  }
+}
+
+void JobController::HandleDiagnostics(Node* node, const v1::DiagnosticsResult& result) {
+  if (!diagnosis_ || result.round() != diagnosis_->id()) return;  // a stale round's answer
+  auto figures = FiguresFromJson(result.figures_json());
+  if (!figures.ok()) {
+    diagnosis_->NodeGone(node->node_id, "its diagnostics are unreadable: " + figures.status().message());
+  } else {
+    if (!store_->RecordDiagnostics({node->node_id, clock_->WallNanos(), config_.diagnose, config_.job_id,
+                                    result.figures_json()}).ok()) {
+      ++store_errors_;
+    }
+    json d = {{"round", result.round()}, {"wall_ms", result.wall_ms()},
+              {"figures", json::parse(result.figures_json(), nullptr, false)}};
+    std::string summary;
+    for (const auto& f : *figures) {
+      char value[64];
+      std::snprintf(value, sizeof(value), "%.3g", f.value);
+      summary += (summary.empty() ? "" : ", ") + f.name + " " + (f.error.empty() ? value : "error");
+    }
+    Emit("diagnostics", node->node_id, -1, -1,
+         "node " + node->node_id + " diagnostics in " + std::to_string(result.wall_ms()) + " ms: " + summary,
+         d.dump(-1, ' ', false, kReplaceBadUtf8));
+    diagnosis_->Answer(node->node_id, std::move(figures.value()));
+  }
+  SendDiagnosisOrders();
+  MaybeFinishDiagnosis();
+}
+
+void JobController::MaybeFinishDiagnosis() {
+  if (!diagnosis_ || !diagnosis_->Done() || state_ != JobState::kDiagnosing) return;
+  auto again = diagnosis_->QueueConfirmations(JudgePolicy{});
+  if (!again.empty()) {
+    std::string names;
+    for (const auto& n : again) names += (names.empty() ? "" : ", ") + n;
+    Emit("diagnosis_confirming", "", -1, -1,
+         "diagnosis round " + std::to_string(diagnosis_->id()) +
+             ": a node is below the nodes' median: measuring every node again before deciding (" + names + ")",
+         json{{"round", diagnosis_->id()}, {"nodes", again}}.dump(-1, ' ', false, kReplaceBadUtf8));
+    SendDiagnosisOrders();
+    return;
+  }
+  const DiagnosisRound round = *diagnosis_;
+  diagnosis_.reset();
+  json nodes = json::array();
+  std::vector<std::string> failing;
+  for (const NodeVerdict& v : round.Judge(JudgePolicy{})) {
+    nodes.push_back({{"node", v.node}, {"healthy", v.healthy}, {"failures", v.failures}});
+    const Node* node = NodeById(v.node);
+    if (v.healthy || node == nullptr || node->conn == 0) continue;  // gone: NodeLost has said so
+    failing.push_back(v.node);
+    json figures = json::array();
+    for (const auto& f : v.figures) {
+      json j = {{"name", f.figure.name}, {"value", f.figure.value}, {"ok", f.failure.empty()}};
+      if (f.peers > 0) j["median"] = f.median;
+      if (!f.figure.error.empty()) j["error"] = f.figure.error;
+      figures.push_back(std::move(j));
+    }
+    std::string why;
+    for (const auto& line : v.failures) why += (why.empty() ? "" : "; ") + line;
+    Evict(v.node, "diagnostics (" + round.purpose() + "): " + why,
+          json{{"diagnosis_round", round.id()}, {"purpose", round.purpose()}, {"failures", v.failures},
+               {"figures", figures}}.dump(-1, ' ', false, kReplaceBadUtf8));
+  }
+  std::string failed_text;
+  for (const auto& n : failing) failed_text += (failed_text.empty() ? "" : ", ") + n;
+  Emit("diagnosis", "", -1, -1,
+       "diagnosis round " + std::to_string(round.id()) + " (" + round.purpose() + "): " +
+           (failing.empty() ? std::string("every node passed") : "failing: " + failed_text),
+       json{{"round", round.id()}, {"purpose", round.purpose()}, {"nodes", nodes}, {"evicted", failing}}
+           .dump(-1, ' ', false, kReplaceBadUtf8));
+  if (round.purpose() == "preflight") {
+    preflight_done_ = true;
+    waiting_since_mono_ = clock_->MonotonicNanos();
+    SetState(JobState::kStarting, "preflight diagnosis done");
+    MaybeStartGeneration();
+  } else {
+    Restart(pending_verdict_, /*diagnosed=*/true);
+  }
 }
 
 std::string JobController::NodeOfRank(int rank) const {
@@ -718,28 +945,54 @@ Verdict JobController::Decide() {
                                       decision_name, b.step, d.dump(-1, ' ', false, kReplaceBadUtf8)});
   if (!st.ok()) ++store_errors_;
   if (v.decision == Decision::kEvict) {
-    for (const auto& n : nodes) {
-      Status hs = store_->SetNodeHealth({n, "suspect", a.category + ": " + a.description,
-                                         config_.job_id, clock_->WallNanos()});
-      if (!hs.ok()) ++store_errors_;
-    }
+    v.evidence_json = json{{"incident", inc.number}, {"category", a.category}, {"rule", a.rule_id},
+                           {"description", a.description}, {"evidence", evidence}}
+                          .dump(-1, ' ', false, kReplaceBadUtf8);
   }
   return v;
 }
 
-void JobController::Evict(const std::string& node_id, const std::string& why) {
+void JobController::Evict(const std::string& node_id, const std::string& why, const std::string& evidence) {
   Node* node = NodeById(node_id);
   if (node == nullptr) return;
-  Emit("node_evicted", node_id, -1, -1, "node " + node_id + " evicted: " + why);
+  const std::string by = "controller of job " + config_.job_id;
+  json e = json::parse(evidence, nullptr, false);
+  if (e.is_discarded() || !e.is_object()) e = json::object();
+  Emit("node_evicted", node_id, -1, -1, "node " + node_id + " evicted and cordoned: " + why,
+       json{{"reason", why}, {"by", by}, {"group_rank", node->group_rank}, {"evidence", e}}.dump(-1, ' ', false, kReplaceBadUtf8));
+  const Nanos now = clock_->WallNanos();
+  if (!store_->RecordNodeAction({node_id, now, "evict", by, why, config_.job_id, e.dump(-1, ' ', false, kReplaceBadUtf8)}).ok()) {
+    ++store_errors_;
+  }
+  if (!store_->SetNodeHealth({node_id, "cordoned", "evicted: " + why, config_.job_id, now}).ok()) ++store_errors_;
   if (node->link) {
     std::shared_ptr<AgentLink> link = node->link;
     node->conn = 0;
     node->link.reset();
     link->Close();
   }
-  bool held_slot = node->group_rank >= 0;
   node->group_rank = -1;
-  if (held_slot && provider_ != nullptr) provider_->ReplaceNode(node_id, why);
+  if (provider_ != nullptr) provider_->EvictNode(node_id, why);
+}
+
+void JobController::EvictCordonedNodes() {
+  std::vector<std::string> cordoned;
+  for (const auto& n : nodes_) {
+    if (n.conn == 0 || n.group_rank < 0) continue;
+    auto health = store_->GetNodeHealth(n.node_id);
+    if (health.ok() && health->status == "cordoned") cordoned.push_back(n.node_id);
+  }
+  for (const auto& id : cordoned) {
+    Node* node = NodeById(id);
+    Emit("node_evicted", id, -1, -1, "node " + id + " leaves the job: it was cordoned during the job",
+         json{{"reason", "cordoned during the job"}, {"group_rank", node->group_rank}}.dump(-1, ' ', false, kReplaceBadUtf8));
+    std::shared_ptr<AgentLink> link = node->link;
+    node->conn = 0;
+    node->link.reset();
+    link->Close();
+    node->group_rank = -1;
+    if (provider_ != nullptr) provider_->EvictNode(id, "cordoned");
+  }
 }
 
 void JobController::RecordDowntime(Nanos first_step_wall) {

@@ -7,6 +7,12 @@
 //   RUNNING --rank failed | hang | node lost--> STOPPING --all stopped-->
 //   RESTARTING --all nodes present--> RUNNING ...   (restart count + 1 each time)
 //   STOPPING --restart count would exceed max_restarts--> FAILED
+//   STOPPING --all stopped, diagnose on--> DIAGNOSING --all answered--> RESTARTING
+//   STARTING --all nodes registered, diagnose on, first time--> DIAGNOSING --> STARTING
+//
+// Nodes beyond nnodes (up to `spares`) register as idle spares; an empty
+// group rank (evicted or lost node) is given to a spare at the restart.
+// Evicted nodes are cordoned in the store, and cordoned nodes are refused.
 //
 // It knows nothing of sockets or processes: a transport feeds it agent
 // messages and connection events and hands it an AgentLink per connection; a
@@ -32,6 +38,7 @@
 
 #include "attribution/attribution.h"
 #include "common/clock.h"
+#include "controller/diagnosis_round.h"
 #include "controller/finding.h"
 #include "controller/incident.h"
 #include "controller/job_config.h"
@@ -42,7 +49,7 @@
 
 namespace trainguard {
 
-enum class JobState { kStarting, kRunning, kStopping, kRestarting, kSucceeded, kFailed };
+enum class JobState { kStarting, kRunning, kStopping, kDiagnosing, kRestarting, kSucceeded, kFailed };
 const char* JobStateName(JobState s);
 
 // One connected agent, as the controller sees it. Send must not block.
@@ -58,9 +65,13 @@ class AgentLink {
 class NodeProvider {
  public:
   virtual ~NodeProvider() = default;
-  // Evicts `node_id` (kills what is left of it) and brings a replacement that
-  // will register, under the same or another node id. Must not block.
+  // `node_id` was lost: kills what is left of it and brings a replacement
+  // that will register, under the same or another node id. Must not block.
   virtual void ReplaceNode(const std::string& node_id, const std::string& reason) = 0;
+  // `node_id` is bad and cordoned: kills what is left of it, for good. A
+  // backend may bring a new node under another id (the cordoned one would be
+  // refused). Must not block. By default, what ReplaceNode does.
+  virtual void EvictNode(const std::string& node_id, const std::string& reason) { ReplaceNode(node_id, reason); }
   // What the backend knows of why the node's agent went away, as one
   // sentence ("the agent of node X exited ... while its host stayed up"), or
   // "" if nothing. Called before ReplaceNode. Must not block.
@@ -112,6 +123,8 @@ class JobController {
     std::string address;
     int free_port = 0;
     std::int64_t stopped_generation = -1;
+    bool asked_for_slot = false;  // registered asking for its group rank
+    bool runs_diagnostics = false;  // its agent answers RunDiagnostics
   };
 
   Node* NodeByConn(std::uint64_t conn);
@@ -131,10 +144,27 @@ class JobController {
   // Opens an incident for `finding` and stops every rank.
   void Fail(const Finding& finding);
   void MaybeAllStopped();
+  // Evicts what the verdict says, diagnoses the nodes (when on; the round
+  // comes back here `diagnosed`) and restarts every rank.
+  void Restart(const Verdict& verdict, bool diagnosed = false);
+  // Orders a diagnosis round of every connected node (DIAGNOSING); when it is
+  // done, failing nodes are evicted and the job goes on: a restart with
+  // pending_verdict_, or the first start.
+  void StartDiagnosis(const std::string& purpose);
+  void SendDiagnosisOrders();
+  void HandleDiagnostics(Node* node, const v1::DiagnosticsResult& result);
+  void MaybeFinishDiagnosis();
   // Blames the incident being recovered from and asks the policy what to do;
   // records both with their evidence.
   Verdict Decide();
-  void Evict(const std::string& node_id, const std::string& why);
+  // Takes the node out of the job and cordons it in the store (no job gives
+  // it ranks until an operator uncordons it), with `evidence` (a JSON object).
+  void Evict(const std::string& node_id, const std::string& why, const std::string& evidence = "{}");
+  // Nodes that hold a group rank but were cordoned (by an operator) since.
+  void EvictCordonedNodes();
+  // Idle spares take the empty group ranks.
+  void PromoteSpares();
+  int IdleSpares() const;
   std::string NodeOfRank(int rank) const;
   void Finish(JobState final_state, const std::string& summary);
   void SetState(JobState s, const std::string& why);
@@ -172,6 +202,10 @@ class JobController {
   std::int64_t store_errors_ = 0;
   bool started_ = false;
   std::vector<std::pair<std::uint64_t, v1::Register>> early_registrations_;  // before Start
+  std::optional<DiagnosisRound> diagnosis_;  // in DIAGNOSING
+  std::int64_t diagnosis_rounds_ = 0;
+  bool preflight_done_ = false;
+  Verdict pending_verdict_;                  // the restart a diagnosis round holds up
 };
 
 }  // namespace trainguard

@@ -45,8 +45,20 @@ class JobControllerTest : public testing::Test {
     m.mutable_register_()->set_node_id("node" + std::to_string(i));
     m.mutable_register_()->set_address("10.0.0." + std::to_string(i));
     m.mutable_register_()->set_free_port(40000 + i);
+    m.mutable_register_()->set_runs_diagnostics(true);
     controller_->OnMessage(i + 1, m);
     return link.get();
+  }
+
+  // Node `i` answers the diagnosis round it was last ordered to run.
+  void Diagnosed(int i, FakeAgentLink* link, double gflops) {
+    ASSERT_NE(link->Last(Kind::kRunDiagnostics), nullptr) << "node" << i << " was not asked";
+    v1::AgentMessage m;
+    m.mutable_diagnostics()->set_round(link->Last(Kind::kRunDiagnostics)->run_diagnostics().round());
+    m.mutable_diagnostics()->set_figures_json(
+        nlohmann::json::array({{{"name", "compute_gflops"}, {"value", gflops}}}).dump());
+    m.mutable_diagnostics()->set_wall_ms(2000);
+    controller_->OnMessage(i + 1, m);
   }
 
   v1::RankStatus Rank(int global, std::int64_t step, std::int64_t age_ms = 0) {
@@ -432,7 +444,7 @@ TEST_F(JobControllerTest, ADeterministicUserErrorStopsAtItsFirstRepeat) {
   EXPECT_EQ(Detail("decision", 1)["decision"], "stop");
 }
 
-TEST_F(JobControllerTest, AGpuFaultEvictsTheCulpritNodeAndMarksItSuspect) {
+TEST_F(JobControllerTest, AGpuFaultEvictsTheCulpritNodeAndCordonsIt) {
   Make(2, 2, 3, true);
   Register(0);
   FakeAgentLink* b = Register(1);
@@ -445,8 +457,14 @@ TEST_F(JobControllerTest, AGpuFaultEvictsTheCulpritNodeAndMarksItSuspect) {
   EXPECT_EQ(a["culprit_nodes"], nlohmann::json::array({"node1"}));
   EXPECT_EQ(Detail("decision")["decision"], "evict_node");
   EXPECT_TRUE(b->closed);
-  EXPECT_EQ(provider_.replaced, std::vector<std::string>{"node1"});
-  EXPECT_EQ(store_.GetNodeHealth("node1")->status, "suspect");
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node1"});
+  EXPECT_EQ(store_.GetNodeHealth("node1")->status, "cordoned");
+  auto actions = store_.NodeActions("node1").value();
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].action, "evict");
+  EXPECT_EQ(actions[0].by, "controller of job job");
+  EXPECT_EQ(nlohmann::json::parse(actions[0].evidence_json)["rule"], a["rule"]);
+  EXPECT_EQ(Detail("node_evicted")["evidence"]["category"], "gpu_hardware");
   EXPECT_EQ(controller_->state(), JobState::kRestarting);  // waits for the replacement
   auto incidents = store_.IncidentsOnNode("node1");
   ASSERT_EQ(incidents->size(), 1u);
@@ -468,7 +486,7 @@ TEST_F(JobControllerTest, AnXidInOneNodesKernelLogNamesThatNodeNotTheFirstRankTo
   auto a = Detail("attribution");
   EXPECT_EQ(a["category"], "gpu_hardware");
   EXPECT_EQ(a["culprit_nodes"], nlohmann::json::array({"node1"}));
-  EXPECT_EQ(provider_.replaced, std::vector<std::string>{"node1"});
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node1"});
 }
 
 TEST_F(JobControllerTest, TheRankThatDiedFirstOutweighsPeersThatLostTheirConnection) {
@@ -484,6 +502,161 @@ TEST_F(JobControllerTest, TheRankThatDiedFirstOutweighsPeersThatLostTheirConnect
   EXPECT_EQ(a["category"], "other");
   EXPECT_EQ(a["culprit_ranks"], nlohmann::json::array({1}));
   EXPECT_NE(a["first_in_time"].get<std::string>().find("rank 1 failed first"), std::string::npos);
+}
+
+TEST_F(JobControllerTest, ACordonedNodeIsRefusedAndSaysHowToReturnIt) {
+  ASSERT_TRUE(store_.SetNodeHealth({"node1", "cordoned", "bad fan", "", 1}).ok());
+  Make(2, 1);
+  Register(0);
+  FakeAgentLink* b = Register(1);
+  EXPECT_TRUE(b->closed);
+  ASSERT_NE(b->Last(Kind::kWelcome), nullptr);
+  const std::string error = b->Last(Kind::kWelcome)->welcome().error();
+  EXPECT_NE(error.find("node node1 is cordoned (bad fan)"), std::string::npos) << error;
+  EXPECT_NE(error.find("trainguard uncordon node1"), std::string::npos) << error;
+  EXPECT_EQ(controller_->state(), JobState::kStarting);
+}
+
+TEST_F(JobControllerTest, ASpareWaitsIdleThenTakesTheEvictedNodesGroupRank) {
+  config_.spares = 1;
+  Make(2, 2, 3, true);
+  FakeAgentLink* a = Register(0);
+  FakeAgentLink* b = Register(1);
+  FakeAgentLink* spare = Register(2);
+  EXPECT_FALSE(spare->closed);
+  EXPECT_EQ(spare->Count(Kind::kStart), 0);  // idle
+  EXPECT_EQ(Detail("node_registered", 2)["spare"], true);
+  FakeAgentLink* extra = Register(3);  // beyond nnodes + spares
+  EXPECT_TRUE(extra->closed);
+  Exit(1, 0, 3, 0, 9, 12, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  Stopped(0, 0);
+  Stopped(1, 0);
+  EXPECT_TRUE(b->closed);
+  // The restart does not wait for a replacement: the spare starts as group rank 1 at once.
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  ASSERT_NE(spare->Last(Kind::kStart), nullptr);
+  EXPECT_EQ(spare->Last(Kind::kStart)->start().group_rank(), 1);
+  EXPECT_EQ(spare->Last(Kind::kStart)->start().generation(), 1);
+  EXPECT_EQ(a->Last(Kind::kStart)->start().generation(), 1);
+  auto promoted = EventsOf("spare_promoted");
+  ASSERT_EQ(promoted.size(), 1u);
+  EXPECT_EQ(promoted[0].node, "node2");
+}
+
+TEST_F(JobControllerTest, AnIdleSpareThatGoesAwayIsNoFailure) {
+  config_.spares = 1;
+  Make(2, 1);
+  Register(0);
+  Register(1);
+  Register(2);
+  controller_->OnDisconnect(3);
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_EQ(EventsOf("failure").size(), 0u);
+  EXPECT_EQ(EventsOf("spare_lost").size(), 1u);
+  EXPECT_FALSE(Register(3)->closed);  // its place as a spare is free again
+}
+
+TEST_F(JobControllerTest, ANodeCordonedDuringTheJobLeavesItAtTheRestart) {
+  config_.spares = 1;
+  Make(2, 1, 3);
+  Register(0);
+  FakeAgentLink* b = Register(1);
+  FakeAgentLink* spare = Register(2);
+  ASSERT_TRUE(store_.SetNodeHealth({"node1", "cordoned", "operator: bad fan", "", 1}).ok());
+  Exit(0, 0, 0, 1);
+  Stopped(0, 0);
+  Stopped(1, 0);
+  EXPECT_TRUE(b->closed);
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node1"});
+  ASSERT_NE(spare->Last(Kind::kStart), nullptr);
+  EXPECT_EQ(spare->Last(Kind::kStart)->start().group_rank(), 1);
+}
+
+TEST_F(JobControllerTest, PreflightDiagnosesOneNodeAtATimeAndKeepsASlowNodeOut) {
+  config_.diagnose = "quick";
+  config_.diag_parallelism = 1;
+  config_.spares = 1;
+  Make(3, 1);
+  FakeAgentLink* n0 = Register(0);
+  FakeAgentLink* n1 = Register(1);
+  FakeAgentLink* n2 = Register(2);
+  EXPECT_EQ(controller_->state(), JobState::kDiagnosing);
+  EXPECT_EQ(n0->Count(Kind::kRunDiagnostics), 1);
+  EXPECT_EQ(n1->Count(Kind::kRunDiagnostics), 0);  // one at a time
+  FakeAgentLink* spare = Register(3);              // arrives during the round: a spare, not asked
+  Diagnosed(0, n0, 20);
+  EXPECT_EQ(n1->Count(Kind::kRunDiagnostics), 1);
+  Diagnosed(1, n1, 19);
+  Diagnosed(2, n2, 9.5);  // under 70 % of the median (19)...
+  EXPECT_FALSE(n2->closed);
+  EXPECT_EQ(n0->Count(Kind::kRunDiagnostics), 2);  // ...so every node is measured again
+  Diagnosed(0, n0, 21);
+  Diagnosed(1, n1, 18);
+  Diagnosed(2, n2, 9.6);
+  EXPECT_EQ(spare->Count(Kind::kRunDiagnostics), 0);
+  EXPECT_TRUE(n2->closed);
+  EXPECT_EQ(store_.GetNodeHealth("node2")->status, "cordoned");
+  auto evidence = Detail("node_evicted")["evidence"];
+  EXPECT_EQ(evidence["purpose"], "preflight");
+  EXPECT_NE(evidence["failures"][0].get<std::string>().find("of the median 19.00 of 3 nodes"), std::string::npos)
+      << evidence.dump();
+  EXPECT_EQ(store_.LatestDiagnostics()->size(), 3u);
+  // The spare takes group rank 2 and generation 0 starts.
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  ASSERT_NE(spare->Last(Kind::kStart), nullptr);
+  EXPECT_EQ(spare->Last(Kind::kStart)->start().group_rank(), 2);
+  EXPECT_EQ(n2->Count(Kind::kStart), 0);
+  EXPECT_EQ(Detail("diagnosis")["evicted"], nlohmann::json::array({"node2"}));
+}
+
+TEST_F(JobControllerTest, AfterAFailureTheDiagnosedBadNodeIsEvictedAndASpareTakesItsPlace) {
+  config_.diagnose = "quick";
+  config_.spares = 1;
+  Make(3, 1, 3);
+  FakeAgentLink* n[4];
+  for (int i = 0; i < 3; ++i) n[i] = Register(i);
+  for (int i = 0; i < 3; ++i) Diagnosed(i, n[i], 20);  // preflight: all at once, all pass
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  n[3] = Register(3);  // a spare
+  Exit(1, 0, 1, 0, 9);  // rank 1 killed
+  for (int i = 0; i < 3; ++i) Stopped(i, 0);
+  ASSERT_EQ(controller_->state(), JobState::kDiagnosing);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(n[i]->Count(Kind::kRunDiagnostics), i < 3 ? 2 : 1) << i;  // all at once
+  Diagnosed(0, n[0], 20);
+  Diagnosed(3, n[3], 21);
+  Diagnosed(2, n[2], 19);
+  EXPECT_EQ(controller_->state(), JobState::kDiagnosing);  // node1 has not answered
+  Diagnosed(1, n[1], 10);
+  EXPECT_EQ(EventsOf("diagnosis_confirming").size(), 1u);
+  for (int i : {0, 2, 3}) Diagnosed(i, n[i], 20);
+  Diagnosed(1, n[1], 9);  // slow again; the better run is the evidence
+  EXPECT_TRUE(n[1]->closed);
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node1"});
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_EQ(n[3]->Last(Kind::kStart)->start().group_rank(), 1);
+  EXPECT_EQ(n[3]->Last(Kind::kStart)->start().generation(), 1);
+  auto actions = store_.NodeActions("node1").value();
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_NE(actions[0].reason.find("diagnostics (incident 1)"), std::string::npos) << actions[0].reason;
+  EXPECT_EQ(nlohmann::json::parse(actions[0].evidence_json)["figures"][0]["value"], 10);
+}
+
+TEST_F(JobControllerTest, ANodeThatDoesNotAnswerItsDiagnosticsInTimeIsEvicted) {
+  config_.diagnose = "quick";
+  config_.diag_timeout = 30 * kSecond;
+  Make(2, 1);
+  FakeAgentLink* a = Register(0);
+  FakeAgentLink* b = Register(1);
+  Diagnosed(0, a, 20);
+  clock_.Advance(29 * kSecond);
+  controller_->Tick();
+  EXPECT_FALSE(b->closed);
+  clock_.Advance(2 * kSecond);
+  controller_->Tick();
+  EXPECT_TRUE(b->closed);
+  EXPECT_EQ(controller_->state(), JobState::kStarting);  // waits for a node in its place
+  EXPECT_NE(Detail("node_evicted")["reason"].get<std::string>().find("no diagnostics within 30 s"),
+            std::string::npos);
 }
 
 TEST_F(JobControllerTest, ASuspectNodeIsAnnouncedWhenItJoinsTheNextJob) {

@@ -43,6 +43,7 @@ struct Verdict {
   std::string why;                       // one line
   std::vector<std::string> evict_nodes;  // kEvict only
   std::string history;                   // what earlier jobs said of the culprit nodes
+  std::string evidence_json = "{}";      // kEvict: what the eviction rests on, kept with the node
 };
 
 // Remembers the incidents of one job: a deterministic failure seen twice, or

@@ -55,12 +55,34 @@ std::vector<NodeVerdict> JudgeNodes(const std::vector<NodeFigures>& nodes, const
         fv.failure = f.name + " " + Format(f.value) + " is " + pct + " of the median " + Format(fv.median) +
                      " of " + std::to_string(fv.peers) + " nodes (min " +
                      std::to_string(static_cast<int>(fr->second * 100 + 0.5)) + " %)";
+        fv.relative = true;
       }
       if (!fv.failure.empty()) v.failures.push_back(fv.failure);
       v.figures.push_back(std::move(fv));
     }
     v.healthy = v.failures.empty();
     out.push_back(std::move(v));
+  }
+  return out;
+}
+
+bool FailsOnlyAgainstPeers(const NodeVerdict& verdict) {
+  if (verdict.healthy || verdict.figures.empty()) return false;
+  for (const auto& f : verdict.figures) {
+    if (!f.failure.empty() && !f.relative) return false;
+  }
+  return true;
+}
+
+std::vector<Figure> BestOf(const std::vector<Figure>& first, const std::vector<Figure>& second) {
+  std::vector<Figure> out = first;
+  for (const auto& s : second) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const Figure& f) { return f.name == s.name; });
+    if (it == out.end()) {
+      out.push_back(s);
+    } else if (s.error.empty() && (!it->error.empty() || s.value > it->value)) {
+      *it = s;
+    }
   }
   return out;
 }

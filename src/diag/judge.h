@@ -33,6 +33,7 @@ struct FigureVerdict {
   double median = 0;       // of the nodes that measured it; 0 when not compared
   std::size_t peers = 0;   // how many nodes the median is over
   std::string failure;     // "" if the figure passes
+  bool relative = false;   // it fails only against its peers (not a floor, not an error)
 };
 
 struct NodeVerdict {
@@ -47,5 +48,15 @@ std::string FigureKind(const std::string& name);
 
 // One verdict per node, in the order given.
 std::vector<NodeVerdict> JudgeNodes(const std::vector<NodeFigures>& nodes, const JudgePolicy& policy = {});
+
+// Whether every failure of the verdict is against the peers' median: a
+// measurement a noisy neighbour could have lowered, worth repeating before
+// a node is evicted (a floor or an error is not).
+bool FailsOnlyAgainstPeers(const NodeVerdict& verdict);
+
+// Two runs of the suite on one node, figure by figure: the better value of
+// those measured (a slow run does not hide a good one), an error only when
+// no run measured it.
+std::vector<Figure> BestOf(const std::vector<Figure>& first, const std::vector<Figure>& second);
 
 }  // namespace trainguard

@@ -48,5 +48,25 @@ TEST(DiagJudgeTest, FreeSpaceIsJudgedByTheFloorNotThePeers) {
   EXPECT_TRUE(verdicts[2].healthy);
 }
 
+TEST(DiagJudgeTest, OnlyFailuresAgainstThePeersAreWorthRepeating) {
+  auto verdicts = JudgeNodes({Node("n0", 2.0, 500, 50), Node("n1", 1.0, 480, 50), Node("n2", 2.1, 520, 50),
+                              Node("n3", 1.9, 510, 0.5)});
+  EXPECT_FALSE(FailsOnlyAgainstPeers(verdicts[0]));  // healthy
+  EXPECT_TRUE(FailsOnlyAgainstPeers(verdicts[1]));   // slow against the median
+  EXPECT_FALSE(FailsOnlyAgainstPeers(verdicts[3]));  // below the free-space floor
+}
+
+TEST(DiagJudgeTest, BestOfTwoRunsKeepsTheBetterMeasuredValue) {
+  std::vector<Figure> first = {{"compute_gflops", 1.0, ""}, {"disk_write_mbps:c", 0, "EIO"}, {"memory_gbps", 9, ""}};
+  std::vector<Figure> second = {{"compute_gflops", 2.0, ""}, {"disk_write_mbps:c", 300, ""}, {"memory_gbps", 0, "x"}};
+  auto best = BestOf(first, second);
+  ASSERT_EQ(best.size(), 3u);
+  EXPECT_DOUBLE_EQ(best[0].value, 2.0);
+  EXPECT_TRUE(best[1].error.empty());
+  EXPECT_DOUBLE_EQ(best[1].value, 300);
+  EXPECT_DOUBLE_EQ(best[2].value, 9);  // the second run's error does not replace a measurement
+  EXPECT_TRUE(best[2].error.empty());
+}
+
 }  // namespace
 }  // namespace trainguard

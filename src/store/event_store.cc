@@ -91,6 +91,21 @@ StatusOr<std::vector<NodeHealth>> InMemoryEventStore::ListNodeHealth() {
   return out;
 }
 
+Status InMemoryEventStore::RecordNodeAction(const NodeAction& action) {
+  std::lock_guard<std::mutex> lock(mu_);
+  actions_.push_back(action);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<NodeAction>> InMemoryEventStore::NodeActions(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<NodeAction> out;
+  for (const auto& a : actions_) {
+    if (node.empty() || a.node == node) out.push_back(a);
+  }
+  return out;
+}
+
 Status InMemoryEventStore::RecordDiagnostics(const DiagnosticsRecord& record) {
   std::lock_guard<std::mutex> lock(mu_);
   diagnostics_.push_back(record);
@@ -153,6 +168,17 @@ CREATE TABLE IF NOT EXISTS node_health (
   job_id TEXT NOT NULL,
   wall_ns INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS node_actions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  node TEXT NOT NULL,
+  wall_ns INTEGER NOT NULL,
+  action TEXT NOT NULL,
+  by TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  evidence_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS node_actions_by_node ON node_actions(node, id);
 CREATE TABLE IF NOT EXISTS node_diagnostics (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   node TEXT NOT NULL,
@@ -343,6 +369,38 @@ class SqliteEventStore final : public EventStore {
       out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4)});
     }
     if (rc != SQLITE_DONE) return Error("read node health");
+    return out;
+  }
+
+  Status RecordNodeAction(const NodeAction& a) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO node_actions(node, wall_ns, action, by, reason, job_id, evidence_json) "
+                "VALUES(?,?,?,?,?,?,?)");
+    if (!s.ok()) return Error("prepare insert node action");
+    s.Bind(1, a.node);
+    s.Bind(2, a.wall_ns);
+    s.Bind(3, a.action);
+    s.Bind(4, a.by);
+    s.Bind(5, a.reason);
+    s.Bind(6, a.job_id);
+    s.Bind(7, a.evidence_json.empty() ? std::string("{}") : a.evidence_json);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert node action on " + a.node);
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<NodeAction>> NodeActions(const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT node, wall_ns, action, by, reason, job_id, evidence_json FROM node_actions "
+                "WHERE ?='' OR node=? ORDER BY id");
+    if (!s.ok()) return Error("prepare select node actions");
+    s.Bind(1, node);
+    s.Bind(2, node);
+    std::vector<NodeAction> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Int(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5), s.Text(6)});
+    }
+    if (rc != SQLITE_DONE) return Error("read node actions");
     return out;
   }
 

@@ -57,10 +57,25 @@ struct IncidentRecord {
 // What is known about a node across jobs.
 struct NodeHealth {
   std::string node;
-  std::string status;        // "suspect" (or "ok" after an operator cleared it)
+  // "cordoned": gets no ranks in any job until uncordoned (an operator's
+  // `trainguard cordon`, or a controller's eviction); "suspect": marked by
+  // stores before cordoning existed, only warned about; "watch": a warning
+  // was seen; "ok": cleared by an operator.
+  std::string status;
   std::string reason;
   std::string job_id;        // the job that marked it
   Nanos wall_ns = 0;
+};
+
+// A decision about a node, kept as its history: who or what took it and why.
+struct NodeAction {
+  std::string node;
+  Nanos wall_ns = 0;
+  std::string action;         // "cordon", "uncordon", "evict"
+  std::string by;             // "operator root@host1", "controller of job J"
+  std::string reason;
+  std::string job_id;         // "" when not in a job
+  std::string evidence_json;  // a JSON object ("{}" if none): figures, attribution
 };
 
 // One run of the diagnostics suite on one node (`trainguard diag`, or an
@@ -95,6 +110,10 @@ class EventStore {
   // Every node's record, by node id.
   virtual StatusOr<std::vector<NodeHealth>> ListNodeHealth() = 0;
 
+  virtual Status RecordNodeAction(const NodeAction& action) = 0;
+  // Actions on `node` ("" = every node), oldest first.
+  virtual StatusOr<std::vector<NodeAction>> NodeActions(const std::string& node) = 0;
+
   virtual Status RecordDiagnostics(const DiagnosticsRecord& record) = 0;
   // The newest record of each node, by node id.
   virtual StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() = 0;
@@ -117,6 +136,8 @@ class InMemoryEventStore final : public EventStore {
   Status SetNodeHealth(const NodeHealth& health) override;
   StatusOr<NodeHealth> GetNodeHealth(const std::string& node) override;
   StatusOr<std::vector<NodeHealth>> ListNodeHealth() override;
+  Status RecordNodeAction(const NodeAction& action) override;
+  StatusOr<std::vector<NodeAction>> NodeActions(const std::string& node) override;
   Status RecordDiagnostics(const DiagnosticsRecord& record) override;
   StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() override;
 
@@ -126,6 +147,7 @@ class InMemoryEventStore final : public EventStore {
   std::vector<Event> events_;
   std::vector<IncidentRecord> incidents_;
   std::vector<NodeHealth> health_;
+  std::vector<NodeAction> actions_;
   std::vector<DiagnosticsRecord> diagnostics_;
 };
 

@@ -101,6 +101,24 @@ TEST_P(EventStoreTest, KeepsIncidentsAndNodeHealthAcrossJobs) {
   EXPECT_EQ((*all)[1].reason, "ECC");
 }
 
+TEST_P(EventStoreTest, KeepsEveryActionOnANodeInOrder) {
+  ASSERT_TRUE(store_->RecordNodeAction({"node2", 10, "evict", "controller of job j1", "compute 48 % of median",
+                                        "j1", R"({"compute_gflops":1.2})"}).ok());
+  ASSERT_TRUE(store_->RecordNodeAction({"node1", 20, "cordon", "operator root@h", "bad fan", "", ""}).ok());
+  ASSERT_TRUE(store_->RecordNodeAction({"node2", 30, "uncordon", "operator root@h", "fixed", "", ""}).ok());
+  auto on2 = store_->NodeActions("node2");
+  ASSERT_TRUE(on2.ok());
+  ASSERT_EQ(on2->size(), 2u);
+  EXPECT_EQ((*on2)[0].action, "evict");
+  EXPECT_EQ((*on2)[0].by, "controller of job j1");
+  EXPECT_EQ((*on2)[0].evidence_json, R"({"compute_gflops":1.2})");
+  EXPECT_EQ((*on2)[1].action, "uncordon");
+  auto all = store_->NodeActions("");
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[1].node, "node1");
+  if (GetParam() == std::string("sqlite")) EXPECT_EQ((*all)[1].evidence_json, "{}");
+}
+
 TEST_P(EventStoreTest, KeepsTheNewestDiagnosticsOfEachNode) {
   EXPECT_TRUE(store_->LatestDiagnostics()->empty());
   ASSERT_TRUE(store_->RecordDiagnostics({"node2", 10, "quick", "", R"([{"name":"compute_gflops","value":1}])"}).ok());

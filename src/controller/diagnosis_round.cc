@@ -1,0 +1,103 @@
+#include "controller/diagnosis_round.h"
+
+#include <algorithm>
+
+namespace trainguard {
+
+DiagnosisRound::DiagnosisRound(std::int64_t id, std::string purpose, std::vector<std::string> nodes,
+                               int parallelism, Nanos timeout)
+    : id_(id), purpose_(std::move(purpose)), order_(std::move(nodes)), parallelism_(parallelism),
+      timeout_(timeout), queue_(order_) {}
+
+std::vector<std::string> DiagnosisRound::NextToAsk(Nanos now) {
+  std::vector<std::string> out;
+  while (!queue_.empty() && (parallelism_ <= 0 || static_cast<int>(asked_.size()) < parallelism_)) {
+    const std::string node = queue_.front();
+    queue_.erase(queue_.begin());
+    if (failed_.count(node)) continue;  // gone before it was asked
+    asked_[node] = now;
+    out.push_back(node);
+  }
+  return out;
+}
+
+bool DiagnosisRound::Answer(const std::string& node, std::vector<Figure> figures) {
+  auto it = asked_.find(node);
+  if (it == asked_.end()) return false;
+  asked_.erase(it);
+  auto earlier = figures_.find(node);
+  if (earlier == figures_.end()) {
+    figures_[node] = std::move(figures);
+  } else {  // the confirmation run
+    earlier->second = BestOf(earlier->second, figures);
+  }
+  return true;
+}
+
+std::vector<std::string> DiagnosisRound::QueueConfirmations(const JudgePolicy& policy) {
+  if (confirming_ || !Done()) return {};
+  confirming_ = true;
+  bool suspect = false;
+  for (const auto& v : Judge(policy)) suspect |= FailsOnlyAgainstPeers(v);
+  if (!suspect) return {};
+  // Everyone again, not only the suspects: a host whose speed changed during
+  // the round (nodes sharing a machine, a neighbour's burst) moved the
+  // median too; the better of each node's two runs is judged.
+  queue_.clear();
+  for (const auto& node : order_) {
+    if (figures_.count(node) && !failed_.count(node)) queue_.push_back(node);
+  }
+  return queue_;
+}
+
+void DiagnosisRound::NodeGone(const std::string& node, const std::string& why) {
+  if (failed_.count(node)) return;
+  if (std::find(order_.begin(), order_.end(), node) == order_.end()) return;
+  asked_.erase(node);
+  failed_[node] = why;
+  figures_.erase(node);
+}
+
+void DiagnosisRound::CheckTimeouts(Nanos now) {
+  for (auto it = asked_.begin(); it != asked_.end();) {
+    if (now - it->second > timeout_) {
+      failed_[it->first] = "no diagnostics within " + std::to_string(timeout_ / kSecond) + " s";
+      it = asked_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool DiagnosisRound::Done() const {
+  if (!asked_.empty()) return false;
+  for (const auto& node : queue_) {
+    if (!failed_.count(node)) return false;
+  }
+  return true;
+}
+
+std::vector<NodeVerdict> DiagnosisRound::Judge(const JudgePolicy& policy) const {
+  std::vector<NodeFigures> answered;
+  for (const auto& node : order_) {
+    if (auto it = figures_.find(node); it != figures_.end()) answered.push_back({node, it->second});
+  }
+  std::vector<NodeVerdict> judged = JudgeNodes(answered, policy);
+  std::vector<NodeVerdict> out;
+  std::size_t j = 0;
+  for (const auto& node : order_) {
+    if (auto it = failed_.find(node); it != failed_.end()) {
+      out.push_back({node, false, {}, {it->second}});
+    } else if (j < judged.size() && judged[j].node == node) {
+      out.push_back(judged[j++]);
+    }
+  }
+  return out;
+}
+
+const std::vector<Figure>* DiagnosisRound::FiguresOf(const std::string& node) const {
+  auto it = figures_.find(node);
+  return it == figures_.end() ? nullptr : &it->second;
+}
+
+}  // namespace trainguard

@@ -1,0 +1,64 @@
+// DiagnosisRound: one round of node diagnostics ordered by the controller —
+// before the first start (preflight) or after a failure, with every rank
+// stopped. It decides which nodes to ask when (at most `parallelism` at a
+// time: nodes that share a host must not measure each other), collects their
+// figures, fails the nodes that do not answer in time, and judges them all
+// together (diag/judge.h). When a node fails only against its peers' median,
+// every node is asked once more and each is judged on the better of its two
+// runs: a neighbour's burst (or a shared host's slow spell, which also moves
+// the median) must not evict a node; a slow node is slow twice. Pure logic: the
+// controller sends the orders and feeds the answers and the time.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "diag/judge.h"
+
+namespace trainguard {
+
+class DiagnosisRound {
+ public:
+  // `nodes` in the order they are to be asked; parallelism 0 = all at once.
+  DiagnosisRound(std::int64_t id, std::string purpose, std::vector<std::string> nodes, int parallelism,
+                 Nanos timeout);
+
+  std::int64_t id() const { return id_; }
+  const std::string& purpose() const { return purpose_; }
+  // The nodes to order now; they count as asked from `now`.
+  std::vector<std::string> NextToAsk(Nanos now);
+  // A node's figures. False if it was not asked in this round or answered already.
+  bool Answer(const std::string& node, std::vector<Figure> figures);
+  // Once every node answered: if a node fails only against the median,
+  // queues every node that answered for its second run (once per round).
+  // Returns the queued nodes.
+  std::vector<std::string> QueueConfirmations(const JudgePolicy& policy);
+  // The node cannot answer (its agent went away): it fails with `why`.
+  void NodeGone(const std::string& node, const std::string& why);
+  // Asked nodes without an answer after the timeout fail.
+  void CheckTimeouts(Nanos now);
+  bool Done() const;
+  // One verdict per node of the round, in its order. A node that did not
+  // answer is unhealthy with why; the others are judged together.
+  std::vector<NodeVerdict> Judge(const JudgePolicy& policy) const;
+  const std::vector<Figure>* FiguresOf(const std::string& node) const;
+
+ private:
+  const std::int64_t id_;
+  const std::string purpose_;
+  const std::vector<std::string> order_;
+  const int parallelism_;
+  const Nanos timeout_;
+  std::vector<std::string> queue_;           // to ask, in order
+  std::map<std::string, Nanos> asked_;       // running: asked at
+  bool confirming_ = false;
+  std::map<std::string, std::vector<Figure>> figures_;
+  std::map<std::string, std::string> failed_;  // no answer: why
+};
+
+}  // namespace trainguard

@@ -1,0 +1,125 @@
+#include "controller/diagnosis_round.h"
+
+#include <gtest/gtest.h>
+
+namespace trainguard {
+namespace {
+
+std::vector<Figure> Compute(double gflops) { return {{"compute_gflops", gflops, ""}}; }
+
+TEST(DiagnosisRoundTest, AsksOneNodeAtATimeWhenNodesShareAHost) {
+  DiagnosisRound round(1, "incident 1", {"n0", "n1", "n2"}, 1, 10 * kSecond);
+  EXPECT_EQ(round.NextToAsk(0), std::vector<std::string>{"n0"});
+  EXPECT_TRUE(round.NextToAsk(0).empty());  // n0 still runs
+  EXPECT_FALSE(round.Answer("n1", Compute(2)));  // not asked yet
+  EXPECT_TRUE(round.Answer("n0", Compute(2)));
+  EXPECT_FALSE(round.Answer("n0", Compute(2)));  // answered already
+  EXPECT_EQ(round.NextToAsk(1), std::vector<std::string>{"n1"});
+  EXPECT_TRUE(round.Answer("n1", Compute(1)));
+  EXPECT_EQ(round.NextToAsk(2), std::vector<std::string>{"n2"});
+  EXPECT_FALSE(round.Done());
+  EXPECT_TRUE(round.Answer("n2", Compute(2.1)));
+  EXPECT_TRUE(round.Done());
+  auto verdicts = round.Judge({});
+  ASSERT_EQ(verdicts.size(), 3u);
+  EXPECT_TRUE(verdicts[0].healthy);
+  EXPECT_FALSE(verdicts[1].healthy);  // half the median of 3
+  EXPECT_TRUE(verdicts[2].healthy);
+  // Below the median only: every node is measured once more, each judged on its better run.
+  EXPECT_EQ(round.QueueConfirmations({}), (std::vector<std::string>{"n0", "n1", "n2"}));
+  EXPECT_FALSE(round.Done());
+  EXPECT_EQ(round.NextToAsk(3), std::vector<std::string>{"n0"});
+  EXPECT_TRUE(round.Answer("n0", Compute(1.8)));
+  EXPECT_EQ(round.NextToAsk(3), std::vector<std::string>{"n1"});
+  EXPECT_TRUE(round.Answer("n1", Compute(0.9)));
+  EXPECT_EQ(round.NextToAsk(3), std::vector<std::string>{"n2"});
+  EXPECT_TRUE(round.Answer("n2", Compute(2.2)));
+  EXPECT_TRUE(round.Done());
+  EXPECT_TRUE(round.QueueConfirmations({}).empty());  // once per round
+  verdicts = round.Judge({});
+  EXPECT_FALSE(verdicts[1].healthy);  // slow twice
+  EXPECT_DOUBLE_EQ(round.FiguresOf("n1")->at(0).value, 1.0);
+  EXPECT_DOUBLE_EQ(round.FiguresOf("n0")->at(0).value, 2.0);
+  EXPECT_DOUBLE_EQ(round.FiguresOf("n2")->at(0).value, 2.2);
+}
+
+TEST(DiagnosisRoundTest, ASlowSpellOfTheSharedHostIsMeasuredAwayForEveryone) {
+  // n1 is throttled; n2 was measured while the shared host was slow.
+  DiagnosisRound round(6, "incident 1", {"n0", "n1", "n2", "n3"}, 1, 10 * kSecond);
+  const double first[] = {30, 15, 15, 30}, second[] = {29, 14, 30, 31};
+  for (int i = 0; i < 4; ++i) {
+    auto asked = round.NextToAsk(i);
+    ASSERT_EQ(asked.size(), 1u);
+    round.Answer(asked[0], Compute(first[i]));
+  }
+  ASSERT_EQ(round.QueueConfirmations({}).size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    auto asked = round.NextToAsk(10 + i);
+    ASSERT_EQ(asked.size(), 1u);
+    round.Answer(asked[0], Compute(second[i]));
+  }
+  ASSERT_TRUE(round.Done());
+  auto verdicts = round.Judge({});
+  EXPECT_TRUE(verdicts[0].healthy);
+  EXPECT_FALSE(verdicts[1].healthy);  // 15 of a median of 30
+  EXPECT_TRUE(verdicts[2].healthy);
+  EXPECT_TRUE(verdicts[3].healthy);
+}
+
+TEST(DiagnosisRoundTest, ANodeSlowOnlyOnceIsNotFailed) {
+  DiagnosisRound round(4, "incident 1", {"n0", "n1", "n2"}, 0, 10 * kSecond);
+  round.NextToAsk(0);
+  round.Answer("n0", Compute(2));
+  round.Answer("n1", Compute(1));  // a neighbour's burst
+  round.Answer("n2", Compute(2));
+  EXPECT_EQ(round.QueueConfirmations({}).size(), 3u);
+  EXPECT_EQ(round.NextToAsk(1).size(), 3u);  // all at once
+  round.Answer("n0", Compute(1.7));
+  round.Answer("n1", Compute(1.9));
+  round.Answer("n2", Compute(2));
+  EXPECT_TRUE(round.Done());
+  for (const auto& v : round.Judge({})) EXPECT_TRUE(v.healthy) << v.node;
+}
+
+TEST(DiagnosisRoundTest, AFloorOrAnErrorIsNotMeasuredAgain) {
+  DiagnosisRound round(5, "preflight", {"n0", "n1", "n2"}, 0, 10 * kSecond);
+  round.NextToAsk(0);
+  round.Answer("n0", Compute(2));
+  round.Answer("n1", {{"compute_gflops", 2, ""}, {"disk_write_mbps:c", 0, "No space left on device"}});
+  round.Answer("n2", Compute(0.01));
+  EXPECT_TRUE(round.QueueConfirmations({}).empty());
+  EXPECT_TRUE(round.Done());
+}
+
+TEST(DiagnosisRoundTest, ANodeThatDoesNotAnswerInTimeOrGoesAwayFails) {
+  DiagnosisRound round(2, "preflight", {"n0", "n1", "n2", "n3"}, 0, 10 * kSecond);
+  EXPECT_EQ(round.NextToAsk(0).size(), 4u);  // all at once
+  round.Answer("n0", Compute(2));
+  round.Answer("n2", Compute(2));
+  round.NodeGone("n3", "its agent went away");
+  round.NodeGone("n9", "not in the round");
+  round.CheckTimeouts(5 * kSecond);
+  EXPECT_FALSE(round.Done());
+  round.CheckTimeouts(11 * kSecond);
+  EXPECT_TRUE(round.Done());
+  auto verdicts = round.Judge({});
+  ASSERT_EQ(verdicts.size(), 4u);
+  EXPECT_TRUE(verdicts[0].healthy);
+  EXPECT_FALSE(verdicts[1].healthy);
+  EXPECT_EQ(verdicts[1].failures, std::vector<std::string>{"no diagnostics within 10 s"});
+  EXPECT_TRUE(verdicts[2].healthy);  // two answers: floors only
+  EXPECT_EQ(verdicts[3].failures, std::vector<std::string>{"its agent went away"});
+  EXPECT_FALSE(round.Answer("n1", Compute(2)));  // too late
+}
+
+TEST(DiagnosisRoundTest, ANodeGoneBeforeItWasAskedIsSkipped) {
+  DiagnosisRound round(3, "incident 2", {"n0", "n1"}, 1, 10 * kSecond);
+  EXPECT_EQ(round.NextToAsk(0), std::vector<std::string>{"n0"});
+  round.NodeGone("n1", "lost");
+  round.Answer("n0", Compute(2));
+  EXPECT_TRUE(round.NextToAsk(1).empty());
+  EXPECT_TRUE(round.Done());
+}
+
+}  // namespace
+}  // namespace trainguard
