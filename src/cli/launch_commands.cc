@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/host_address.h"
 #include "cli/local_launcher.h"
+#include "cli/netns_fabric.h"
 #include "cli/root_cause.h"
 #include "common/json_text.h"
 #include "controller/job_controller.h"
@@ -47,6 +48,8 @@ JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
   c.diag_paths = o.diag_paths;
   c.diag_parallelism = std::max(o.diag_parallel, 0);
   c.diag_timeout = Seconds(o.diag_timeout_s);
+  c.link_flaps_to_evict = o.link_flaps_to_evict;
+  c.link_flap_window = Seconds(o.link_flap_window_s);
   c.no_instrument = o.no_instrument;
   c.hang_timeout = Seconds(o.hang_timeout_s);
   c.hang_timeout_auto = o.hang_timeout_auto;
@@ -112,6 +115,13 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     std::fprintf(stderr, "trainguard: error: %s\n", error.c_str());
     return 2;
   }
+  // --netns without what it needs: said first, in one line.
+  const std::string netns_unavailable = pick_local_nodes && o.netns ? NetnsFabric::Unavailable() : "";
+  if (!netns_unavailable.empty() && !o.netns_fallback) {
+    std::fprintf(stderr, "trainguard: error: %s (--netns-fallback runs the nodes in this host's network instead)\n",
+                 netns_unavailable.c_str());
+    return 2;
+  }
   // The default store's per-user directory is made on first use; a --store
   // in a directory that does not exist is an error, as the user wrote it.
   if (o.store == DefaultStorePath()) {
@@ -135,6 +145,24 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   if (o.diag_parallel < 0 && pick_local_nodes) config.diag_parallelism = 1;
   JobController controller(config, RealClock::Get(), store->get(), nullptr,
                            &rules.value());
+  // --netns: every local node in a network namespace of its own, behind one
+  // bridge; made before the launcher so that it is removed after it.
+  std::unique_ptr<NetnsFabric> fabric;
+  std::string listen_on = listen, controller_host = "127.0.0.1";
+  if (pick_local_nodes && o.netns) {
+    if (!netns_unavailable.empty()) {
+      std::fprintf(stderr, "trainguard: note: %s; the nodes share this host's network (--netns-fallback)\n",
+                   netns_unavailable.c_str());
+    } else {
+      fabric = std::make_unique<NetnsFabric>(job_id);
+      if (Status made = fabric->Create(); !made.ok()) {
+        std::fprintf(stderr, "trainguard: error: --netns: %s\n", made.message().c_str());
+        return 2;
+      }
+      listen_on = fabric->gateway() + ":0";
+      controller_host = fabric->gateway();
+    }
+  }
   std::unique_ptr<LocalLauncher> launcher;
   std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
 
@@ -149,7 +177,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   // must leave no job behind. Agents that register before Start() are
   // welcomed by it.
   GrpcControllerServer server(&controller);
-  Status listening = server.Start(listen);
+  Status listening = server.Start(listen_on);
   if (!listening.ok()) {
     if (endpoint_may_be_taken) return kEndpointTaken;
     std::fprintf(stderr, "trainguard: error: %s\n", listening.message().c_str());
@@ -170,10 +198,16 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   std::fprintf(stderr, "trainguard: job %s: controller on port %d, %d node(s) x %d rank(s), store %s\n",
                job_id.c_str(), server.port(), o.nnodes, o.nproc_per_node, o.store.c_str());
   if (!local_nodes.empty()) {
-    std::vector<std::string> args = {"--controller", "127.0.0.1:" + std::to_string(server.port()),
+    std::vector<std::string> args = {"--controller", controller_host + ":" + std::to_string(server.port()),
                                      "--run-dir-base", run_dir, "--connect-timeout", "30"};
     if (o.native_stacks) args.push_back("--native-stacks");
     launcher = std::make_unique<LocalLauncher>(SelfExe(), args);
+    if (fabric) {
+      NetnsFabric* f = fabric.get();
+      launcher->PlaceNodesWith([f](const std::string& node_id) { return f->AddNode(node_id); });
+      std::fprintf(stderr, "trainguard: --netns: nodes in their own network namespaces on %s.0/24, bridge %s\n",
+                   f->gateway().substr(0, f->gateway().rfind('.')).c_str(), f->gateway().c_str());
+    }
     // The launcher is the controller's node provider from here on.
     controller.SetNodeProvider(launcher.get());
     if (pick_local_nodes && o.spares == 0) {
@@ -260,6 +294,9 @@ std::string ValidateJob(const JobOptions& o) {
     return "--diagnose must be off, quick or full, not '" + o.diagnose + "'";
   }
   if (o.diag_timeout_s <= 0) return "--diag-timeout must be positive";
+  if (o.link_flaps_to_evict < 0 || o.link_flap_window_s <= 0) {
+    return "--link-flaps-to-evict must not be negative and --link-flap-window must be positive";
+  }
   for (const auto& p : o.diag_paths) {
     auto eq = p.find('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == p.size()) {

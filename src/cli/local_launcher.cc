@@ -38,6 +38,11 @@ void LocalLauncher::ReplaceNode(const std::string& node_id, const std::string& r
   cv_.notify_all();
 }
 
+void LocalLauncher::PlaceNodesWith(std::function<StatusOr<NodeHost>(const std::string&)> place) {
+  std::lock_guard<std::mutex> lock(mu_);
+  place_ = std::move(place);
+}
+
 void LocalLauncher::ReplaceEvictedNodesWith(std::function<std::string()> fresh_node_id) {
   std::lock_guard<std::mutex> lock(mu_);
   fresh_node_id_ = std::move(fresh_node_id);
@@ -86,15 +91,23 @@ int LocalLauncher::StopAll(int timeout_ms) {
   return killed_;
 }
 
-void LocalLauncher::Launch(const std::string& node_id) {
+void LocalLauncher::Launch(const std::string& node_id, const NodeHost* host) {
   SpawnSpec spec;
+  if (host != nullptr) spec.argv = host->prefix;
   spec.argv.push_back(self_exe_);
   spec.argv.push_back("agent");
   for (const auto& a : common_args_) spec.argv.push_back(a);
   spec.argv.push_back("--node-id");
   spec.argv.push_back(node_id);
   const std::vector<std::string>& node_args = node_args_[node_id];
-  spec.argv.insert(spec.argv.end(), node_args.begin(), node_args.end());
+  for (std::size_t i = 0; i < node_args.size(); ++i) {
+    if (host != nullptr && node_args[i] == "--address") {  // the node's namespace decides
+      ++i;
+      continue;
+    }
+    spec.argv.push_back(node_args[i]);
+  }
+  if (host != nullptr) spec.argv.insert(spec.argv.end(), {"--address", host->address});
   bool has_group_rank =
       std::find(node_args.begin(), node_args.end(), "--group-rank") != node_args.end();
   if (!has_group_rank && node_id.rfind("node", 0) == 0 && node_id.size() > 4 &&
@@ -103,6 +116,9 @@ void LocalLauncher::Launch(const std::string& node_id) {
     spec.argv.push_back(node_id.substr(4));
   }
   spec.env = CurrentEnvironment();
+  if (host != nullptr) {
+    for (const auto& [k, v] : host->env) spec.env.emplace(k, v);  // the user's own setting wins
+  }
   auto proc = Spawn(spec);
   if (!proc.ok()) {
     std::fprintf(stderr, "trainguard: cannot start agent for %s: %s\n", node_id.c_str(),
@@ -207,7 +223,21 @@ void LocalLauncher::Loop() {
         dying_.push_back(it->second);
         agents_.erase(it);
       }
-      if (r.launch) Launch(r.node_id);
+      if (!r.launch) continue;
+      if (!place_) {
+        Launch(r.node_id, nullptr);
+        continue;
+      }
+      auto place = place_;
+      lock.unlock();  // making a namespace takes a while; ReplaceNode must not wait for it
+      StatusOr<NodeHost> host = place(r.node_id);
+      lock.lock();
+      if (!host.ok()) {
+        std::fprintf(stderr, "trainguard: cannot place node %s: %s\n", r.node_id.c_str(),
+                     host.status().message().c_str());
+        continue;
+      }
+      if (!stopping_) Launch(r.node_id, &host.value());
     }
     reap();
   }

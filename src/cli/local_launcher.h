@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "agent/process.h"
+#include "cli/netns_fabric.h"
 #include "controller/job_controller.h"
 
 namespace trainguard {
@@ -41,6 +42,9 @@ class LocalLauncher final : public NodeProvider {
   // hosts) are not its to replace.
   void ReplaceNode(const std::string& node_id, const std::string& reason) override;
   void EvictNode(const std::string& node_id, const std::string& reason) override;
+  // Where each node's agent runs (its network namespace): called for every
+  // launch without the launcher's lock. Unset: on this host, as it is.
+  void PlaceNodesWith(std::function<StatusOr<NodeHost>(const std::string& node_id)> place);
   // Where the id of a node that replaces an evicted one comes from ("" =
   // none). Called with the launcher's lock held: must not call back into it.
   void ReplaceEvictedNodesWith(std::function<std::string()> fresh_node_id);
@@ -60,7 +64,7 @@ class LocalLauncher final : public NodeProvider {
     bool launch = true;
   };
   void Loop();
-  void Launch(const std::string& node_id);
+  void Launch(const std::string& node_id, const NodeHost* host);
 
   const std::string self_exe_;
   const std::vector<std::string> common_args_;
@@ -76,6 +80,7 @@ class LocalLauncher final : public NodeProvider {
   int killed_ = 0;
   bool done_ = false;
   std::function<std::string()> fresh_node_id_;
+  std::function<StatusOr<NodeHost>(const std::string&)> place_;
   std::thread thread_;
 };
 

@@ -28,6 +28,11 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
                   "nodes diagnosed at once (default: 1 when `run` has every node on this host, else all)");
   cmd->add_option("--diag-timeout", o->diag_timeout_s, "seconds a node gets to answer its diagnostics")
       ->capture_default_str();
+  cmd->add_option("--link-flaps-to-evict", o->link_flaps_to_evict,
+                  "a node whose links lose their carrier this often within --link-flap-window is failed and "
+                  "evicted (0: never)")
+      ->capture_default_str();
+  cmd->add_option("--link-flap-window", o->link_flap_window_s, "seconds")->capture_default_str();
   cmd->add_option("--spares", o->spares,
                   "idle extra nodes (agents) that take the place of an evicted or lost node at the restart; "
                   "`run` starts them, a `controller` accepts that many beyond --nnodes")
@@ -134,6 +139,11 @@ int main(int argc, char** argv) {
   trainguard::TorchrunOptions torchrun;
   AddJobOptions(run_cmd, &run, true);
   AddTorchrunOptions(run_cmd, &torchrun, &run);
+  run_cmd->add_flag("--netns", run.netns,
+                    "every node in a network namespace of its own, with its own address, behind one bridge "
+                    "(needs root; docs/nodes.md)");
+  run_cmd->add_flag("--netns-fallback", run.netns_fallback,
+                    "with --netns: without root or namespace support, run in this host's network (with a note)");
 
   trainguard::ControllerOptions ctl;
   ctl.job.store = trainguard::DefaultStorePath();

@@ -55,6 +55,10 @@ struct JobConfig {
   std::vector<std::string> diag_paths;  // ROLE=DIR for the disk probes; none: each agent's run dir
   int diag_parallelism = 0;             // nodes diagnosed at once, 0 = all (1 when nodes share a host)
   Nanos diag_timeout = 60 * kSecond;    // a node that has not answered by then fails
+  // A node whose links lose their carrier this many times within
+  // link_flap_window is failed and evicted (controller/link_monitor.h).
+  int link_flaps_to_evict = 3;
+  Nanos link_flap_window = 600 * kSecond;
   // Hardware incidents of a node count against it (evicting it on vague
   // failures) for this long, unless an operator cleared it since.
   Nanos suspicion_window = 7 * 24 * 3600 * kSecond;

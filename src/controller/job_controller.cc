@@ -10,7 +10,6 @@
 #include "controller/hang_locator.h"
 #include "controller/heartbeat_detector.h"
 #include "controller/log_alert_detector.h"
-#include "diag/suite.h"
 
 #include <algorithm>
 #include <set>
@@ -44,7 +43,8 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
       clock_(clock),
       store_(store),
       provider_(provider),
-      policy_(config_.no_progress_restarts) {}
+      policy_(config_.no_progress_restarts),
+      link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}) {}
 
 void JobController::SetNodeProvider(NodeProvider* provider) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -303,34 +303,6 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   MaybeStartGeneration();
 }
 
-int JobController::IdleSpares() const {
-  int idle = 0;
-  for (const auto& n : nodes_) idle += (n.conn != 0 && !n.node_id.empty() && n.group_rank < 0) ? 1 : 0;
-  return idle;
-}
-
-void JobController::PromoteSpares() {
-  std::set<int> taken;
-  for (const auto& n : nodes_) {
-    if (n.conn != 0 && n.group_rank >= 0) taken.insert(n.group_rank);
-  }
-  for (int g = 0; g < config_.nnodes; ++g) {
-    if (taken.count(g)) continue;
-    // A slot whose holder is away (not connected) is free for a spare.
-    auto spare = std::find_if(nodes_.begin(), nodes_.end(),
-                              [](const Node& n) { return n.conn != 0 && !n.node_id.empty() && n.group_rank < 0; });
-    if (spare == nodes_.end()) return;
-    for (auto& n : nodes_) {
-      if (n.conn == 0 && n.group_rank == g) n.group_rank = -1;
-    }
-    spare->group_rank = g;
-    taken.insert(g);
-    Emit("spare_promoted", spare->node_id, -1, -1,
-         "spare node " + spare->node_id + " takes group rank " + std::to_string(g),
-         json{{"group_rank", g}, {"idle_spares_left", IdleSpares()}}.dump(-1, ' ', false, kReplaceBadUtf8));
-  }
-}
-
 void JobController::MaybeStartGeneration() {
   if (state_ != JobState::kStarting && state_ != JobState::kRestarting) return;
   PromoteSpares();
@@ -407,6 +379,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
 void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb) {
   node->last_heartbeat_mono = clock_->MonotonicNanos();
   node->last_heartbeat_wall = clock_->WallNanos();
+  ObserveLinks(node, hb.metrics());
   if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
   for (const auto& r : hb.ranks()) UpdateRank(node, r);
 }
@@ -769,127 +742,6 @@ void JobController::Restart(const Verdict& verdict, bool diagnosed) {
   MaybeStartGeneration();
 }
 
-void JobController::StartDiagnosis(const std::string& purpose) {
-  // Job nodes in group-rank order, then the spares: a bad spare is found
-  // before it takes a place.
-  std::vector<const Node*> asked;
-  for (const auto& n : nodes_) {
-    if (n.conn != 0 && !n.node_id.empty() && n.runs_diagnostics) asked.push_back(&n);
-  }
-  std::sort(asked.begin(), asked.end(), [](const Node* a, const Node* b) {
-    if ((a->group_rank < 0) != (b->group_rank < 0)) return a->group_rank >= 0;
-    return a->group_rank != b->group_rank ? a->group_rank < b->group_rank : a->node_id < b->node_id;
-  });
-  std::vector<std::string> ids;
-  for (const Node* n : asked) ids.push_back(n->node_id);
-  diagnosis_.emplace(++diagnosis_rounds_, purpose, ids, config_.diag_parallelism, config_.diag_timeout);
-  SetState(JobState::kDiagnosing, purpose + ": diagnosing " + std::to_string(ids.size()) + " node(s)");
-  Emit("diagnosis_started", "", -1, -1,
-       "diagnosis round " + std::to_string(diagnosis_rounds_) + " (" + purpose + "): " + config_.diagnose +
-           " suite on " + std::to_string(ids.size()) + " node(s), " +
-           (config_.diag_parallelism > 0 ? std::to_string(config_.diag_parallelism) + " at a time" : "all at once"),
-       json{{"round", diagnosis_rounds_}, {"purpose", purpose}, {"nodes", ids}, {"mode", config_.diagnose}}
-           .dump(-1, ' ', false, kReplaceBadUtf8));
-  SendDiagnosisOrders();
-  MaybeFinishDiagnosis();
-}
-
-void JobController::SendDiagnosisOrders() {
-  if (!diagnosis_) return;
-  for (const auto& id : diagnosis_->NextToAsk(clock_->MonotonicNanos())) {
-    Node* node = NodeById(id);
-    if (node == nullptr || node->conn == 0) {
-      diagnosis_->NodeGone(id, "its agent went away before the diagnostics");
-      continue;
-    }
-    v1::ControllerMessage msg;
-    v1::RunDiagnostics* order = msg.mutable_run_diagnostics();
-    order->set_round(diagnosis_->id());
-    order->set_mode(config_.diagnose);
-    for (const auto& p : config_.diag_paths) order->add_paths(p);
-    node->link->Send(msg);
-  }
-}
-
-void JobController::HandleDiagnostics(Node* node, const v1::DiagnosticsResult& result) {
-  if (!diagnosis_ || result.round() != diagnosis_->id()) return;  // a stale round's answer
-  auto figures = FiguresFromJson(result.figures_json());
-  if (!figures.ok()) {
-    diagnosis_->NodeGone(node->node_id, "its diagnostics are unreadable: " + figures.status().message());
-  } else {
-    if (!store_->RecordDiagnostics({node->node_id, clock_->WallNanos(), config_.diagnose, config_.job_id,
-                                    result.figures_json()}).ok()) {
-      ++store_errors_;
-    }
-    json d = {{"round", result.round()}, {"wall_ms", result.wall_ms()},
-              {"figures", json::parse(result.figures_json(), nullptr, false)}};
-    std::string summary;
-    for (const auto& f : *figures) {
-      char value[64];
-      std::snprintf(value, sizeof(value), "%.3g", f.value);
-      summary += (summary.empty() ? "" : ", ") + f.name + " " + (f.error.empty() ? value : "error");
-    }
-    Emit("diagnostics", node->node_id, -1, -1,
-         "node " + node->node_id + " diagnostics in " + std::to_string(result.wall_ms()) + " ms: " + summary,
-         d.dump(-1, ' ', false, kReplaceBadUtf8));
-    diagnosis_->Answer(node->node_id, std::move(figures.value()));
-  }
-  SendDiagnosisOrders();
-  MaybeFinishDiagnosis();
-}
-
-void JobController::MaybeFinishDiagnosis() {
-  if (!diagnosis_ || !diagnosis_->Done() || state_ != JobState::kDiagnosing) return;
-  auto again = diagnosis_->QueueConfirmations(JudgePolicy{});
-  if (!again.empty()) {
-    std::string names;
-    for (const auto& n : again) names += (names.empty() ? "" : ", ") + n;
-    Emit("diagnosis_confirming", "", -1, -1,
-         "diagnosis round " + std::to_string(diagnosis_->id()) +
-             ": a node is below the nodes' median: measuring every node again before deciding (" + names + ")",
-         json{{"round", diagnosis_->id()}, {"nodes", again}}.dump(-1, ' ', false, kReplaceBadUtf8));
-    SendDiagnosisOrders();
-    return;
-  }
-  const DiagnosisRound round = *diagnosis_;
-  diagnosis_.reset();
-  json nodes = json::array();
-  std::vector<std::string> failing;
-  for (const NodeVerdict& v : round.Judge(JudgePolicy{})) {
-    nodes.push_back({{"node", v.node}, {"healthy", v.healthy}, {"failures", v.failures}});
-    const Node* node = NodeById(v.node);
-    if (v.healthy || node == nullptr || node->conn == 0) continue;  // gone: NodeLost has said so
-    failing.push_back(v.node);
-    json figures = json::array();
-    for (const auto& f : v.figures) {
-      json j = {{"name", f.figure.name}, {"value", f.figure.value}, {"ok", f.failure.empty()}};
-      if (f.peers > 0) j["median"] = f.median;
-      if (!f.figure.error.empty()) j["error"] = f.figure.error;
-      figures.push_back(std::move(j));
-    }
-    std::string why;
-    for (const auto& line : v.failures) why += (why.empty() ? "" : "; ") + line;
-    Evict(v.node, "diagnostics (" + round.purpose() + "): " + why,
-          json{{"diagnosis_round", round.id()}, {"purpose", round.purpose()}, {"failures", v.failures},
-               {"figures", figures}}.dump(-1, ' ', false, kReplaceBadUtf8));
-  }
-  std::string failed_text;
-  for (const auto& n : failing) failed_text += (failed_text.empty() ? "" : ", ") + n;
-  Emit("diagnosis", "", -1, -1,
-       "diagnosis round " + std::to_string(round.id()) + " (" + round.purpose() + "): " +
-           (failing.empty() ? std::string("every node passed") : "failing: " + failed_text),
-       json{{"round", round.id()}, {"purpose", round.purpose()}, {"nodes", nodes}, {"evicted", failing}}
-           .dump(-1, ' ', false, kReplaceBadUtf8));
-  if (round.purpose() == "preflight") {
-    preflight_done_ = true;
-    waiting_since_mono_ = clock_->MonotonicNanos();
-    SetState(JobState::kStarting, "preflight diagnosis done");
-    MaybeStartGeneration();
-  } else {
-    Restart(pending_verdict_, /*diagnosed=*/true);
-  }
-}
-
 std::string JobController::NodeOfRank(int rank) const {
   for (const auto& n : nodes_) {
     if (n.ranks.count(rank)) return n.node_id;
@@ -950,49 +802,6 @@ Verdict JobController::Decide() {
                           .dump(-1, ' ', false, kReplaceBadUtf8);
   }
   return v;
-}
-
-void JobController::Evict(const std::string& node_id, const std::string& why, const std::string& evidence) {
-  Node* node = NodeById(node_id);
-  if (node == nullptr) return;
-  const std::string by = "controller of job " + config_.job_id;
-  json e = json::parse(evidence, nullptr, false);
-  if (e.is_discarded() || !e.is_object()) e = json::object();
-  Emit("node_evicted", node_id, -1, -1, "node " + node_id + " evicted and cordoned: " + why,
-       json{{"reason", why}, {"by", by}, {"group_rank", node->group_rank}, {"evidence", e}}.dump(-1, ' ', false, kReplaceBadUtf8));
-  const Nanos now = clock_->WallNanos();
-  if (!store_->RecordNodeAction({node_id, now, "evict", by, why, config_.job_id, e.dump(-1, ' ', false, kReplaceBadUtf8)}).ok()) {
-    ++store_errors_;
-  }
-  if (!store_->SetNodeHealth({node_id, "cordoned", "evicted: " + why, config_.job_id, now}).ok()) ++store_errors_;
-  if (node->link) {
-    std::shared_ptr<AgentLink> link = node->link;
-    node->conn = 0;
-    node->link.reset();
-    link->Close();
-  }
-  node->group_rank = -1;
-  if (provider_ != nullptr) provider_->EvictNode(node_id, why);
-}
-
-void JobController::EvictCordonedNodes() {
-  std::vector<std::string> cordoned;
-  for (const auto& n : nodes_) {
-    if (n.conn == 0 || n.group_rank < 0) continue;
-    auto health = store_->GetNodeHealth(n.node_id);
-    if (health.ok() && health->status == "cordoned") cordoned.push_back(n.node_id);
-  }
-  for (const auto& id : cordoned) {
-    Node* node = NodeById(id);
-    Emit("node_evicted", id, -1, -1, "node " + id + " leaves the job: it was cordoned during the job",
-         json{{"reason", "cordoned during the job"}, {"group_rank", node->group_rank}}.dump(-1, ' ', false, kReplaceBadUtf8));
-    std::shared_ptr<AgentLink> link = node->link;
-    node->conn = 0;
-    node->link.reset();
-    link->Close();
-    node->group_rank = -1;
-    if (provider_ != nullptr) provider_->EvictNode(id, "cordoned");
-  }
 }
 
 void JobController::RecordDowntime(Nanos first_step_wall) {

@@ -43,6 +43,7 @@
 #include "controller/incident.h"
 #include "controller/job_config.h"
 #include "controller/job_view.h"
+#include "controller/link_monitor.h"
 #include "controller/recovery_policy.h"
 #include "proto/protocol.h"
 #include "store/event_store.h"
@@ -153,6 +154,9 @@ class JobController {
   void StartDiagnosis(const std::string& purpose);
   void SendDiagnosisOrders();
   void HandleDiagnostics(Node* node, const v1::DiagnosticsResult& result);
+  // Link health from a heartbeat's counters: records flaps, silent links;
+  // a flapping node fails the job's generation (or, idle, is evicted).
+  void ObserveLinks(Node* node, const v1::NodeMetrics& metrics);
   void MaybeFinishDiagnosis();
   // Blames the incident being recovered from and asks the policy what to do;
   // records both with their evidence.
@@ -206,6 +210,7 @@ class JobController {
   std::int64_t diagnosis_rounds_ = 0;
   bool preflight_done_ = false;
   Verdict pending_verdict_;                  // the restart a diagnosis round holds up
+  LinkMonitor link_monitor_;
 };
 
 }  // namespace trainguard

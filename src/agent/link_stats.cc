@@ -1,0 +1,82 @@
+#include "agent/link_stats.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+namespace trainguard {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string ReadWord(const fs::path& p) {
+  std::ifstream f(p);
+  std::string w;
+  f >> w;
+  return w;
+}
+
+std::uint64_t ReadCount(const fs::path& p) {
+  std::ifstream f(p);
+  std::uint64_t v = 0;
+  f >> v;
+  return f ? v : 0;
+}
+
+}  // namespace
+
+std::vector<LinkReading> ReadLinks(const std::string& net_root, const std::string& ib_root) {
+  std::vector<LinkReading> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(net_root, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "lo") continue;
+    const fs::path dir = entry.path();
+    const fs::path stats = dir / "statistics";
+    LinkReading r;
+    r.name = name;
+    r.kind = "net";
+    r.up = ReadWord(dir / "operstate") == "up";
+    r.carrier_changes = static_cast<std::int64_t>(ReadCount(dir / "carrier_changes"));
+    r.rx_bytes = ReadCount(stats / "rx_bytes");
+    r.tx_bytes = ReadCount(stats / "tx_bytes");
+    r.rx_packets = ReadCount(stats / "rx_packets");
+    r.tx_packets = ReadCount(stats / "tx_packets");
+    r.rx_dropped = ReadCount(stats / "rx_dropped");
+    r.tx_dropped = ReadCount(stats / "tx_dropped");
+    r.rx_errors = ReadCount(stats / "rx_errors");
+    r.tx_errors = ReadCount(stats / "tx_errors");
+    out.push_back(std::move(r));
+  }
+  for (const auto& dev : fs::directory_iterator(ib_root, ec)) {
+    std::error_code port_ec;
+    for (const auto& port : fs::directory_iterator(dev.path() / "ports", port_ec)) {
+      const fs::path counters = port.path() / "counters";
+      LinkReading r;
+      r.name = dev.path().filename().string() + "/" + port.path().filename().string();
+      r.kind = "ib";
+      {
+        std::ifstream f(port.path() / "state");  // "4: ACTIVE"
+        std::string line;
+        std::getline(f, line);
+        r.up = line.find("ACTIVE") != std::string::npos;
+      }
+      r.carrier_changes = static_cast<std::int64_t>(ReadCount(counters / "link_downed"));
+      // The data counters count 4-byte words (the IB spec's PortXmitData).
+      r.rx_bytes = ReadCount(counters / "port_rcv_data") * 4;
+      r.tx_bytes = ReadCount(counters / "port_xmit_data") * 4;
+      r.rx_packets = ReadCount(counters / "port_rcv_packets");
+      r.tx_packets = ReadCount(counters / "port_xmit_packets");
+      r.rx_dropped = ReadCount(counters / "port_rcv_discards");
+      r.tx_dropped = ReadCount(counters / "port_xmit_discards");
+      r.rx_errors = ReadCount(counters / "port_rcv_errors") + ReadCount(counters / "symbol_error");
+      r.tx_errors = ReadCount(counters / "port_xmit_constraint_errors");
+      out.push_back(std::move(r));
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const LinkReading& a, const LinkReading& b) { return a.name < b.name; });
+  return out;
+}
+
+}  // namespace trainguard

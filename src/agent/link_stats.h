@@ -1,0 +1,29 @@
+// The node's links as the kernel counts them: per network interface
+// (/sys/class/net/IF/statistics/*, carrier_changes, operstate; loopback left
+// out) and per RDMA port (/sys/class/infiniband/DEV/ports/N/counters and
+// state) when there are any. Cumulative counters, read each heartbeat; the
+// controller turns successive readings into rates and flaps
+// (controller/link_monitor.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainguard {
+
+struct LinkReading {
+  std::string name;            // "eth0", "mlx5_0/1"
+  std::string kind;            // "net" or "ib"
+  bool up = false;             // operstate "up" (ib: state "ACTIVE")
+  std::int64_t carrier_changes = 0;  // ib: link_downed
+  std::uint64_t rx_bytes = 0, tx_bytes = 0, rx_packets = 0, tx_packets = 0;
+  std::uint64_t rx_dropped = 0, tx_dropped = 0, rx_errors = 0, tx_errors = 0;
+};
+
+// Reads every link under `net_root` (/sys/class/net) and `ib_root`
+// (/sys/class/infiniband); a counter that cannot be read is 0.
+std::vector<LinkReading> ReadLinks(const std::string& net_root = "/sys/class/net",
+                                   const std::string& ib_root = "/sys/class/infiniband");
+
+}  // namespace trainguard

@@ -1,0 +1,146 @@
+"""Issue 11, part 1: `run --netns` puts every node in a network namespace of
+its own, with its own address behind one bridge, so that ranks talk over
+real links; everything is removed again when the job ends, and when it is
+interrupted. Without root it says so in one line, and runs in the host's
+network only when asked to (--netns-fallback)."""
+
+import os
+import shutil
+import signal
+import pathlib
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, status_page_step, wait_for
+
+
+def namespaces():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def links():
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
+
+
+@pytest.fixture
+def root_with_ip():
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and iproute2 for network namespaces")
+    before = (namespaces(), links())
+    yield before
+    # Nothing of a job may stay behind. (What a failed test left is removed
+    # before the check fails, so that the next test starts clean.)
+    left = (namespaces() - before[0], links() - before[1])
+    for ns in left[0]:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    for link in left[1]:
+        subprocess.run(["ip", "link", "del", link], capture_output=True)
+    assert left == (set(), set())
+
+
+def example(tmp_path, *extra):
+    return [PYTHON, EXAMPLE, "--steps", "30", "--ckpt-every", "10", "--ckpt-dir", str(tmp_path / "ckpt"), *extra]
+
+
+def test_each_node_has_its_own_namespace_and_address_and_nothing_stays(tmp_path, root_with_ip, no_leftovers):
+    job = Job(tmp_path, "netns", example(tmp_path, "--crash-at-step", "12"), flags=["--netns"])
+    started = wait_for(lambda: len(job.events("ranks_started")) >= 2 and job.events("ranks_started"), 120,
+                       "both nodes' ranks")
+    made = namespaces() - root_with_ip[0]
+    assert len(made) == 2, made
+    # Each rank process lives in its node's namespace (not the host's).
+    host_ns = os.readlink("/proc/self/ns/net")
+    for e in started:
+        for pid in e["detail"]["pids"].values():
+            assert os.readlink("/proc/%d/ns/net" % int(pid)) != host_ns
+    assert job.wait() == 0, job.output()[-3000:]  # through a crash and a restart over the veths
+    addresses = {e["node"]: e["detail"]["address"] for e in job.events("node_registered")}
+    assert len(set(addresses.values())) == 2 and all(a.startswith("10.") for a in addresses.values()), addresses
+    masters = {e["detail"]["master_addr"] for e in job.events("generation_started")}
+    assert masters == {addresses["node0"]}, masters
+    assert len(job.events("generation_started")) == 2
+
+
+def test_an_interrupted_job_removes_its_namespaces(tmp_path, root_with_ip, no_leftovers):
+    job = Job(tmp_path, "netns-int", example(tmp_path, "--step-delay", "1"), flags=["--netns"])
+    wait_for(lambda: len(job.events("ranks_started")) >= 2, 120, "both nodes' ranks")
+    assert len(namespaces() - root_with_ip[0]) == 2
+    os.killpg(job.proc.pid, signal.SIGINT)
+    assert job.wait() == 130
+
+
+def test_without_root_netns_is_refused_in_one_line_or_falls_back_when_asked():
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root to drop to another user")
+    with tempfile.TemporaryDirectory() as tmp:  # pytest's own directories are root's alone
+        os.chmod(tmp, 0o777)
+        refused_then_fallback(pathlib.Path(tmp))
+
+
+def refused_then_fallback(tmp_path):
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    line = [TRAINGUARD, "run", "--netns", "--nnodes", "2", "--store", str(tmp_path / "tg.db"),
+            "--run-dir", str(tmp_path / "run"), "--", PYTHON, "-c", "pass"]
+    refused = subprocess.run(as_nobody + line, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().count("\n") == 0 and "--netns needs root" in refused.stderr, refused.stderr
+    fallback = subprocess.run(as_nobody + line[:2] + ["--netns-fallback"] + line[2:], capture_output=True,
+                              text=True, timeout=120)
+    assert fallback.returncode == 0, fallback.stderr[-2000:]
+    assert "the nodes share this host's network" in fallback.stderr
+
+
+def host_side_of(namespace):
+    """The root-namespace end of the node's veth pair (its "switch port")."""
+    line = subprocess.run(["ip", "-n", namespace, "-o", "link", "show", "tg0"], capture_output=True,
+                          text=True, check=True).stdout
+    peer_index = line.split("@if")[1].split(":")[0]
+    for l in subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout.splitlines():
+        if l.split(":")[0].strip() == peer_index:
+            return l.split(":")[1].strip().split("@")[0]
+    raise AssertionError("no host side for %s" % namespace)
+
+
+def flap(interface, down_s=0.3):
+    """Takes the link down for `down_s` (the fault itself: a cable out that long)."""
+    subprocess.run(["ip", "link", "set", interface, "down"], check=True)
+    try:
+        time.sleep(down_s)
+    finally:
+        subprocess.run(["ip", "link", "set", interface, "up"], check=True)
+
+
+def test_one_short_flap_is_survived_and_repeated_flapping_evicts_the_node(tmp_path, root_with_ip, no_leftovers):
+    job = Job(tmp_path, "flap", [PYTHON, EXAMPLE, "--steps", "400", "--ckpt-every", "20",
+                                 "--ckpt-dir", str(tmp_path / "ckpt"), "--step-delay", "0.05"],
+              nnodes=2, nproc=1, flags=["--netns", "--spares", "1", "--heartbeat-interval", "0.5"])
+    wait_for(lambda: job.events("first_step"), 120, "the first step")
+    wait_for(lambda: (status_page_step("flap", "node1", 1) or -1) >= 10, 120, "rank 1 at step 10")
+    agent = job.agent_pids()["node1"]
+    ns = subprocess.run(["ip", "netns", "identify", str(agent)], capture_output=True, text=True).stdout.strip()
+    assert ns.endswith("-node1"), ns
+    port = host_side_of(ns)
+
+    flap(port)
+    flapped = wait_for(lambda: job.events("link_flap"), 30, "the flap to be seen")
+    assert flapped[0]["node"] == "node1" and flapped[0]["detail"]["link"] == "tg0"
+    step = status_page_step("flap", "node1", 1)
+    wait_for(lambda: (status_page_step("flap", "node1", 1) or -1) >= step + 10, 60, "training to go on")
+    assert not job.events("failure") and not job.events("node_evicted")
+
+    flap(port)
+    wait_for(lambda: len(job.events("link_flap")) >= 2, 30, "the second flap to be seen")
+    flap(port)
+    evicted = wait_for(lambda: job.events("node_evicted"), 60, "node1 to be evicted")
+    assert [e["node"] for e in evicted] == ["node1"]
+    assert evicted[0]["detail"]["evidence"]["rule"] == "link-flapping", evicted[0]
+    assert "node node1 link tg0 flapped 3 times" in job.events("link_flapping")[0]["message"]
+    assert job.wait(timeout=240) == 0, job.output()[-3000:]
+    attribution = job.events("attribution")[0]["detail"]
+    assert attribution["rule"] == "link-flapping" and attribution["category"] == "network", attribution
+    assert [e["node"] for e in job.events("spare_promoted")] == ["node2"]
