@@ -144,3 +144,27 @@ def test_one_short_flap_is_survived_and_repeated_flapping_evicts_the_node(tmp_pa
     attribution = job.events("attribution")[0]["detail"]
     assert attribution["rule"] == "link-flapping" and attribution["category"] == "network", attribution
     assert [e["node"] for e in job.events("spare_promoted")] == ["node2"]
+
+
+def test_a_throttled_link_fails_exactly_that_nodes_network_test_and_the_spare_takes_over(
+        tmp_path, root_with_ip, no_leftovers):
+    job = Job(tmp_path, "tbf", [PYTHON, EXAMPLE, "--steps", "150", "--ckpt-every", "10",
+                                "--ckpt-dir", str(tmp_path / "ckpt"), "--step-delay", "0.05"],
+              nnodes=3, nproc=1, flags=["--netns", "--spares", "1", "--diagnose", "quick"])
+    wait_for(lambda: job.events("first_step"), 120, "the first step")
+    preflight = job.events("diagnosis")[0]["detail"]
+    assert preflight["purpose"] == "preflight" and not preflight["evicted"], preflight
+    figures = [e for e in job.events("diagnostics") if e["node"] == "node1"][0]["detail"]["figures"]
+    assert {f["name"] for f in figures} >= {"net_tx_mbps", "net_rx_mbps", "net_rtt_us"}, figures
+    # node1's switch port sends it at most 40 Mbit/s; then its rank dies.
+    agent = job.agent_pids()["node1"]
+    ns = subprocess.run(["ip", "netns", "identify", str(agent)], capture_output=True, text=True).stdout.strip()
+    subprocess.run(["tc", "qdisc", "add", "dev", host_side_of(ns), "root", "tbf", "rate", "40mbit",
+                    "burst", "32kbit", "latency", "400ms"], check=True)
+    os.kill(job.rank_pids(0)[1], signal.SIGKILL)
+    assert job.wait(timeout=300) == 0, job.output()[-3000:]
+    evicted = job.events("node_evicted")
+    assert [e["node"] for e in evicted] == ["node1"], evicted
+    failures = evicted[0]["detail"]["evidence"]["failures"]
+    assert failures and all(line.startswith("net_rx_mbps") for line in failures), failures
+    assert [e["node"] for e in job.events("spare_promoted")] == ["node3"]

@@ -196,6 +196,12 @@ int Agent::Run() {
   r->set_free_port(FindFreePort());
   r->set_pid(getpid());
   r->set_runs_diagnostics(true);
+  peer_server_ = std::make_unique<PeerServer>();
+  if (Status s = peer_server_->Start(config_.address); s.ok()) {
+    r->set_diag_port(peer_server_->port());
+  } else {
+    std::fprintf(stderr, "trainguard agent: warning: %s; this node's network is not probed\n", s.message().c_str());
+  }
   if (config_.preferred_group_rank >= 0) r->set_preferred_group_rank(config_.preferred_group_rank);
   Send(reg);
 
@@ -271,6 +277,7 @@ void Agent::StartDiagnostics(const v1::RunDiagnostics& order) {
     if (eq != std::string::npos && eq > 0) plan.paths.emplace_back(p.substr(0, eq), p.substr(eq + 1));
   }
   if (plan.paths.empty()) plan.paths.emplace_back("scratch", config_.run_dir);
+  plan.peers.assign(order.peers().begin(), order.peers().end());
   auto run = std::make_shared<DiagnosticsRun>();
   run->round = order.round();
   run->started_mono = clock_->MonotonicNanos();

@@ -25,6 +25,7 @@
 #include "agent/kernel_log.h"
 #include "attribution/attribution.h"
 #include "common/clock.h"
+#include "diag/net_probe.h"
 #include "proto/protocol.h"
 
 namespace trainguard {
@@ -138,6 +139,7 @@ class Agent {
   Nanos next_heartbeat_ = 0;
   struct DiagnosticsRun;
   std::shared_ptr<DiagnosticsRun> diagnostics_;  // the round running, if any
+  std::unique_ptr<PeerServer> peer_server_;       // the other end of the neighbours' network probes
 };
 
 }  // namespace trainguard

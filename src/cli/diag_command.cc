@@ -23,7 +23,8 @@ using nlohmann::json;
 
 namespace {
 
-const char* const kKinds[] = {"compute_gflops", "memory_gbps", "disk_write_mbps", "disk_read_mbps", "disk_free_gib"};
+const char* const kKinds[] = {"compute_gflops", "memory_gbps", "disk_write_mbps", "disk_read_mbps",
+                              "disk_free_gib",  "net_tx_mbps", "net_rx_mbps"};
 
 bool KnownKind(const std::string& kind) {
   for (const char* k : kKinds) {

@@ -30,6 +30,7 @@ class DiagnosisRound {
 
   std::int64_t id() const { return id_; }
   const std::string& purpose() const { return purpose_; }
+  const std::vector<std::string>& nodes() const { return order_; }
   // The nodes to order now; they count as asked from `now`.
   std::vector<std::string> NextToAsk(Nanos now);
   // A node's figures. False if it was not asked in this round or answered already.

@@ -126,6 +126,7 @@ class JobController {
     std::int64_t stopped_generation = -1;
     bool asked_for_slot = false;  // registered asking for its group rank
     bool runs_diagnostics = false;  // its agent answers RunDiagnostics
+    int diag_port = 0;              // its diagnostics peer server (0: none)
   };
 
   Node* NodeByConn(std::uint64_t conn);
@@ -153,6 +154,9 @@ class JobController {
   // pending_verdict_, or the first start.
   void StartDiagnosis(const std::string& purpose);
   void SendDiagnosisOrders();
+  // The network probe's neighbours of a node in the round: the nodes before
+  // and after it in the round's ring that serve the probe (HOST:PORT).
+  std::vector<std::string> NetworkPeersOf(const std::string& node_id);
   void HandleDiagnostics(Node* node, const v1::DiagnosticsResult& result);
   // Link health from a heartbeat's counters: records flaps, silent links;
   // a flapping node fails the job's generation (or, idle, is evicted).

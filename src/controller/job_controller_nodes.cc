@@ -80,8 +80,26 @@ void JobController::SendDiagnosisOrders() {
     order->set_round(diagnosis_->id());
     order->set_mode(config_.diagnose);
     for (const auto& p : config_.diag_paths) order->add_paths(p);
+    for (const auto& p : NetworkPeersOf(id)) order->add_peers(p);
     node->link->Send(msg);
   }
+}
+
+std::vector<std::string> JobController::NetworkPeersOf(const std::string& node_id) {
+  std::vector<const Node*> ring;
+  for (const auto& id : diagnosis_->nodes()) {
+    const Node* n = NodeById(id);
+    if (n != nullptr && n->conn != 0 && n->diag_port > 0) ring.push_back(n);
+  }
+  auto self = std::find_if(ring.begin(), ring.end(), [&](const Node* n) { return n->node_id == node_id; });
+  if (self == ring.end() || ring.size() < 2) return {};
+  const std::size_t i = static_cast<std::size_t>(self - ring.begin());
+  std::vector<std::string> out;
+  for (std::size_t j : {(i + ring.size() - 1) % ring.size(), (i + 1) % ring.size()}) {
+    std::string peer = ring[j]->address + ":" + std::to_string(ring[j]->diag_port);
+    if (j != i && std::find(out.begin(), out.end(), peer) == out.end()) out.push_back(peer);
+  }
+  return out;
 }
 
 void JobController::HandleDiagnostics(Node* node, const v1::DiagnosticsResult& result) {

@@ -51,7 +51,8 @@ std::vector<NodeVerdict> JudgeNodes(const std::vector<NodeFigures>& nodes, const
         fv.failure = f.name + " " + Format(f.value) + " is below the floor " + Format(fl->second);
       } else if (fv.median > 0 && f.value < fr->second * fv.median) {
         char pct[32];
-        std::snprintf(pct, sizeof(pct), "%.0f %%", 100.0 * f.value / fv.median);
+        const double percent = 100.0 * f.value / fv.median;
+        std::snprintf(pct, sizeof(pct), percent < 10 ? "%.1f %%" : "%.0f %%", percent);
         fv.failure = f.name + " " + Format(f.value) + " is " + pct + " of the median " + Format(fv.median) +
                      " of " + std::to_string(fv.peers) + " nodes (min " +
                      std::to_string(static_cast<int>(fr->second * 100 + 0.5)) + " %)";

@@ -20,11 +20,13 @@ struct JudgePolicy {
   // By kind (the figure name before ':'). A kind without a floor has none.
   std::map<std::string, double> floors = {{"compute_gflops", 0.05}, {"memory_gbps", 0.5},
                                           {"disk_write_mbps", 5},   {"disk_read_mbps", 5},
-                                          {"disk_free_gib", 1.0}};
+                                          {"disk_free_gib", 1.0},   {"net_tx_mbps", 1},
+                                          {"net_rx_mbps", 1}};
   // By kind: a node below this fraction of the nodes' median fails. Kinds not
   // listed (free space: disks differ legitimately) are judged by floor only.
   std::map<std::string, double> fraction_of_median = {{"compute_gflops", 0.7}, {"memory_gbps", 0.7},
-                                                      {"disk_write_mbps", 0.5}, {"disk_read_mbps", 0.5}};
+                                                      {"disk_write_mbps", 0.5}, {"disk_read_mbps", 0.5},
+                                                      {"net_tx_mbps", 0.5},     {"net_rx_mbps", 0.5}};
   std::size_t min_nodes_for_median = 3;  // fewer nodes: floors only
 };
 

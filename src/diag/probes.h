@@ -29,9 +29,12 @@ struct ProbeBudget {
   Nanos memory = 1000 * kMillisecond;
   Nanos window = 200 * kMillisecond;
   std::int64_t disk_bytes = 32ll << 20;
+  std::int64_t net_bytes = 8ll << 20;  // each way, per neighbour
 
   static ProbeBudget Quick() { return {}; }
-  static ProbeBudget Full() { return {5000 * kMillisecond, 3000 * kMillisecond, 250 * kMillisecond, 256ll << 20}; }
+  static ProbeBudget Full() {
+    return {5000 * kMillisecond, 3000 * kMillisecond, 250 * kMillisecond, 256ll << 20, 64ll << 20};
+  }
 };
 
 // Single-threaded float GEMM, 256x256: GFLOP/s of the best window.

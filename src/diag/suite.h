@@ -16,6 +16,8 @@ struct SuitePlan {
   std::string mode = "quick";  // "quick" or "full"
   // Paths a job writes, by role ("checkpoint", "scratch"): each gets the disk probe.
   std::vector<std::pair<std::string, std::string>> paths;
+  // Neighbours' diagnostics peer servers (HOST:PORT) for the network probe; none: no network figures.
+  std::vector<std::string> peers;
 };
 
 // Runs every probe of the plan on this node, one after the other (so that
