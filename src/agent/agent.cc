@@ -584,6 +584,8 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
         Nanos stable_since = 0;
         while (MonotonicNowNanos() < deadline) {
           usleep(20000);
+          const std::string now_state = ProcState(rank->pid);
+          if (now_state.empty() || now_state == "Z" || now_state == "X") break;  // it died: no stack will come
           off_t size = FileSize(rank->stacks_path);
           if (size != last) {
             last = size;
