@@ -106,7 +106,7 @@ def test_a_throttled_node_is_diagnosed_evicted_and_replaced_by_the_spare(tmp_pat
     run = tmp_path / "diag"
     run.mkdir()
     job = Job(run, "diag", example(run, "--step-delay", "0.05"), nnodes=3, nproc=1,
-              flags=["--spares", "1", "--diagnose", "quick", "--max-restarts", "2"])
+              flags=["--spares", "1", "--diagnose", "quick", "--max-restarts", "2", "--rendezvous-timeout", "60"])
     wait_for(lambda: (status_page_step("diag", "node1", 1) or -1) >= 12, 120, "rank 1 to reach step 12")
     preflight = job.events("diagnosis")
     assert preflight and preflight[0]["detail"]["purpose"] == "preflight" and not preflight[0]["detail"]["evicted"]

@@ -101,7 +101,11 @@ Status NetnsFabric::Create() {
   if (subnet_.empty()) return IoError("--netns: no free 10.200-249.x.0/24 subnet on this machine");
   gateway_ = subnet_ + ".254";
   created_ = true;
-  TG_RETURN_IF_ERROR(Run({"ip", "link", "add", bridge_, "type", "bridge"}));
+  // A bridge takes the lowest MAC of its ports unless it has one of its own:
+  // a port going down would change the gateway's MAC under the other nodes'
+  // ARP caches and cut them off for seconds. A fixed, locally administered one.
+  const std::string mac = "02:74:67:" + tag_.substr(0, 2) + ":" + tag_.substr(2, 2) + ":" + tag_.substr(4, 2);
+  TG_RETURN_IF_ERROR(Run({"ip", "link", "add", bridge_, "address", mac, "type", "bridge"}));
   TG_RETURN_IF_ERROR(Run({"ip", "addr", "add", gateway_ + "/24", "dev", bridge_}));
   return Run({"ip", "link", "set", bridge_, "up"});
 }

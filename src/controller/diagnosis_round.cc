@@ -35,17 +35,23 @@ bool DiagnosisRound::Answer(const std::string& node, std::vector<Figure> figures
 }
 
 std::vector<std::string> DiagnosisRound::QueueConfirmations(const JudgePolicy& policy) {
-  if (confirming_ || !Done()) return {};
-  confirming_ = true;
-  bool suspect = false;
-  for (const auto& v : Judge(policy)) suspect |= FailsOnlyAgainstPeers(v);
-  if (!suspect) return {};
-  // Everyone again, not only the suspects: a host whose speed changed during
-  // the round (nodes sharing a machine, a neighbour's burst) moved the
-  // median too; the better of each node's two runs is judged.
+  if (passes_ >= 3 || !Done()) return {};
+  std::vector<std::string> suspects;
+  for (const auto& v : Judge(policy)) {
+    if (FailsOnlyAgainstPeers(v)) suspects.push_back(v.node);
+  }
+  if (suspects.empty()) return {};
+  ++passes_;
   queue_.clear();
-  for (const auto& node : order_) {
-    if (figures_.count(node) && !failed_.count(node)) queue_.push_back(node);
+  if (passes_ == 2) {
+    // Everyone again, not only the suspects: a host whose speed changed
+    // during the round (nodes sharing a machine, a neighbour's burst) moved
+    // the median too; the best of each node's runs is judged.
+    for (const auto& node : order_) {
+      if (figures_.count(node) && !failed_.count(node)) queue_.push_back(node);
+    }
+  } else {
+    queue_ = suspects;  // a third chance against the settled median
   }
   return queue_;
 }

@@ -36,8 +36,9 @@ class DiagnosisRound {
   // A node's figures. False if it was not asked in this round or answered already.
   bool Answer(const std::string& node, std::vector<Figure> figures);
   // Once every node answered: if a node fails only against the median,
-  // queues every node that answered for its second run (once per round).
-  // Returns the queued nodes.
+  // queues every node that answered for its second run; after that, the
+  // nodes that still fail only against the median for a third. Returns the
+  // queued nodes (none: judge).
   std::vector<std::string> QueueConfirmations(const JudgePolicy& policy);
   // The node cannot answer (its agent went away): it fails with `why`.
   void NodeGone(const std::string& node, const std::string& why);
@@ -57,7 +58,7 @@ class DiagnosisRound {
   const Nanos timeout_;
   std::vector<std::string> queue_;           // to ask, in order
   std::map<std::string, Nanos> asked_;       // running: asked at
-  bool confirming_ = false;
+  int passes_ = 1;  // runs asked of the nodes so far
   std::map<std::string, std::vector<Figure>> figures_;
   std::map<std::string, std::string> failed_;  // no answer: why
 };

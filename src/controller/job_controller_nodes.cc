@@ -137,7 +137,7 @@ void JobController::MaybeFinishDiagnosis() {
     for (const auto& n : again) names += (names.empty() ? "" : ", ") + n;
     Emit("diagnosis_confirming", "", -1, -1,
          "diagnosis round " + std::to_string(diagnosis_->id()) +
-             ": a node is below the nodes' median: measuring every node again before deciding (" + names + ")",
+             ": below the nodes' median: measuring again before deciding (" + names + ")",
          json{{"round", diagnosis_->id()}, {"nodes", again}}.dump(-1, ' ', false, kReplaceBadUtf8));
     SendDiagnosisOrders();
     return;

@@ -593,6 +593,9 @@ TEST_F(JobControllerTest, PreflightDiagnosesOneNodeAtATimeAndKeepsASlowNodeOut) 
   Diagnosed(0, n0, 21);
   Diagnosed(1, n1, 18);
   Diagnosed(2, n2, 9.6);
+  EXPECT_EQ(n2->Count(Kind::kRunDiagnostics), 3);  // slow again: a third run, for it alone
+  EXPECT_EQ(n0->Count(Kind::kRunDiagnostics), 2);
+  Diagnosed(2, n2, 9.7);
   EXPECT_EQ(spare->Count(Kind::kRunDiagnostics), 0);
   EXPECT_TRUE(n2->closed);
   EXPECT_EQ(store_.GetNodeHealth("node2")->status, "cordoned");
@@ -629,7 +632,8 @@ TEST_F(JobControllerTest, AfterAFailureTheDiagnosedBadNodeIsEvictedAndASpareTake
   Diagnosed(1, n[1], 10);
   EXPECT_EQ(EventsOf("diagnosis_confirming").size(), 1u);
   for (int i : {0, 2, 3}) Diagnosed(i, n[i], 20);
-  Diagnosed(1, n[1], 9);  // slow again; the better run is the evidence
+  Diagnosed(1, n[1], 9);  // slow again...
+  Diagnosed(1, n[1], 9.5);  // ...and a third time; the best run is the evidence
   EXPECT_TRUE(n[1]->closed);
   EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node1"});
   ASSERT_EQ(controller_->state(), JobState::kRunning);
