@@ -127,3 +127,24 @@ def test_a_loopback_endpoint_makes_hosts_of_one_machine(tmp_path, no_leftovers):
     store = str(tmp_path / ("tg%d.db" % (1 - served[0])))
     nodes = {e["node"] for e in events(store, "loop") if e["kind"] == "node_registered"}
     assert nodes == {"node0", "node1"}
+
+
+def test_an_elastic_line_starts_with_the_hosts_that_came_once_the_join_window_closes(tmp_path, no_leftovers):
+    # torchrun --nnodes=1:2: one host alone meets the minimum; the job waits
+    # --elastic-wait for the second, then runs with a world of one.
+    from conftest import free_port
+    endpoint = "127.0.0.1:%d" % free_port()
+    done = subprocess.run(
+        [TRAINGUARD, "torchrun", "--nnodes=1:2", "--nproc-per-node=1", "--rdzv-endpoint", endpoint,
+         "--rdzv-id", "elastic", "--elastic-wait", "2", "--store", str(tmp_path / "tg.db"),
+         "--run-dir", str(tmp_path / "run"), "--no-python", "--",
+         PYTHON, "-c", "import os; open(os.environ['OUT'], 'w').write(os.environ['WORLD_SIZE'])"],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, OUT=str(tmp_path / "world.txt")))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "elastic" in done.stderr and "down to 1" in done.stderr
+    assert (tmp_path / "world.txt").read_text() == "1"
+    evs = events(str(tmp_path / "tg.db"), "elastic")
+    created, started = [e for e in evs if e["kind"] in ("job_created", "generation_started")]
+    assert created["detail"]["min_nnodes"] == 1 and created["detail"]["nnodes"] == 2
+    assert started["detail"]["nnodes"] == 1
+    assert (started["wall_ns"] - created["wall_ns"]) / 1e9 >= 2.0  # the join window was kept

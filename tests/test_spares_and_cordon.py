@@ -59,6 +59,30 @@ def test_a_spare_takes_the_evicted_nodes_group_rank_and_the_result_is_unchanged(
     assert nodes(job.store)["node1"]["status"] == "cordoned"
 
 
+def test_an_elastic_job_goes_on_with_fewer_nodes_when_no_spare_is_left(tmp_path, no_leftovers):
+    """--nnodes 2:3 and no spare: the node whose GPU "falls off the bus" is
+    evicted, nobody takes its place, and the job restarts at once on the two
+    nodes left (group ranks renumbered, world size 2) from its checkpoint, and
+    completes. The script saves with torch.save on rank 0, as elastic scripts
+    do, so a smaller world can load it."""
+    job = Job(tmp_path, "elastic", example(tmp_path, "--ckpt-engine", "torch", "--xid-at-step", "15",
+                                           "--crash-rank", "1"), nnodes="2:3", nproc=1)
+    assert job.wait() == 0, job.output()[-3000:]
+    assert sorted(e["node"] for e in job.events("node_registered")) == ["node0", "node1", "node2"]
+    assert [e["node"] for e in job.events("node_evicted")] == ["node1"]
+    resized = job.events("world_resized")
+    assert [(e["detail"]["nnodes"], e["detail"]["world_size"]) for e in resized] == [(2, 2)], resized
+    assert job.events("group_ranks_renumbered")[0]["detail"]["moved"] == {"node2": [2, 1]}
+    assert not job.events("waiting_for_nodes")  # nothing was coming: no wait
+    started = [e for e in job.events("ranks_started") if e["generation"] == 1]
+    assert sorted((e["node"], sorted(int(r) for r in e["detail"]["pids"])) for e in started) == \
+        [("node0", [0]), ("node2", [1])], started
+    first = [e for e in job.events("first_step") if e["generation"] == 1]
+    assert first and first[0]["detail"]["first_step"] >= 10, first  # from the checkpoint of step 10, not 0
+    assert job.events("job_succeeded")[0]["step"] == STEPS
+    assert nodes(job.store)["node1"]["status"] == "cordoned"
+
+
 def test_an_operators_cordon_keeps_the_node_out_until_uncordoned(tmp_path, no_leftovers):
     store = str(tmp_path / "trainguard.db")
     refused = subprocess.run([TRAINGUARD, "cordon", "--store", store, "node0"], capture_output=True, text=True)

@@ -33,7 +33,7 @@ TABLE = [
       "--master_port=22222", SCRIPT, "--epochs", "20", "--pre-trained"],
      1, 8, 3, "", [SCRIPT, "--epochs", "20", "--pre-trained"]),
     (["torchrun", "--nnodes=1:2", "--nproc-per-node", "auto", "--max-restarts", "2", SCRIPT],
-     1, os.cpu_count(), 2, "", [SCRIPT]),
+     2, os.cpu_count(), 2, "", [SCRIPT]),                 # elastic: 2 nodes here, down to 1
     (["run", "--nnodes", "2", "--nproc-per-node", "2", "--", "/bin/echo", "hi"],
      2, 2, 3, "", ["/bin/echo", "hi"]),
     (["run", "--no-python", "--nproc_per_node", "3", "/bin/echo", "--nnodes", "5"],
@@ -67,7 +67,7 @@ def test_torchrun_command_lines_mean_what_they_mean_to_torchrun(args, nnodes, np
         assert "python" in os.path.basename(job["command"][0])
     # Options that do not apply are accepted with a note, never silently.
     for flag, words in (("--master_port", "MASTER_PORT"), ("--local_ranks_filter", "every rank"),
-                        ("--nnodes=1:2", "fixed number of nodes"), ("-r", "log file")):
+                        ("--nnodes=1:2", "goes on with fewer (down to 1)"), ("-r", "log file")):
         if flag in args:
             assert words in out.stderr, out.stderr
     if "--role" in args:
@@ -102,7 +102,7 @@ MULTI_HOST = [
     (["torchrun", "--nnodes=2", "--node_rank=0", "--master_addr=host-a", SCRIPT],
      2, 1, "host-a:29500", 0),                         # torchrun's default master port
     (["torchrun", "--nnodes=1:4", "--nproc_per_node=2", "--rdzv_endpoint=head-node", SCRIPT],
-     1, 2, "", -1),                                    # MIN of 1 node: this host alone
+     4, 2, "head-node:29400", -1),                     # elastic: up to 4 hosts, at least 1
     (["torchrun", "--nnodes=3", "--rdzv_endpoint=head-node", SCRIPT],
      3, 1, "head-node:29400", -1),                     # torchrun's default rendezvous port
 ]
@@ -116,6 +116,7 @@ def test_multi_node_command_lines_name_the_rendezvous_and_the_node_rank(args, nn
     job = json.loads(out.stdout)
     assert (job["nnodes"], job["nproc_per_node"], job["world_size"]) == (nnodes, nproc, nnodes * nproc)
     assert (job["rendezvous"], job["node_rank"]) == (rendezvous, node_rank)
+    assert job["min_nnodes"] == (1 if "--nnodes=1:4" in args else nnodes)
     if rendezvous:
         assert "one host of %d" % nnodes in out.stderr
 

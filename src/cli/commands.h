@@ -10,7 +10,9 @@
 namespace trainguard {
 
 struct JobOptions {
-  int nnodes = 1;
+  int nnodes = 1;           // the most nodes (MAX of --nnodes MIN:MAX)
+  int min_nnodes = 0;       // the fewest the job goes on with; 0 = nnodes
+  double elastic_wait_s = 30;  // with fewer than nnodes: how long to wait for more before going on
   int nproc_per_node = 1;
   int max_restarts = 3;
   int spares = 0;           // idle extra nodes that take an evicted or lost node's place

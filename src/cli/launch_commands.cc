@@ -39,6 +39,8 @@ JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
   JobConfig c;
   c.job_id = job_id;
   c.nnodes = o.nnodes;
+  c.min_nnodes = o.min_nnodes;
+  c.elastic_wait = Seconds(o.elastic_wait_s);
   c.nproc_per_node = o.nproc_per_node;
   c.argv = o.command;
   c.env = o.env;
@@ -210,8 +212,10 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     }
     // The launcher is the controller's node provider from here on.
     controller.SetNodeProvider(launcher.get());
-    if (pick_local_nodes && o.spares == 0) {
-      // No spares: an evicted node is replaced by a new one, as a scheduler would allocate it.
+    if (pick_local_nodes && o.spares == 0 && (o.min_nnodes == 0 || o.min_nnodes == o.nnodes)) {
+      // No spares and a fixed size: an evicted node is replaced by a new
+      // one, as a scheduler would allocate it. An elastic job (--nnodes
+      // MIN:MAX) goes on with fewer instead: its allocation is what `run` started.
       int next = local_nodes.empty() ? 0 : std::stoi(local_nodes.back().node_id.substr(4)) + 1;
       EventStore* s = store->get();
       launcher->ReplaceEvictedNodesWith([next, s]() mutable {
@@ -287,6 +291,8 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
 std::string ValidateJob(const JobOptions& o) {
   if (o.command.empty()) return "no command given: trainguard run [options] -- COMMAND [ARGS...]";
   if (o.nnodes < 1) return "--nnodes must be at least 1";
+  if (o.min_nnodes < 0 || o.min_nnodes > o.nnodes) return "--nnodes MIN:MAX needs 1 <= MIN <= MAX";
+  if (o.elastic_wait_s < 0) return "--elastic-wait must not be negative";
   if (o.nproc_per_node < 1) return "--nproc-per-node must be at least 1";
   if (o.max_restarts < 0) return "--max-restarts must not be negative";
   if (o.spares < 0) return "--spares must not be negative";
@@ -382,6 +388,7 @@ int RunJob(const JobOptions& options) {
     }
     json env = options.env;
     std::cout << json{{"nnodes", options.nnodes},
+                      {"min_nnodes", options.min_nnodes > 0 ? options.min_nnodes : options.nnodes},
                       {"nproc_per_node", options.nproc_per_node},
                       {"world_size", options.nnodes * options.nproc_per_node},
                       {"max_restarts", options.max_restarts},

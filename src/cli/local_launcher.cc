@@ -48,9 +48,9 @@ void LocalLauncher::ReplaceEvictedNodesWith(std::function<std::string()> fresh_n
   fresh_node_id_ = std::move(fresh_node_id);
 }
 
-void LocalLauncher::EvictNode(const std::string& node_id, const std::string& reason) {
+bool LocalLauncher::EvictNode(const std::string& node_id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_ || !node_args_.count(node_id)) return;
+  if (stopping_ || !node_args_.count(node_id)) return false;
   requests_.push_back({node_id, true, false});
   std::string fresh = fresh_node_id_ ? fresh_node_id_() : "";
   if (!fresh.empty() && !node_args_.count(fresh)) {
@@ -69,8 +69,11 @@ void LocalLauncher::EvictNode(const std::string& node_id, const std::string& rea
     requests_.push_back({fresh, false, true});
     std::fprintf(stderr, "trainguard: node %s evicted (%s); node %s takes its place\n", node_id.c_str(),
                  reason.c_str(), fresh.c_str());
+    cv_.notify_all();
+    return true;
   }
   cv_.notify_all();
+  return false;
 }
 
 pid_t LocalLauncher::AgentPid(const std::string& node_id) {

@@ -41,7 +41,7 @@ class LocalLauncher final : public NodeProvider {
   // Replaces a node this launcher started; other nodes (agents on other
   // hosts) are not its to replace.
   void ReplaceNode(const std::string& node_id, const std::string& reason) override;
-  void EvictNode(const std::string& node_id, const std::string& reason) override;
+  bool EvictNode(const std::string& node_id, const std::string& reason) override;
   // Where each node's agent runs (its network namespace): called for every
   // launch without the launcher's lock. Unset: on this host, as it is.
   void PlaceNodesWith(std::function<StatusOr<NodeHost>(const std::string& node_id)> place);

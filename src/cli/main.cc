@@ -12,7 +12,35 @@ namespace {
 
 void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
   if (!torchrun) {
-    cmd->add_option("--nnodes", o->nnodes, "number of nodes (agents)")->capture_default_str();
+    cmd->add_option_function<std::string>(
+           "--nnodes",
+           [o](const std::string& v) {
+             auto number = [&](const std::string& part) {
+               std::size_t used = 0;
+               int n = 0;
+               try {
+                 n = std::stoi(part, &used);
+               } catch (const std::exception&) {
+                 used = 0;
+               }
+               if (used != part.size() || used == 0 || n < 1) {
+                 throw CLI::ValidationError("--nnodes", "'" + v + "' is not N or MIN:MAX with 1 <= MIN <= MAX");
+               }
+               return n;
+             };
+             const std::size_t colon = v.find(':');
+             o->nnodes = number(v.substr(0, colon));
+             o->min_nnodes = 0;
+             if (colon != std::string::npos) {
+               o->min_nnodes = o->nnodes;
+               o->nnodes = number(v.substr(colon + 1));
+               if (o->min_nnodes > o->nnodes) {
+                 throw CLI::ValidationError("--nnodes", "'" + v + "': MIN is larger than MAX");
+               }
+             }
+           },
+           "number of nodes (agents), N or MIN:MAX: an elastic job goes on with fewer nodes, down to MIN, "
+           "when a failed node has no spare or replacement (default 1)");
     cmd->add_option("--nproc-per-node,--nproc_per_node", o->nproc_per_node, "ranks per node")
         ->capture_default_str();
   }
@@ -33,6 +61,11 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
                   "evicted (0: never)")
       ->capture_default_str();
   cmd->add_option("--link-flap-window", o->link_flap_window_s, "seconds")->capture_default_str();
+  cmd->add_option("--elastic-wait", o->elastic_wait_s,
+                  "with --nnodes MIN:MAX and fewer than MAX nodes present (but at least MIN): seconds to wait "
+                  "for more before the job starts or restarts without them; nodes nobody will bring "
+                  "(evicted with no replacement) are not waited for")
+      ->capture_default_str();
   cmd->add_option("--spares", o->spares,
                   "idle extra nodes (agents) that take the place of an evicted or lost node at the restart; "
                   "`run` starts them, a `controller` accepts that many beyond --nnodes")

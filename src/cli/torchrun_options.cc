@@ -83,6 +83,7 @@ std::string ChoosePython(const std::string& requested) {
 StatusOr<std::vector<std::string>> ResolveTorchrunOptions(const TorchrunOptions& t, JobOptions* o) {
   std::vector<std::string> notes;
   // --nnodes N or MIN:MAX.
+  int min_nodes = 0;
   std::size_t colon = t.nnodes.find(':');
   if (colon == std::string::npos) {
     auto n = PositiveInt("--nnodes", t.nnodes);
@@ -94,11 +95,8 @@ StatusOr<std::vector<std::string>> ResolveTorchrunOptions(const TorchrunOptions&
     if (!lo.ok()) return lo.status();
     if (!hi.ok()) return hi.status();
     if (*lo > *hi) return InvalidArgument("--nnodes " + t.nnodes + ": MIN is larger than MAX");
-    o->nnodes = *lo;
-    if (*lo != *hi) {
-      notes.push_back("--nnodes " + t.nnodes + ": a job keeps a fixed number of nodes; running " +
-                      std::to_string(*lo) + " (the minimum)");
-    }
+    o->nnodes = *hi;
+    min_nodes = *lo;
   }
   // --nproc-per-node N | auto | cpu | gpu.
   const std::string& np = t.nproc_per_node;
@@ -124,6 +122,16 @@ StatusOr<std::vector<std::string>> ResolveTorchrunOptions(const TorchrunOptions&
   }
   bool several_hosts = o->nnodes > 1 && !t.standalone &&
                        (!t.rdzv_endpoint.empty() || t.node_rank >= 0 || !t.master_addr.empty());
+  if (min_nodes > 0 && min_nodes < o->nnodes) {
+    o->min_nnodes = min_nodes;
+    notes.push_back("--nnodes " + t.nnodes + ": elastic: " +
+                    (several_hosts ? std::string("the job starts with every host that joined within "
+                                                 "--elastic-wait once ") +
+                                         std::to_string(min_nodes) + " have, and"
+                                   : "all " + std::to_string(o->nnodes) + " nodes run on this host; the job") +
+                    " goes on with fewer (down to " + std::to_string(min_nodes) +
+                    ") when a failed node has no spare or replacement");
+  }
   if (several_hosts) {
     std::string endpoint = t.rdzv_endpoint;
     if (endpoint.empty()) {  // the static rendezvous: MASTER_ADDR:MASTER_PORT, torchrun's defaults

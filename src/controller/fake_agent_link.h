@@ -36,11 +36,15 @@ class FakeNodeProvider final : public NodeProvider {
   void ReplaceNode(const std::string& node_id, const std::string& reason) override {
     replaced.push_back(node_id);
   }
-  void EvictNode(const std::string& node_id, const std::string& reason) override { evicted.push_back(node_id); }
+  bool EvictNode(const std::string& node_id, const std::string& reason) override {
+    evicted.push_back(node_id);
+    return replaces_evicted;
+  }
   std::string ExplainLoss(const std::string& node_id) override { return explanation; }
   std::vector<std::string> replaced;
   std::vector<std::string> evicted;
   std::string explanation;  // what ExplainLoss says of any node
+  bool replaces_evicted = true;
 };
 
 }  // namespace trainguard

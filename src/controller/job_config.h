@@ -13,7 +13,13 @@ namespace trainguard {
 // Worst-case detection times that follow from these are in docs/detection.md.
 struct JobConfig {
   std::string job_id;
+  // The job's nodes: nnodes, or as few as min_nnodes (torchrun's --nnodes
+  // MIN:MAX; 0 = nnodes) when a group rank stays empty after a failure: an
+  // evicted node with no spare and no replacement coming, or nobody joining
+  // within elastic_wait. Group ranks are then renumbered 0..k-1.
   int nnodes = 1;
+  int min_nnodes = 0;
+  Nanos elastic_wait = 30 * kSecond;
   int nproc_per_node = 1;
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  // extra environment for every rank

@@ -56,6 +56,7 @@ Status JobController::Start() {
   std::string command;
   for (const auto& a : config_.argv) command += (command.empty() ? "" : " ") + a;
   json cfg = {{"nnodes", config_.nnodes},
+              {"min_nnodes", MinNodes()},
               {"nproc_per_node", config_.nproc_per_node},
               {"max_restarts", config_.max_restarts},
               {"heartbeat_interval_ms", config_.heartbeat_interval / kMillisecond},
@@ -311,12 +312,27 @@ void JobController::MaybeStartGeneration() {
   for (auto& n : nodes_) {
     if (n.conn != 0 && n.group_rank >= 0) slots[n.group_rank] = &n;
   }
-  for (Node* n : slots) {
-    if (n == nullptr) return;
+  std::vector<int> empty;
+  for (int g = 0; g < config_.nnodes; ++g) {
+    if (slots[g] == nullptr) empty.push_back(g);
   }
+  if (!empty.empty() && !MayStartWithout(empty)) return;
+  waiting_said_.clear();
   if (state_ == JobState::kStarting && config_.diagnose != "off" && !preflight_done_) {
     StartDiagnosis("preflight");
     return;
+  }
+  if (!empty.empty()) RenumberGroupRanks(&slots);
+  const int previous_nnodes = active_nnodes_;
+  active_nnodes_ = static_cast<int>(slots.size());
+  if (previous_nnodes > 0 && active_nnodes_ != previous_nnodes) {
+    Emit("world_resized", "", -1, -1,
+         "the job goes on with " + std::to_string(active_nnodes_) + " of " + std::to_string(config_.nnodes) +
+             " nodes (was " + std::to_string(previous_nnodes) + "): world size " +
+             std::to_string(active_nnodes_ * config_.nproc_per_node),
+         json{{"nnodes", active_nnodes_}, {"previous_nnodes", previous_nnodes}, {"max_nnodes", config_.nnodes},
+              {"min_nnodes", MinNodes()}, {"world_size", active_nnodes_ * config_.nproc_per_node}}
+             .dump(-1, ' ', false, kReplaceBadUtf8));
   }
   generation_ = restart_count_;
   first_step_seen_ = false;
@@ -326,9 +342,9 @@ void JobController::MaybeStartGeneration() {
   v1::Start* start = msg.mutable_start();
   start->set_generation(generation_);
   start->set_run_id(config_.job_id);
-  start->set_nnodes(config_.nnodes);
+  start->set_nnodes(active_nnodes_);
   start->set_nproc_per_node(config_.nproc_per_node);
-  start->set_world_size(config_.nnodes * config_.nproc_per_node);
+  start->set_world_size(active_nnodes_ * config_.nproc_per_node);
   start->set_master_addr(master->address);
   start->set_master_port(master->free_port);
   start->set_max_restarts(config_.max_restarts);
@@ -343,13 +359,70 @@ void JobController::MaybeStartGeneration() {
     n->link->Send(msg);
   }
   json d = {{"master_addr", master->address}, {"master_port", master->free_port},
-            {"restart_count", restart_count_}};
+            {"restart_count", restart_count_}, {"nnodes", active_nnodes_}};
   SetState(JobState::kRunning, "generation " + std::to_string(generation_) + " started");
   Emit("generation_started", "", -1, -1,
        "started generation " + std::to_string(generation_) + " (restart " +
            std::to_string(restart_count_) + "/" + std::to_string(config_.max_restarts) +
            "), master " + master->address + ":" + std::to_string(master->free_port),
        d.dump(-1, ' ', false, kReplaceBadUtf8));
+}
+
+bool JobController::MayStartWithout(const std::vector<int>& empty) {
+  const int present = config_.nnodes - static_cast<int>(empty.size());
+  const Nanos waited = clock_->MonotonicNanos() - waiting_since_mono_;
+  bool awaited = false;
+  std::string ranks;
+  for (int g : empty) {
+    awaited = awaited || !given_up_slots_.count(g);
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(g);
+  }
+  if (present >= MinNodes() && present > 0 && (!awaited || waited >= config_.elastic_wait)) return true;
+  // Nodes join one by one at the first start; say why only when a failure
+  // left the job short, or when it is short of its minimum.
+  if (state_ != JobState::kRestarting && !preflight_done_) return false;
+  std::string why = "waiting for group rank(s) " + ranks + " (" + std::to_string(present) + " of " +
+                    std::to_string(config_.nnodes) + " nodes present" +
+                    (config_.spares > 0 && IdleSpares() == 0 ? ", no spare left" : "") + "): ";
+  if (present < MinNodes() || present == 0) {
+    why += "the job needs " + std::to_string(MinNodes()) + " and fails if they have not joined within " +
+           Seconds(config_.rendezvous_timeout);
+  } else {
+    why += "the job goes on with " + std::to_string(present) + " node(s) (--nnodes " +
+           std::to_string(MinNodes()) + ":" + std::to_string(config_.nnodes) + ") unless a node joins within " +
+           Seconds(config_.elastic_wait);
+  }
+  if (why != waiting_said_) {
+    waiting_said_ = why;
+    Emit("waiting_for_nodes", "", -1, -1, why,
+         json{{"empty_group_ranks", empty}, {"present", present}, {"min_nnodes", MinNodes()},
+              {"max_nnodes", config_.nnodes}, {"idle_spares", IdleSpares()}}
+             .dump(-1, ' ', false, kReplaceBadUtf8));
+  }
+  return false;
+}
+
+void JobController::RenumberGroupRanks(std::vector<Node*>* slots) {
+  std::vector<Node*> kept;
+  for (Node* n : *slots) {
+    if (n != nullptr) kept.push_back(n);
+  }
+  for (auto& n : nodes_) {
+    if (n.conn == 0) n.group_rank = -1;  // a lost holder has no place to come back to
+  }
+  json moved = json::object();
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    if (kept[i]->group_rank != static_cast<int>(i)) moved[kept[i]->node_id] = {kept[i]->group_rank, i};
+    kept[i]->group_rank = static_cast<int>(i);
+  }
+  given_up_slots_.clear();
+  for (int g = static_cast<int>(kept.size()); g < config_.nnodes; ++g) given_up_slots_.insert(g);
+  if (!moved.empty()) {
+    Emit("group_ranks_renumbered", "", -1, -1,
+         "group ranks renumbered for " + std::to_string(kept.size()) + " node(s): " + moved.dump(),
+         json{{"moved", moved}}.dump(-1, ' ', false, kReplaceBadUtf8));
+  }
+  *slots = std::move(kept);
 }
 
 void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
@@ -437,7 +510,7 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
     for (const auto& n : nodes_) {
       for (const auto& [rank, view] : n.ranks) done += view.exited_ok ? 1 : 0;
     }
-    if (done == config_.nnodes * config_.nproc_per_node) {
+    if (done == active_nnodes_ * config_.nproc_per_node) {
       Finish(JobState::kSucceeded,
              "job " + config_.job_id + " SUCCEEDED: all " + std::to_string(done) +
                  " ranks exited 0 at step " + std::to_string(MaxStep()) + " after " +
@@ -547,6 +620,8 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
   // exited while its host stayed up) outweighs the bare loss.
   std::string known = provider_ != nullptr ? provider_->ExplainLoss(id) : "";
   if (provider_ != nullptr) provider_->ReplaceNode(id, why);
+  // A replacement, or the agent itself, may come back: the slot is awaited.
+  if (group_rank >= 0) given_up_slots_.erase(group_rank);
   if (state_ == JobState::kRunning) {
     Finding f;
     f.kind = "node_lost";
@@ -595,7 +670,9 @@ void JobController::Tick() {
       break;
     case JobState::kStarting:
     case JobState::kRestarting:
-      if (now - waiting_since_mono_ > config_.rendezvous_timeout) {
+      if (MinNodes() < config_.nnodes) MaybeStartGeneration();  // the elastic wait may be over
+      if ((state_ == JobState::kStarting || state_ == JobState::kRestarting) &&
+          now - waiting_since_mono_ > config_.rendezvous_timeout) {
         int present = 0;
         for (const auto& n : nodes_) present += (n.conn != 0 && n.group_rank >= 0) ? 1 : 0;
         std::string evicted;
@@ -604,7 +681,11 @@ void JobController::Tick() {
         }
         Finish(JobState::kFailed, "job " + config_.job_id + " FAILED: only " +
                                       std::to_string(present) + " of " +
-                                      std::to_string(config_.nnodes) + " nodes joined within " +
+                                      std::to_string(config_.nnodes) + " nodes" +
+                                      (MinNodes() < config_.nnodes
+                                           ? " (at least " + std::to_string(MinNodes()) + " needed)"
+                                           : std::string()) +
+                                      " joined within " +
                                       Seconds(config_.rendezvous_timeout) +
                                       (evicted.empty() ? "" : "; gone: " + evicted) +
                                       (config_.spares > 0 ? "; no spare left" : ""));

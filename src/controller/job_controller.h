@@ -71,8 +71,12 @@ class NodeProvider {
   virtual void ReplaceNode(const std::string& node_id, const std::string& reason) = 0;
   // `node_id` is bad and cordoned: kills what is left of it, for good. A
   // backend may bring a new node under another id (the cordoned one would be
-  // refused). Must not block. By default, what ReplaceNode does.
-  virtual void EvictNode(const std::string& node_id, const std::string& reason) { ReplaceNode(node_id, reason); }
+  // refused). Must not block. Returns whether a node is on its way to take
+  // the evicted one's place. By default, what ReplaceNode does (true).
+  virtual bool EvictNode(const std::string& node_id, const std::string& reason) {
+    ReplaceNode(node_id, reason);
+    return true;
+  }
   // What the backend knows of why the node's agent went away, as one
   // sentence ("the agent of node X exited ... while its host stayed up"), or
   // "" if nothing. Called before ReplaceNode. Must not block.
@@ -139,6 +143,12 @@ class JobController {
   void HandleLogAlert(Node* node, const v1::LogAlert& alert);
   void UpdateRank(Node* node, const v1::RankStatus& status);
   void MaybeStartGeneration();
+  // With some of the job's group ranks empty (`empty`): whether the job may
+  // start without them now (--nnodes MIN:MAX); says once why it waits.
+  bool MayStartWithout(const std::vector<int>& empty);
+  // Gives the nodes in `slots` (some null) the group ranks 0..k-1 in order.
+  void RenumberGroupRanks(std::vector<Node*>* slots);
+  int MinNodes() const { return config_.min_nnodes > 0 ? config_.min_nnodes : config_.nnodes; }
   // What the detectors look at now.
   JobView View() const;
   void CheckHeartbeats();
@@ -195,6 +205,12 @@ class JobController {
   JobState state_ = JobState::kStarting;
   std::vector<Node> nodes_;
   std::int64_t generation_ = -1;     // generation running or being stopped
+  int active_nnodes_ = 0;            // the nodes of generation_ (fewer than nnodes after a shrink)
+  // Group ranks nobody is expected to fill: evicted with no replacement
+  // coming, or beyond the nodes left after a shrink. The job does not wait
+  // elastic_wait for them.
+  std::set<int> given_up_slots_;
+  std::string waiting_said_;         // the last "waiting_for_nodes" message
   int restart_count_ = 0;
   Nanos waiting_since_mono_ = 0;     // start of STARTING / RESTARTING
   Nanos stop_sent_mono_ = 0;

@@ -200,8 +200,10 @@ void JobController::Evict(const std::string& node_id, const std::string& why, co
     node->link.reset();
     link->Close();
   }
+  const int slot = node->group_rank;
   node->group_rank = -1;
-  if (provider_ != nullptr) provider_->EvictNode(node_id, why);
+  const bool replaced = provider_ != nullptr && provider_->EvictNode(node_id, why);
+  if (slot >= 0 && !replaced) given_up_slots_.insert(slot);
 }
 
 void JobController::EvictCordonedNodes() {
@@ -219,8 +221,10 @@ void JobController::EvictCordonedNodes() {
     node->conn = 0;
     node->link.reset();
     link->Close();
+    const int slot = node->group_rank;
     node->group_rank = -1;
-    if (provider_ != nullptr) provider_->EvictNode(id, "cordoned");
+    const bool replaced = provider_ != nullptr && provider_->EvictNode(id, "cordoned");
+    if (slot >= 0 && !replaced) given_up_slots_.insert(slot);
   }
 }
 

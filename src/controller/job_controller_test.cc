@@ -844,5 +844,94 @@ TEST_F(JobControllerTest, ARestartStormWithoutProgressIsStopped) {
   EXPECT_NE(controller_->summary().find("without getting past step"), std::string::npos);
 }
 
+// --nnodes MIN:MAX: an evicted node with no spare and no replacement coming
+// is not waited for; the job goes on with fewer nodes, renumbered.
+TEST_F(JobControllerTest, AnElasticJobGoesOnWithFewerNodesWhenNoReplacementComes) {
+  config_.min_nnodes = 2;
+  config_.elastic_wait = 20 * kSecond;
+  provider_.replaces_evicted = false;
+  Make(3, 2, 3, true);
+  FakeAgentLink* a = Register(0);
+  FakeAgentLink* b = Register(1);
+  EXPECT_EQ(a->Count(Kind::kStart), 0);  // the first start waits for all three (or the elastic wait)
+  FakeAgentLink* c = Register(2);
+  ASSERT_EQ(c->Count(Kind::kStart), 1);
+  EXPECT_EQ(c->Last(Kind::kStart)->start().world_size(), 6);
+  // Node 1's GPU falls off the bus: evicted, nobody comes in its place.
+  Exit(1, 0, 3, 0, 9, 12, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  Stopped(0, 0);
+  Stopped(1, 0);
+  Stopped(2, 0);
+  EXPECT_TRUE(b->closed);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);  // at once: nothing to wait for
+  const v1::Start& on_a = a->Last(Kind::kStart)->start();
+  const v1::Start& on_c = c->Last(Kind::kStart)->start();
+  EXPECT_EQ(on_a.generation(), 1);
+  EXPECT_EQ(on_a.nnodes(), 2);
+  EXPECT_EQ(on_a.world_size(), 4);
+  EXPECT_EQ(on_a.group_rank(), 0);
+  EXPECT_EQ(on_c.group_rank(), 1);  // node2 moved down into the evicted node's place
+  EXPECT_EQ(Detail("world_resized")["nnodes"], 2);
+  EXPECT_EQ(Detail("group_ranks_renumbered")["moved"]["node2"], nlohmann::json::array({2, 1}));
+  // The smaller world's four ranks exiting 0 end the job.
+  for (int r : {0, 1}) Exit(0, 1, r, 0, 0, 20);
+  for (int r : {2, 3}) Exit(2, 1, r, 0, 0, 20);
+  EXPECT_EQ(controller_->state(), JobState::kSucceeded);
+}
+
+TEST_F(JobControllerTest, AnElasticJobWaitsForALostNodesReplacementThenGoesOnWithout) {
+  config_.min_nnodes = 1;
+  config_.elastic_wait = 20 * kSecond;
+  Make(2, 1, 3);
+  FakeAgentLink* a = Register(0);
+  Register(1);
+  Heartbeat(0, 0, {Rank(0, 5)});
+  // Node 1 goes silent: lost, and the provider is asked for a replacement.
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(1 * kSecond);
+    Heartbeat(0, 0, {Rank(0, 5)});
+    controller_->Tick();
+  }
+  Stopped(0, 0);
+  EXPECT_EQ(provider_.replaced, std::vector<std::string>{"node1"});
+  ASSERT_EQ(controller_->state(), JobState::kRestarting);
+  auto waiting = EventsOf("waiting_for_nodes");
+  ASSERT_EQ(waiting.size(), 1u);
+  EXPECT_NE(waiting[0].message.find("goes on with 1 node(s) (--nnodes 1:2) unless a node joins within 20"),
+            std::string::npos)
+      << waiting[0].message;
+  clock_.Advance(19 * kSecond);
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kRestarting);
+  clock_.Advance(2 * kSecond);
+  controller_->Tick();
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_EQ(a->Last(Kind::kStart)->start().world_size(), 1);
+  EXPECT_EQ(EventsOf("waiting_for_nodes").size(), 1u);  // said once
+}
+
+TEST_F(JobControllerTest, BelowItsMinimumAnElasticJobWaitsThenFailsSayingWhy) {
+  config_.min_nnodes = 2;
+  config_.elastic_wait = 20 * kSecond;
+  provider_.replaces_evicted = false;
+  Make(3, 1, 3, true);
+  FakeAgentLink* a = Register(0);
+  Register(1);
+  controller_->Tick();
+  EXPECT_EQ(a->Count(Kind::kStart), 0);
+  clock_.Advance(21 * kSecond);  // the third node never comes: the job starts with two
+  controller_->Tick();
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_EQ(a->Last(Kind::kStart)->start().world_size(), 2);
+  Exit(1, 0, 1, 0, 9, 12, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  Stopped(0, 0);
+  Stopped(1, 0);
+  ASSERT_EQ(controller_->state(), JobState::kRestarting);
+  EXPECT_NE(EventsOf("waiting_for_nodes").at(0).message.find("the job needs 2"), std::string::npos);
+  clock_.Advance(31 * kSecond);
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kFailed);
+  EXPECT_NE(controller_->summary().find("(at least 2 needed)"), std::string::npos) << controller_->summary();
+}
 }  // namespace
 }  // namespace trainguard
