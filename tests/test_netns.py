@@ -168,3 +168,33 @@ def test_a_throttled_link_fails_exactly_that_nodes_network_test_and_the_spare_ta
     failures = evicted[0]["detail"]["evidence"]["failures"]
     assert failures and all(line.startswith("net_rx_mbps") for line in failures), failures
     assert [e["node"] for e in job.events("spare_promoted")] == ["node3"]
+
+
+def test_racks_get_bridges_of_their_own_and_diagnosis_runs_real_collectives(tmp_path, root_with_ip, no_leftovers):
+    """4 nodes x 2 ranks in two racks: each rack has its own bridge (a
+    top-of-rack switch) linked to the spine; the preflight round runs, after
+    each node's own probes, an all-to-all of each node's two ranks and an
+    all-reduce of each rack's two nodes with PyTorch on gloo over those links,
+    and passes every node."""
+    job = Job(tmp_path, "racks", [PYTHON, "-c", "import time; time.sleep(1)"], nnodes=4, nproc=2,
+              flags=["--netns", "--nodes-per-rack", "2", "--diagnose", "quick"])
+    wait_for(lambda: job.events("generation_started"), 180, "the preflight round")
+    made = links() - root_with_ip[1]
+    bridges = {name for name in made if name.startswith("tgk")}
+    assert len(bridges) == 2, made
+    for bridge in bridges:  # two nodes' ports and one uplink on each top-of-rack switch
+        out = subprocess.run(["ip", "-o", "link", "show", "master", bridge], capture_output=True, text=True).stdout
+        assert len(out.splitlines()) == 3, out
+    assert job.wait(timeout=120) == 0, job.output()[-3000:]
+    by_node = {}
+    for e in job.events("diagnostics"):
+        for f in e["detail"]["figures"]:
+            by_node.setdefault(e["node"], {})[f["name"]] = f
+    assert sorted(by_node) == ["node0", "node1", "node2", "node3"]
+    for node, figures in by_node.items():
+        for name in ("alltoall_gbps", "rack_allreduce_gbps"):
+            assert name in figures and "error" not in figures[name] and figures[name]["value"] > 0, (node, figures)
+    stages = [e["detail"]["stage"] for e in job.events("diagnostics")]
+    assert stages == ["suite"] * 4 + ["all-to-all"] * 4 + ["rack all-reduce"] * 4, stages
+    verdict = job.events("diagnosis")[0]["detail"]
+    assert not verdict["evicted"], verdict

@@ -23,6 +23,7 @@
 #include "agent/output_pump.h"
 #include "agent/process.h"
 #include "common/status_page.h"
+#include "diag/collective_probe.h"
 #include "diag/suite.h"
 #include "proto/sanitize.h"
 
@@ -196,6 +197,7 @@ int Agent::Run() {
   r->set_free_port(FindFreePort());
   r->set_pid(getpid());
   r->set_runs_diagnostics(true);
+  r->set_rack(config_.rack);
   peer_server_ = std::make_unique<PeerServer>();
   if (Status s = peer_server_->Start(config_.address); s.ok()) {
     r->set_diag_port(peer_server_->port());
@@ -263,6 +265,7 @@ int Agent::Run() {
 
 struct Agent::DiagnosticsRun {
   std::int64_t round = 0;
+  bool collective = false;
   Nanos started_mono = 0;
   std::atomic<bool> done{false};
   std::vector<Figure> figures;  // written before done is set
@@ -270,6 +273,32 @@ struct Agent::DiagnosticsRun {
 
 void Agent::StartDiagnostics(const v1::RunDiagnostics& order) {
   if (diagnostics_ != nullptr) return;  // one round at a time; the controller waits for it
+  auto run = std::make_shared<DiagnosticsRun>();
+  run->round = order.round();
+  run->collective = order.collective();
+  run->started_mono = clock_->MonotonicNanos();
+  diagnostics_ = run;
+  if (order.collective()) {
+    CollectivePlan plan;
+    plan.python = !order.python().empty() ? order.python()
+                  : std::getenv("TRAINGUARD_PYTHON") != nullptr ? std::getenv("TRAINGUARD_PYTHON")
+                                                                 : "python3";
+    plan.script = config_.python_dir.empty() ? "" : config_.python_dir + "/trainguard/_collective_probe.py";
+    plan.work_dir = config_.run_dir;
+    plan.local_ranks = order.local_ranks();
+    plan.rack_rank = order.rack_rank();
+    plan.rack_size = order.rack_size();
+    plan.rack_master = order.rack_master();
+    if (order.mode() == "full") {
+      plan.bytes = 64ll << 20;
+      plan.iters = 20;
+    }
+    std::thread([run, plan] {
+      run->figures = RunCollectiveProbe(plan);
+      run->done.store(true);
+    }).detach();
+    return;
+  }
   SuitePlan plan;
   plan.mode = order.mode() == "full" ? "full" : "quick";
   for (const auto& p : order.paths()) {
@@ -278,10 +307,6 @@ void Agent::StartDiagnostics(const v1::RunDiagnostics& order) {
   }
   if (plan.paths.empty()) plan.paths.emplace_back("scratch", config_.run_dir);
   plan.peers.assign(order.peers().begin(), order.peers().end());
-  auto run = std::make_shared<DiagnosticsRun>();
-  run->round = order.round();
-  run->started_mono = clock_->MonotonicNanos();
-  diagnostics_ = run;
   // Detached: a probe stuck in the kernel (a dead file system) must not
   // hold up the agent's exit; the controller times the round out.
   std::thread([run, plan] {
@@ -297,6 +322,8 @@ void Agent::MaybeSendDiagnostics() {
   result->set_round(diagnostics_->round);
   result->set_figures_json(FiguresToJson(diagnostics_->figures));
   result->set_wall_ms((clock_->MonotonicNanos() - diagnostics_->started_mono) / kMillisecond);
+  result->set_collective(diagnostics_->collective);
+  if (diagnostics_->collective) result->set_free_port(FindFreePort());  // its old one may have served the rack
   diagnostics_.reset();
   Send(m);
 }

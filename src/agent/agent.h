@@ -36,7 +36,8 @@ struct AgentConfig {
   std::string address = "127.0.0.1";  // MASTER_ADDR when this node holds group rank 0
   std::string run_dir;                // logs/, stacks/ and errors/ go below it
   std::string shm_dir = "/dev/shm";   // status pages
-  std::string python_dir;             // prepended to PYTHONPATH ("" = none)
+  std::string python_dir;             // prepended to PYTHONPATH ("" = none); the collective probe is there
+  std::string rack;                   // the node's rack (top-of-rack switch), "" = none given
   bool stream_output = true;          // copy rank output to stdout/stderr with a "[rankN]: " prefix
   bool native_stacks = false;         // also capture gdb backtraces of hung ranks
   Nanos stack_timeout = 3 * kSecond;  // per rank, for the Python dump

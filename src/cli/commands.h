@@ -18,6 +18,7 @@ struct JobOptions {
   int spares = 0;           // idle extra nodes that take an evicted or lost node's place
   bool netns = false;       // run: every node in a network namespace of its own (root)
   bool netns_fallback = false;  // run --netns without root or namespaces: shared network, with a note
+  int nodes_per_rack = 0;   // run: node<N> is in rack<N / nodes_per_rack> (its own bridge with --netns); 0 = no racks
   std::string diagnose = "off";         // off, quick or full: node diagnostics before the start and after failures
   std::vector<std::string> diag_paths;  // ROLE=DIR for the disk probes
   int diag_parallel = -1;               // nodes diagnosed at once; -1: 1 when `run` has every node here, else all
@@ -64,6 +65,7 @@ struct AgentOptions {
   std::string run_dir;      // "" = <run_dir_base>/<node_id>
   std::string run_dir_base = "/tmp/trainguard";
   int group_rank = -1;      // preferred group rank, -1 = any
+  std::string rack;         // "" = $TRAINGUARD_RACK, else none
   double connect_timeout_s = 10;
   bool native_stacks = false;
   bool quiet = false;

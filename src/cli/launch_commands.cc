@@ -204,9 +204,18 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
                                      "--run-dir-base", run_dir, "--connect-timeout", "30"};
     if (o.native_stacks) args.push_back("--native-stacks");
     launcher = std::make_unique<LocalLauncher>(SelfExe(), args);
+    const int per_rack = o.nodes_per_rack;
+    auto rack_of = [per_rack](const std::string& node_id) -> std::string {
+      if (per_rack <= 0 || node_id.rfind("node", 0) != 0 || node_id.size() <= 4 ||
+          node_id.find_first_not_of("0123456789", 4) != std::string::npos) {
+        return "";
+      }
+      return "rack" + std::to_string(std::stoi(node_id.substr(4)) / per_rack);
+    };
+    launcher->PutNodesInRacks(rack_of);
     if (fabric) {
       NetnsFabric* f = fabric.get();
-      launcher->PlaceNodesWith([f](const std::string& node_id) { return f->AddNode(node_id); });
+      launcher->PlaceNodesWith([f, rack_of](const std::string& node_id) { return f->AddNode(node_id, rack_of(node_id)); });
       std::fprintf(stderr, "trainguard: --netns: nodes in their own network namespaces on %s.0/24, bridge %s\n",
                    f->gateway().substr(0, f->gateway().rfind('.')).c_str(), f->gateway().c_str());
     }
@@ -296,6 +305,7 @@ std::string ValidateJob(const JobOptions& o) {
   if (o.nproc_per_node < 1) return "--nproc-per-node must be at least 1";
   if (o.max_restarts < 0) return "--max-restarts must not be negative";
   if (o.spares < 0) return "--spares must not be negative";
+  if (o.nodes_per_rack < 0) return "--nodes-per-rack must not be negative";
   if (o.diagnose != "off" && o.diagnose != "quick" && o.diagnose != "full") {
     return "--diagnose must be off, quick or full, not '" + o.diagnose + "'";
   }
@@ -436,6 +446,7 @@ int RunAgent(const AgentOptions& o) {
                                        : Hostname();
   config.run_dir = o.run_dir.empty() ? o.run_dir_base + "/" + config.node_id : o.run_dir;
   config.python_dir = PythonDir();
+  config.rack = !o.rack.empty() ? o.rack : std::getenv("TRAINGUARD_RACK") != nullptr ? std::getenv("TRAINGUARD_RACK") : "";
   config.native_stacks = o.native_stacks;
   config.preferred_group_rank = o.group_rank;
   config.stream_output = !o.quiet;

@@ -43,6 +43,11 @@ void LocalLauncher::PlaceNodesWith(std::function<StatusOr<NodeHost>(const std::s
   place_ = std::move(place);
 }
 
+void LocalLauncher::PutNodesInRacks(std::function<std::string(const std::string&)> rack_of) {
+  std::lock_guard<std::mutex> lock(mu_);
+  rack_of_ = std::move(rack_of);
+}
+
 void LocalLauncher::ReplaceEvictedNodesWith(std::function<std::string()> fresh_node_id) {
   std::lock_guard<std::mutex> lock(mu_);
   fresh_node_id_ = std::move(fresh_node_id);
@@ -111,6 +116,9 @@ void LocalLauncher::Launch(const std::string& node_id, const NodeHost* host) {
     spec.argv.push_back(node_args[i]);
   }
   if (host != nullptr) spec.argv.insert(spec.argv.end(), {"--address", host->address});
+  if (std::string rack = rack_of_ ? rack_of_(node_id) : ""; !rack.empty()) {
+    spec.argv.insert(spec.argv.end(), {"--rack", rack});
+  }
   bool has_group_rank =
       std::find(node_args.begin(), node_args.end(), "--group-rank") != node_args.end();
   if (!has_group_rank && node_id.rfind("node", 0) == 0 && node_id.size() > 4 &&

@@ -48,6 +48,9 @@ class LocalLauncher final : public NodeProvider {
   // Where the id of a node that replaces an evicted one comes from ("" =
   // none). Called with the launcher's lock held: must not call back into it.
   void ReplaceEvictedNodesWith(std::function<std::string()> fresh_node_id);
+  // The rack of each node it starts (`agent --rack`; "" = none). Set before
+  // the first StartNode.
+  void PutNodesInRacks(std::function<std::string(const std::string& node_id)> rack_of);
   // The agent's exit status when its process has exited (this host is up:
   // it is the one running the launcher): a fault of the agent, not the node.
   std::string ExplainLoss(const std::string& node_id) override;
@@ -80,6 +83,7 @@ class LocalLauncher final : public NodeProvider {
   int killed_ = 0;
   bool done_ = false;
   std::function<std::string()> fresh_node_id_;
+  std::function<std::string(const std::string&)> rack_of_;
   std::function<StatusOr<NodeHost>(const std::string&)> place_;
   std::thread thread_;
 };

@@ -175,6 +175,9 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--netns", run.netns,
                     "every node in a network namespace of its own, with its own address, behind one bridge "
                     "(needs root; docs/nodes.md)");
+  run_cmd->add_option("--nodes-per-rack", run.nodes_per_rack,
+                      "node<N> is in rack<N / K>: diagnosis rounds all-reduce among a rack's nodes; with "
+                      "--netns every rack has a bridge of its own linked to a spine bridge");
   run_cmd->add_flag("--netns-fallback", run.netns_fallback,
                     "with --netns: without root or namespace support, run in this host's network (with a note)");
 
@@ -190,6 +193,9 @@ int main(int argc, char** argv) {
   agent_cmd->add_option("--node-id", agent.node_id, "node id (default: hostname)");
   agent_cmd->add_option("--address", agent.address, "address peers use to reach this node");
   agent_cmd->add_option("--group-rank", agent.group_rank, "preferred group rank (node rank)");
+  agent_cmd->add_option("--rack", agent.rack,
+                        "the node's rack (top-of-rack switch): diagnosis rounds all-reduce among a rack's "
+                        "nodes (default: $TRAINGUARD_RACK)");
   agent_cmd->add_option("--run-dir", agent.run_dir, "logs and stacks of this node");
   agent_cmd->add_option("--run-dir-base", agent.run_dir_base, "parent of the default run dir");
   agent_cmd->add_option("--connect-timeout", agent.connect_timeout_s, "seconds")

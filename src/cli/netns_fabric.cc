@@ -70,6 +70,28 @@ std::set<std::string> SubnetsInUse() {
   return out;
 }
 
+// Deletes this machine's links whose names start with `prefix` (what a
+// killed run left: rack bridges, uplinks).
+void DeleteLinksNamed(const std::string& prefix) {
+  FILE* f = popen("ip -o link show 2>/dev/null", "r");
+  if (f == nullptr) return;
+  std::vector<std::string> names;
+  char line[1024];
+  while (fgets(line, sizeof(line), f) != nullptr) {
+    std::string l(line);
+    auto colon = l.find(": ");
+    if (colon == std::string::npos) continue;
+    std::string name = l.substr(colon + 2, l.find_first_of(":@", colon + 2) - colon - 2);
+    if (name.rfind(prefix, 0) == 0) names.push_back(name);
+  }
+  pclose(f);
+  for (const auto& n : names) (void)Run({"ip", "link", "del", n});
+}
+
+std::string RackBridge(const std::string& tag, int index) { return "tgk" + tag + std::to_string(index); }
+std::string UplinkSpineEnd(const std::string& tag, int index) { return "tgu" + tag + std::to_string(index); }
+std::string UplinkRackEnd(const std::string& tag, int index) { return "tgd" + tag + std::to_string(index); }
+
 }  // namespace
 
 NetnsFabric::NetnsFabric(const std::string& job_id) : tag_(ShortTag(job_id)), bridge_("tgb" + tag_) {}
@@ -87,6 +109,7 @@ Status NetnsFabric::Create() {
   std::lock_guard<std::mutex> lock(mu_);
   // What a killed run of the same job left behind goes first.
   (void)Run({"ip", "link", "del", bridge_});
+  for (const char* kind : {"tgu", "tgk"}) DeleteLinksNamed(kind + tag_);
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/run/netns", ec)) {
     std::string name = entry.path().filename().string();
@@ -110,9 +133,33 @@ Status NetnsFabric::Create() {
   return Run({"ip", "link", "set", bridge_, "up"});
 }
 
-StatusOr<NodeHost> NetnsFabric::AddNode(const std::string& node_id) {
+StatusOr<NodeHost> NetnsFabric::AddNode(const std::string& node_id, const std::string& rack) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!created_) return FailedPrecondition("--netns: the fabric was not created");
+  std::string switch_bridge = bridge_;
+  if (!rack.empty()) {
+    auto r = racks_.find(rack);
+    if (r == racks_.end()) {
+      if (racks_.size() >= 100) return FailedPrecondition("--netns: at most 100 racks per job");
+      const int index = static_cast<int>(racks_.size());
+      const std::string tor = RackBridge(tag_, index);
+      const std::string up = UplinkSpineEnd(tag_, index);
+      const std::string down = UplinkRackEnd(tag_, index);
+      // Recorded first: Teardown removes whatever part of it was made.
+      r = racks_.emplace(rack, index).first;
+      // A MAC of its own, as the spine's (a bridge that takes its lowest
+      // port's changes it under its neighbours as ports come and go).
+      char mac[32];
+      std::snprintf(mac, sizeof(mac), "02:75:%s:%s:%s:%02x", tag_.substr(0, 2).c_str(), tag_.substr(2, 2).c_str(),
+                    tag_.substr(4, 2).c_str(), index + 1);
+      TG_RETURN_IF_ERROR(Run({"ip", "link", "add", tor, "address", mac, "type", "bridge"}));
+      TG_RETURN_IF_ERROR(Run({"ip", "link", "add", up, "type", "veth", "peer", "name", down}));
+      TG_RETURN_IF_ERROR(Run({"ip", "link", "set", up, "master", bridge_}));
+      TG_RETURN_IF_ERROR(Run({"ip", "link", "set", down, "master", tor}));
+      for (const auto& dev : {tor, up, down}) TG_RETURN_IF_ERROR(Run({"ip", "link", "set", dev, "up"}));
+    }
+    switch_bridge = RackBridge(tag_, r->second);
+  }
   auto it = nodes_.find(node_id);
   if (it == nodes_.end()) {
     if (next_host_ > 250) return FailedPrecondition("--netns: at most 250 nodes per job");
@@ -127,7 +174,7 @@ StatusOr<NodeHost> NetnsFabric::AddNode(const std::string& node_id) {
     TG_RETURN_IF_ERROR(Run({"ip", "-n", n.ns, "addr", "add", n.address + "/24", "dev", "tg0"}));
     TG_RETURN_IF_ERROR(Run({"ip", "-n", n.ns, "link", "set", "tg0", "up"}));
     TG_RETURN_IF_ERROR(Run({"ip", "-n", n.ns, "link", "set", "lo", "up"}));
-    TG_RETURN_IF_ERROR(Run({"ip", "link", "set", n.host_if, "master", bridge_}));
+    TG_RETURN_IF_ERROR(Run({"ip", "link", "set", n.host_if, "master", switch_bridge}));
     TG_RETURN_IF_ERROR(Run({"ip", "link", "set", n.host_if, "up"}));
     it = nodes_.emplace(node_id, n).first;
   }
@@ -151,6 +198,12 @@ std::string NetnsFabric::HostInterfaceOf(const std::string& node_id) const {
   return it == nodes_.end() ? "" : it->second.host_if;
 }
 
+std::string NetnsFabric::UplinkOf(const std::string& rack) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = racks_.find(rack);
+  return it == racks_.end() ? "" : UplinkSpineEnd(tag_, it->second);
+}
+
 void NetnsFabric::Teardown() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!created_) return;
@@ -159,6 +212,11 @@ void NetnsFabric::Teardown() {
     (void)Run({"ip", "link", "del", n.host_if});  // in case the namespace could not go
   }
   nodes_.clear();
+  for (const auto& [name, index] : racks_) {
+    (void)Run({"ip", "link", "del", UplinkSpineEnd(tag_, index)});  // and its other end
+    (void)Run({"ip", "link", "del", RackBridge(tag_, index)});
+  }
+  racks_.clear();
   (void)Run({"ip", "link", "del", bridge_});
   created_ = false;
 }

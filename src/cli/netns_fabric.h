@@ -39,12 +39,18 @@ class NetnsFabric {
   Status Create();
   // The bridge's address: where the controller listens.
   const std::string& gateway() const { return gateway_; }
-  // Creates the node's namespace and veth pair (once per node id).
-  StatusOr<NodeHost> AddNode(const std::string& node_id);
+  // Creates the node's namespace and veth pair (once per node id), plugged
+  // into its rack's bridge (a top-of-rack switch, made at its first node and
+  // linked to the spine bridge by a veth pair of its own), or, with rack "",
+  // into the spine bridge itself.
+  StatusOr<NodeHost> AddNode(const std::string& node_id, const std::string& rack = "");
+  // The spine-side end of a rack's uplink ("" if the rack has no bridge):
+  // what a test throttles or cuts to slow or split a whole rack.
+  std::string UplinkOf(const std::string& rack) const;
   // The namespace and the host-side interface of a node ("" if unknown).
   std::string NamespaceOf(const std::string& node_id) const;
   std::string HostInterfaceOf(const std::string& node_id) const;
-  // Removes every namespace, veth and the bridge. Idempotent.
+  // Removes every namespace, veth and bridge. Idempotent.
   void Teardown();
 
  private:
@@ -59,6 +65,7 @@ class NetnsFabric {
   std::string gateway_;
   mutable std::mutex mu_;
   std::map<std::string, Node> nodes_;
+  std::map<std::string, int> racks_;  // rack name -> index in interface names
   int next_host_ = 1;
   bool created_ = false;
 };

@@ -9,8 +9,45 @@ DiagnosisRound::DiagnosisRound(std::int64_t id, std::string purpose, std::vector
     : id_(id), purpose_(std::move(purpose)), order_(std::move(nodes)), parallelism_(parallelism),
       timeout_(timeout), queue_(order_) {}
 
+const char* DiagStageName(DiagStage stage) {
+  switch (stage) {
+    case DiagStage::kSuite: return "suite";
+    case DiagStage::kAllToAll: return "all-to-all";
+    case DiagStage::kRackAllReduce: return "rack all-reduce";
+  }
+  return "?";
+}
+
+void DiagnosisRound::StartStage(DiagStage stage, std::vector<std::vector<std::string>> groups) {
+  stage_ = stage;
+  queue_.clear();
+  groups_.clear();
+  for (auto& group : groups) {
+    std::vector<std::string> alive;
+    for (auto& node : group) {
+      if (!failed_.count(node) && figures_.count(node)) alive.push_back(std::move(node));
+    }
+    if (!alive.empty()) groups_.push_back(std::move(alive));
+  }
+}
+
 std::vector<std::string> DiagnosisRound::NextToAsk(Nanos now) {
   std::vector<std::string> out;
+  if (stage_ != DiagStage::kSuite) {
+    while (!groups_.empty()) {
+      const std::vector<std::string>& group = groups_.front();
+      const bool room = parallelism_ <= 0 || asked_.empty() ||
+                        static_cast<int>(asked_.size() + group.size()) <= parallelism_;
+      if (!room) break;
+      for (const auto& node : group) {
+        if (failed_.count(node)) continue;
+        asked_[node] = now;
+        out.push_back(node);
+      }
+      groups_.pop_front();
+    }
+    return out;
+  }
   while (!queue_.empty() && (parallelism_ <= 0 || static_cast<int>(asked_.size()) < parallelism_)) {
     const std::string node = queue_.front();
     queue_.erase(queue_.begin());
@@ -26,7 +63,17 @@ bool DiagnosisRound::Answer(const std::string& node, std::vector<Figure> figures
   if (it == asked_.end()) return false;
   asked_.erase(it);
   auto earlier = figures_.find(node);
-  if (earlier == figures_.end()) {
+  if (stage_ != DiagStage::kSuite && earlier != figures_.end()) {  // a collective's figures join the node's
+    for (auto& f : figures) {
+      auto same = std::find_if(earlier->second.begin(), earlier->second.end(),
+                               [&](const Figure& e) { return e.name == f.name; });
+      if (same != earlier->second.end()) {
+        *same = std::move(f);
+      } else {
+        earlier->second.push_back(std::move(f));
+      }
+    }
+  } else if (earlier == figures_.end()) {
     figures_[node] = std::move(figures);
   } else {  // the confirmation run
     earlier->second = BestOf(earlier->second, figures);
@@ -35,7 +82,7 @@ bool DiagnosisRound::Answer(const std::string& node, std::vector<Figure> figures
 }
 
 std::vector<std::string> DiagnosisRound::QueueConfirmations(const JudgePolicy& policy) {
-  if (passes_ >= 3 || !Done()) return {};
+  if (passes_ >= 3 || !Done() || stage_ != DiagStage::kSuite) return {};
   std::vector<std::string> suspects;
   for (const auto& v : Judge(policy)) {
     if (FailsOnlyAgainstPeers(v)) suspects.push_back(v.node);
@@ -76,7 +123,7 @@ void DiagnosisRound::CheckTimeouts(Nanos now) {
 }
 
 bool DiagnosisRound::Done() const {
-  if (!asked_.empty()) return false;
+  if (!asked_.empty() || !groups_.empty()) return false;
   for (const auto& node : queue_) {
     if (!failed_.count(node)) return false;
   }

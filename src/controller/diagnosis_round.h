@@ -22,6 +22,13 @@
 
 namespace trainguard {
 
+enum class DiagStage {
+  kSuite,          // each node's own probes (compute, memory, disks, network ring)
+  kAllToAll,       // each node's ranks among themselves
+  kRackAllReduce,  // the nodes of a rack together
+};
+const char* DiagStageName(DiagStage stage);
+
 class DiagnosisRound {
  public:
   // `nodes` in the order they are to be asked; parallelism 0 = all at once.
@@ -40,6 +47,12 @@ class DiagnosisRound {
   // nodes that still fail only against the median for a third. Returns the
   // queued nodes (none: judge).
   std::vector<std::string> QueueConfirmations(const JudgePolicy& policy);
+  // Once Done(): a collective stage whose `groups` are asked one group at a
+  // time (with parallelism 1: nodes that share a host), or as many as
+  // `parallelism` nodes allow; a group's nodes are always asked together.
+  // Nodes that failed already are left out. Answers add their figures.
+  void StartStage(DiagStage stage, std::vector<std::vector<std::string>> groups);
+  DiagStage stage() const { return stage_; }
   // The node cannot answer (its agent went away): it fails with `why`.
   void NodeGone(const std::string& node, const std::string& why);
   // Asked nodes without an answer after the timeout fail.
@@ -59,6 +72,8 @@ class DiagnosisRound {
   std::vector<std::string> queue_;           // to ask, in order
   std::map<std::string, Nanos> asked_;       // running: asked at
   int passes_ = 1;  // runs asked of the nodes so far
+  DiagStage stage_ = DiagStage::kSuite;
+  std::deque<std::vector<std::string>> groups_;  // a collective stage's, to ask
   std::map<std::string, std::vector<Figure>> figures_;
   std::map<std::string, std::string> failed_;  // no answer: why
 };

@@ -131,6 +131,13 @@ class JobController {
     bool asked_for_slot = false;  // registered asking for its group rank
     bool runs_diagnostics = false;  // its agent answers RunDiagnostics
     int diag_port = 0;              // its diagnostics peer server (0: none)
+    std::string rack;               // its top-of-rack switch ("" = none given)
+  };
+  // A node's place in its rack's all-reduce during that stage of a round.
+  struct RackSeat {
+    int rank = 0;
+    int size = 0;
+    std::string master;  // HOST:PORT
   };
 
   Node* NodeByConn(std::uint64_t conn);
@@ -168,6 +175,10 @@ class JobController {
   // and after it in the round's ring that serve the probe (HOST:PORT).
   std::vector<std::string> NetworkPeersOf(const std::string& node_id);
   void HandleDiagnostics(Node* node, const v1::DiagnosticsResult& result);
+  // After the nodes' own probes: the all-to-all stage (when nodes have more
+  // than one rank), then the rack all-reduce stage (when a rack has two
+  // nodes or more; nodes without a rack take no part). False when none is left.
+  bool StartNextCollectiveStage();
   // Link health from a heartbeat's counters: records flaps, silent links;
   // a flapping node fails the job's generation (or, idle, is evicted).
   void ObserveLinks(Node* node, const v1::NodeMetrics& metrics);
@@ -230,6 +241,7 @@ class JobController {
   std::int64_t diagnosis_rounds_ = 0;
   bool preflight_done_ = false;
   Verdict pending_verdict_;                  // the restart a diagnosis round holds up
+  std::map<std::string, RackSeat> rack_seats_;  // the round's rack all-reduce stage
   LinkMonitor link_monitor_;
 };
 

@@ -79,8 +79,30 @@ void JobController::SendDiagnosisOrders() {
     v1::RunDiagnostics* order = msg.mutable_run_diagnostics();
     order->set_round(diagnosis_->id());
     order->set_mode(config_.diagnose);
-    for (const auto& p : config_.diag_paths) order->add_paths(p);
-    for (const auto& p : NetworkPeersOf(id)) order->add_peers(p);
+    switch (diagnosis_->stage()) {
+      case DiagStage::kSuite:
+        for (const auto& p : config_.diag_paths) order->add_paths(p);
+        for (const auto& p : NetworkPeersOf(id)) order->add_peers(p);
+        break;
+      case DiagStage::kAllToAll:
+        order->set_collective(true);
+        order->set_local_ranks(config_.nproc_per_node);
+        break;
+      case DiagStage::kRackAllReduce: {
+        order->set_collective(true);
+        const RackSeat& seat = rack_seats_[id];
+        order->set_rack_rank(seat.rank);
+        order->set_rack_size(seat.size);
+        order->set_rack_master(seat.master);
+        break;
+      }
+    }
+    if (diagnosis_->stage() != DiagStage::kSuite && !config_.argv.empty()) {
+      // The job's interpreter has the job's torch; else the agent's choice.
+      const std::string& program = config_.argv[0];
+      const std::string base = program.substr(program.rfind('/') + 1);
+      if (base.rfind("python", 0) == 0) order->set_python(program);
+    }
     node->link->Send(msg);
   }
 }
@@ -102,8 +124,48 @@ std::vector<std::string> JobController::NetworkPeersOf(const std::string& node_i
   return out;
 }
 
+bool JobController::StartNextCollectiveStage() {
+  std::vector<std::string> nodes;
+  for (const auto& id : diagnosis_->nodes()) {
+    const Node* n = NodeById(id);
+    if (n != nullptr && n->conn != 0 && diagnosis_->FiguresOf(id) != nullptr) nodes.push_back(id);
+  }
+  if (diagnosis_->stage() == DiagStage::kSuite && config_.nproc_per_node >= 2) {
+    std::vector<std::vector<std::string>> alone;
+    for (const auto& id : nodes) alone.push_back({id});
+    diagnosis_->StartStage(DiagStage::kAllToAll, alone);
+    return true;
+  }
+  if (diagnosis_->stage() == DiagStage::kRackAllReduce) return false;
+  // Racks in the round's order; the rack's first node serves the rendezvous
+  // on its free port (no rank runs now; it reports a new one after).
+  std::vector<std::pair<std::string, std::vector<std::string>>> racks;
+  for (const auto& id : nodes) {
+    const std::string& rack = NodeById(id)->rack;
+    if (rack.empty()) continue;  // no rack given: no rack to all-reduce with
+    auto it = std::find_if(racks.begin(), racks.end(), [&](const auto& r) { return r.first == rack; });
+    if (it == racks.end()) it = racks.insert(racks.end(), {rack, {}});
+    it->second.push_back(id);
+  }
+  rack_seats_.clear();
+  std::vector<std::vector<std::string>> groups;
+  for (const auto& [rack, members] : racks) {
+    if (members.size() < 2) continue;
+    const Node* first = NodeById(members[0]);
+    const std::string master = first->address + ":" + std::to_string(first->free_port);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      rack_seats_[members[i]] = {static_cast<int>(i), static_cast<int>(members.size()), master};
+    }
+    groups.push_back(members);
+  }
+  if (groups.empty()) return false;
+  diagnosis_->StartStage(DiagStage::kRackAllReduce, groups);
+  return true;
+}
+
 void JobController::HandleDiagnostics(Node* node, const v1::DiagnosticsResult& result) {
   if (!diagnosis_ || result.round() != diagnosis_->id()) return;  // a stale round's answer
+  if (result.free_port() > 0) node->free_port = result.free_port();
   auto figures = FiguresFromJson(result.figures_json());
   if (!figures.ok()) {
     diagnosis_->NodeGone(node->node_id, "its diagnostics are unreadable: " + figures.status().message());
@@ -113,6 +175,7 @@ void JobController::HandleDiagnostics(Node* node, const v1::DiagnosticsResult& r
       ++store_errors_;
     }
     json d = {{"round", result.round()}, {"wall_ms", result.wall_ms()},
+              {"stage", DiagStageName(diagnosis_->stage())},
               {"figures", json::parse(result.figures_json(), nullptr, false)}};
     std::string summary;
     for (const auto& f : *figures) {
@@ -121,7 +184,9 @@ void JobController::HandleDiagnostics(Node* node, const v1::DiagnosticsResult& r
       summary += (summary.empty() ? "" : ", ") + f.name + " " + (f.error.empty() ? value : "error");
     }
     Emit("diagnostics", node->node_id, -1, -1,
-         "node " + node->node_id + " diagnostics in " + std::to_string(result.wall_ms()) + " ms: " + summary,
+         "node " + node->node_id + " diagnostics" +
+             (diagnosis_->stage() == DiagStage::kSuite ? std::string() : std::string(" (") + DiagStageName(diagnosis_->stage()) + ")") +
+             " in " + std::to_string(result.wall_ms()) + " ms: " + summary,
          d.dump(-1, ' ', false, kReplaceBadUtf8));
     diagnosis_->Answer(node->node_id, std::move(figures.value()));
   }
@@ -140,6 +205,11 @@ void JobController::MaybeFinishDiagnosis() {
              ": below the nodes' median: measuring again before deciding (" + names + ")",
          json{{"round", diagnosis_->id()}, {"nodes", again}}.dump(-1, ' ', false, kReplaceBadUtf8));
     SendDiagnosisOrders();
+    return;
+  }
+  if (StartNextCollectiveStage()) {
+    SendDiagnosisOrders();
+    MaybeFinishDiagnosis();  // every node of the stage may have failed already
     return;
   }
   const DiagnosisRound round = *diagnosis_;

@@ -36,7 +36,7 @@ class JobControllerTest : public testing::Test {
   }
 
   // Connects and registers node `i` (conn id i+1).
-  FakeAgentLink* Register(int i, std::uint32_t version = kProtocolVersion) {
+  FakeAgentLink* Register(int i, std::uint32_t version = kProtocolVersion, const std::string& rack = "") {
     auto link = std::make_shared<FakeAgentLink>();
     links_.push_back(link);
     controller_->OnConnect(i + 1, link);
@@ -46,6 +46,7 @@ class JobControllerTest : public testing::Test {
     m.mutable_register_()->set_address("10.0.0." + std::to_string(i));
     m.mutable_register_()->set_free_port(40000 + i);
     m.mutable_register_()->set_runs_diagnostics(true);
+    m.mutable_register_()->set_rack(rack);
     controller_->OnMessage(i + 1, m);
     return link.get();
   }
@@ -58,6 +59,19 @@ class JobControllerTest : public testing::Test {
     m.mutable_diagnostics()->set_figures_json(
         nlohmann::json::array({{{"name", "compute_gflops"}, {"value", gflops}}}).dump());
     m.mutable_diagnostics()->set_wall_ms(2000);
+    controller_->OnMessage(i + 1, m);
+  }
+
+  // Node `i` answers a collective stage's order with `figures` and a new free port.
+  void Collective(int i, FakeAgentLink* link, const nlohmann::json& figures) {
+    const v1::ControllerMessage* order = link->Last(Kind::kRunDiagnostics);
+    ASSERT_NE(order, nullptr);
+    ASSERT_TRUE(order->run_diagnostics().collective()) << "node" << i;
+    v1::AgentMessage m;
+    m.mutable_diagnostics()->set_round(order->run_diagnostics().round());
+    m.mutable_diagnostics()->set_figures_json(figures.dump());
+    m.mutable_diagnostics()->set_collective(true);
+    m.mutable_diagnostics()->set_free_port(60000 + i);
     controller_->OnMessage(i + 1, m);
   }
 
@@ -933,5 +947,58 @@ TEST_F(JobControllerTest, BelowItsMinimumAnElasticJobWaitsThenFailsSayingWhy) {
   EXPECT_EQ(controller_->state(), JobState::kFailed);
   EXPECT_NE(controller_->summary().find("(at least 2 needed)"), std::string::npos) << controller_->summary();
 }
+TEST_F(JobControllerTest, AfterItsOwnProbesEachNodeRunsAnAllToAllThenEachRackAnAllReduce) {
+  config_.diagnose = "quick";
+  config_.diag_parallelism = 1;  // nodes share a host: one node, then one rack, at a time
+  Make(4, 2);  // the job runs `python3 train.py`
+  FakeAgentLink* n[4];
+  for (int i = 0; i < 4; ++i) n[i] = Register(i, kProtocolVersion, i < 2 ? "rackA" : "rackB");
+  for (int i = 0; i < 4; ++i) Diagnosed(i, n[i], 20);
+  // The all-to-all stage, node by node, with the node's rank count and the job's interpreter.
+  const auto& a2a = n[0]->Last(Kind::kRunDiagnostics)->run_diagnostics();
+  ASSERT_TRUE(a2a.collective());
+  EXPECT_EQ(a2a.local_ranks(), 2);
+  EXPECT_EQ(a2a.rack_size(), 0);
+  EXPECT_EQ(a2a.python(), "python3");
+  EXPECT_EQ(n[1]->Count(Kind::kRunDiagnostics), 1);  // not yet
+  for (int i = 0; i < 4; ++i) Collective(i, n[i], {{{"name", "alltoall_gbps"}, {"value", 2.0 + 0.1 * i}}});
+  // The rack stage: rackA's two nodes together, the first one's free port as the rendezvous.
+  const auto& ar = n[1]->Last(Kind::kRunDiagnostics)->run_diagnostics();
+  EXPECT_EQ(ar.local_ranks(), 0);
+  EXPECT_EQ(ar.rack_rank(), 1);
+  EXPECT_EQ(ar.rack_size(), 2);
+  EXPECT_EQ(ar.rack_master(), "10.0.0.0:60000");  // node0's port from its all-to-all answer
+  EXPECT_EQ(n[2]->Count(Kind::kRunDiagnostics), 2);  // rackB waits for rackA
+  // A rack's all-reduce that failed is shown, and evicts nobody.
+  Collective(0, n[0], {{{"name", "rack_allreduce_gbps"}, {"value", 0}, {"error", "rendezvous timed out"}}});
+  Collective(1, n[1], {{{"name", "rack_allreduce_gbps"}, {"value", 0}, {"error", "rendezvous timed out"}}});
+  EXPECT_EQ(n[2]->Last(Kind::kRunDiagnostics)->run_diagnostics().rack_master(), "10.0.0.2:60002");
+  Collective(2, n[2], {{{"name", "rack_allreduce_gbps"}, {"value", 1.5}}});
+  Collective(3, n[3], {{{"name", "rack_allreduce_gbps"}, {"value", 1.5}}});
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_TRUE(EventsOf("node_evicted").empty());
+  // Every figure is in the node's record, and the next master port is the new one.
+  auto figures = nlohmann::json::parse(store_.LatestDiagnostics()->at(0).figures_json);
+  EXPECT_EQ(n[0]->Last(Kind::kStart)->start().master_port(), 60000);
+  EXPECT_EQ(EventsOf("diagnostics").size(), 12u);  // 4 nodes x 3 stages
+  EXPECT_NE(EventsOf("diagnostics").at(4).message.find("(all-to-all)"), std::string::npos);
+}
+
+TEST_F(JobControllerTest, AnAllToAllThatDeliversWrongDataEvictsItsNode) {
+  config_.diagnose = "quick";
+  Make(3, 2);
+  FakeAgentLink* n[3];
+  for (int i = 0; i < 3; ++i) n[i] = Register(i);
+  for (int i = 0; i < 3; ++i) Diagnosed(i, n[i], 20);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(n[i]->Last(Kind::kRunDiagnostics)->run_diagnostics().collective());
+  Collective(0, n[0], {{{"name", "alltoall_gbps"}, {"value", 2.0}}});
+  Collective(1, n[1], {{{"name", "alltoall_gbps"}, {"value", 0},
+                        {"error", "all-to-all delivered wrong data: local rank 0 from local rank 1"}}});
+  Collective(2, n[2], {{{"name", "alltoall_gbps"}, {"value", 2.1}}});
+  // No racks: no rack stage; node1 is evicted with the probe's words.
+  EXPECT_TRUE(n[1]->closed);
+  EXPECT_NE(Detail("node_evicted")["reason"].get<std::string>().find("from local rank 1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainguard

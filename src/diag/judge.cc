@@ -39,6 +39,10 @@ std::vector<NodeVerdict> JudgeNodes(const std::vector<NodeFigures>& nodes, const
     for (const auto& f : n.figures) {
       FigureVerdict fv{f, 0, 0, ""};
       const std::string kind = FigureKind(f.name);
+      if (policy.shown_only.count(kind)) {
+        v.figures.push_back(std::move(fv));
+        continue;
+      }
       const auto& peers = values[f.name];
       auto fr = policy.fraction_of_median.find(kind);
       if (fr != policy.fraction_of_median.end() && peers.size() >= policy.min_nodes_for_median) {

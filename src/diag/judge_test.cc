@@ -68,5 +68,16 @@ TEST(DiagJudgeTest, BestOfTwoRunsKeepsTheBetterMeasuredValue) {
   EXPECT_TRUE(best[2].error.empty());
 }
 
+TEST(DiagJudgeTest, ARacksAllReduceAndAProbeThatCouldNotRunAreShownNotJudged) {
+  auto verdicts = JudgeNodes({{"a", {{"rack_allreduce_gbps", 0, "rendezvous timed out"},
+                                     {"collective_probe", 0, "not run: no torch"},
+                                     {"net_rtt_us", 0, "no peer"}}},
+                              {"b", {{"alltoall_gbps", 0, "all-to-all delivered wrong data"}}}});
+  EXPECT_TRUE(verdicts[0].healthy);
+  EXPECT_EQ(verdicts[0].figures.size(), 3u);
+  EXPECT_EQ(verdicts[0].figures[0].figure.error, "rendezvous timed out");  // kept, for the record
+  EXPECT_FALSE(verdicts[1].healthy);
+}
+
 }  // namespace
 }  // namespace trainguard
