@@ -9,7 +9,9 @@ GPU is there):
   sender);
 - an all-reduce with the other nodes of the rack (this process is rank
   RACK_RANK of RACK_SIZE, rendezvous at the rack's first node): bus bandwidth
-  (algbw x 2(n-1)/n) and a check of the sum.
+  (algbw x 2(n-1)/n) and a check of the sum;
+- with --gpu, per visible CUDA device: a half-precision GEMM (TFLOP/s) and
+  pinned host<->device copies (GB/s), timed with CUDA events.
 
 Prints one JSON object on stdout: {"figures": [{"name", "value", "error"?}]}
 or {"skipped": why} when torch cannot be used here. Every wait is bounded by
@@ -33,6 +35,7 @@ def parse_args(argv):
     p.add_argument("--rack-size", type=int, default=0)
     p.add_argument("--rack-master", default="")
     p.add_argument("--timeout", type=float, default=30)
+    p.add_argument("--gpu", action="store_true")
     return p.parse_args(argv)
 
 
@@ -164,6 +167,46 @@ def rack_all_reduce(args):
             pass
 
 
+def gpu_figures(args):
+    import torch
+
+    if not torch.cuda.is_available():
+        return [figure("collective_probe", error="the job's PyTorch sees no CUDA device although the driver "
+                       "lists GPUs: no GPU compute or copy figures")]
+    out = []
+    size = 8192 if args.bytes >= (64 << 20) else 4096
+    copy_bytes = max(args.bytes * 16, 64 << 20)
+    for i in range(torch.cuda.device_count()):
+        try:
+            with torch.cuda.device(i):
+                a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+                b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+                host = torch.empty(copy_bytes, dtype=torch.uint8, pin_memory=True)
+                dev = torch.empty(copy_bytes, dtype=torch.uint8, device="cuda")
+
+                def best(op):
+                    op()  # warm-up
+                    torch.cuda.synchronize()
+                    fastest = float("inf")
+                    for _ in range(args.iters):
+                        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        start.record()
+                        op()
+                        end.record()
+                        end.synchronize()
+                        fastest = min(fastest, start.elapsed_time(end) / 1000)
+                    return fastest
+
+                out.append(figure("gpu_gemm_tflops:%d" % i, 2 * size ** 3 / best(lambda: torch.mm(a, b)) / 1e12))
+                out.append(figure("gpu_h2d_gbps:%d" % i,
+                                  copy_bytes / best(lambda: dev.copy_(host, non_blocking=True)) / 1e9))
+                out.append(figure("gpu_d2h_gbps:%d" % i,
+                                  copy_bytes / best(lambda: host.copy_(dev, non_blocking=True)) / 1e9))
+        except Exception as e:  # noqa: B902 - a GPU that fails here is the finding
+            out.append(figure("gpu_gemm_tflops:%d" % i, error="%s: %s" % (type(e).__name__, e)))
+    return out
+
+
 def main(argv):
     args = parse_args(argv)
     try:
@@ -176,6 +219,8 @@ def main(argv):
                           % (sys.executable, e)}))
         return 0
     figures = []
+    if args.gpu:
+        figures.extend(gpu_figures(args))
     if args.local_ranks >= 2:
         figures.append(all_to_all(args))
     if args.rack_size >= 2 and args.rack_master:

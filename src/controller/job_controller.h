@@ -179,6 +179,8 @@ class JobController {
   // than one rank), then the rack all-reduce stage (when a rack has two
   // nodes or more; nodes without a rack take no part). False when none is left.
   bool StartNextCollectiveStage();
+  // Whether the node's suite in this round listed GPUs (nvidia-smi).
+  bool HasGpus(const std::string& node_id) const;
   // Link health from a heartbeat's counters: records flaps, silent links;
   // a flapping node fails the job's generation (or, idle, is evicted).
   void ObserveLinks(Node* node, const v1::NodeMetrics& metrics);

@@ -87,6 +87,7 @@ void JobController::SendDiagnosisOrders() {
       case DiagStage::kAllToAll:
         order->set_collective(true);
         order->set_local_ranks(config_.nproc_per_node);
+        order->set_gpu(HasGpus(id));
         break;
       case DiagStage::kRackAllReduce: {
         order->set_collective(true);
@@ -124,17 +125,31 @@ std::vector<std::string> JobController::NetworkPeersOf(const std::string& node_i
   return out;
 }
 
+bool JobController::HasGpus(const std::string& node_id) const {
+  const std::vector<Figure>* figures = diagnosis_ ? diagnosis_->FiguresOf(node_id) : nullptr;
+  if (figures == nullptr) return false;
+  for (const auto& f : *figures) {
+    if (f.name == "gpu_count" && f.error.empty() && f.value > 0) return true;
+  }
+  return false;
+}
+
 bool JobController::StartNextCollectiveStage() {
   std::vector<std::string> nodes;
   for (const auto& id : diagnosis_->nodes()) {
     const Node* n = NodeById(id);
     if (n != nullptr && n->conn != 0 && diagnosis_->FiguresOf(id) != nullptr) nodes.push_back(id);
   }
-  if (diagnosis_->stage() == DiagStage::kSuite && config_.nproc_per_node >= 2) {
+  if (diagnosis_->stage() == DiagStage::kSuite) {
+    // Each node's own stage: its ranks' all-to-all, and its GPUs' GEMM and copies.
     std::vector<std::vector<std::string>> alone;
-    for (const auto& id : nodes) alone.push_back({id});
-    diagnosis_->StartStage(DiagStage::kAllToAll, alone);
-    return true;
+    for (const auto& id : nodes) {
+      if (config_.nproc_per_node >= 2 || HasGpus(id)) alone.push_back({id});
+    }
+    if (!alone.empty()) {
+      diagnosis_->StartStage(DiagStage::kAllToAll, alone);
+      return true;
+    }
   }
   if (diagnosis_->stage() == DiagStage::kRackAllReduce) return false;
   // Racks in the round's order; the rack's first node serves the rendezvous

@@ -1000,5 +1000,24 @@ TEST_F(JobControllerTest, AnAllToAllThatDeliversWrongDataEvictsItsNode) {
   EXPECT_NE(Detail("node_evicted")["reason"].get<std::string>().find("from local rank 1"), std::string::npos);
 }
 
+TEST_F(JobControllerTest, ANodeWithGpusGetsItsOwnStageForTheirComputeAndCopies) {
+  config_.diagnose = "quick";
+  Make(2, 1);
+  FakeAgentLink* n[2];
+  for (int i = 0; i < 2; ++i) n[i] = Register(i);
+  Diagnosed(0, n[0], 20);  // no GPU
+  v1::AgentMessage m;      // node1's suite lists 8 GPUs
+  m.mutable_diagnostics()->set_round(n[1]->Last(Kind::kRunDiagnostics)->run_diagnostics().round());
+  m.mutable_diagnostics()->set_figures_json(
+      nlohmann::json::array({{{"name", "compute_gflops"}, {"value", 20}}, {{"name", "gpu_count"}, {"value", 8}}}).dump());
+  controller_->OnMessage(2, m);
+  EXPECT_EQ(n[0]->Count(Kind::kRunDiagnostics), 1);  // one rank, no GPU: no stage of its own
+  const auto& order = n[1]->Last(Kind::kRunDiagnostics)->run_diagnostics();
+  EXPECT_TRUE(order.collective());
+  EXPECT_TRUE(order.gpu());
+  Collective(1, n[1], {{{"name", "gpu_gemm_tflops:0"}, {"value", 700}}});
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+}
+
 }  // namespace
 }  // namespace trainguard

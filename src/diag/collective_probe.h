@@ -7,10 +7,13 @@
 //   rack_allreduce_gbps  bus bandwidth of the rack's all-reduce (the same
 //                        collective for every node of the rack: shown, it
 //                        does not fail a node by itself)
+//   gpu_gemm_tflops:I, gpu_h2d_gbps:I, gpu_d2h_gbps:I
+//                        with `gpu`: half-precision GEMM and pinned copies
+//                        per CUDA device, timed with CUDA events
 //   collective_probe     only when the probe could not run (no torch, a
 //                        crash, the deadline): an error, shown, not judged
 // The process runs in a process group of its own and is killed with it at
-// the deadline.
+// the deadline (diag/run_program.h).
 #pragma once
 
 #include <string>
@@ -26,6 +29,7 @@ struct CollectivePlan {
   std::string script;              // path of _collective_probe.py
   std::string work_dir;            // the all-to-all's FileStore goes here
   int local_ranks = 1;             // < 2: no all-to-all
+  bool gpu = false;                // GEMM and host<->device copies of every visible GPU
   int rack_rank = -1;
   int rack_size = 0;               // < 2: no all-reduce
   std::string rack_master;         // HOST:PORT of the all-reduce's rendezvous

@@ -82,6 +82,25 @@ TEST(CollectiveProbeTest, ARackPeerThatNeverComesIsAnErrorWithinTheTimeout) {
   EXPECT_NE(figures[0].error.find("rendezvous at"), std::string::npos) << figures[0].error;
 }
 
+TEST(CollectiveProbeTest, GpuFiguresWhereCudaIsAndAShownReasonWhereItIsNot) {
+  if (!HasTorch()) GTEST_SKIP() << "no PyTorch in /usr/bin/python3";
+  CollectivePlan p = Plan();
+  p.gpu = true;
+  auto figures = RunCollectiveProbe(p);
+  ASSERT_FALSE(figures.empty());
+  if (std::system("/usr/bin/python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'") == 0) {
+    for (const auto& f : figures) {  // gpu_gemm_tflops:I, gpu_h2d_gbps:I, gpu_d2h_gbps:I per device
+      EXPECT_EQ(f.error, "") << f.name;
+      EXPECT_GT(f.value, 0) << f.name;
+    }
+    EXPECT_EQ(figures[0].name, "gpu_gemm_tflops:0");
+  } else {
+    ASSERT_EQ(figures.size(), 1u);
+    EXPECT_EQ(figures[0].name, "collective_probe");
+    EXPECT_NE(figures[0].error.find("sees no CUDA device"), std::string::npos) << figures[0].error;
+  }
+}
+
 TEST(CollectiveProbeTest, AnInterpreterWithoutTorchSkipsTheProbeAndSaysWhy) {
   CollectivePlan p = Plan();
   p.python = "/usr/bin/python3";
@@ -104,7 +123,8 @@ TEST(CollectiveProbeTest, AMissingInterpreterAndAHungProbeAreErrorsNotHangs) {
   p.python = "/nonexistent/python3";
   auto missing = RunCollectiveProbe(p);
   ASSERT_EQ(missing.size(), 1u);
-  EXPECT_NE(missing[0].error.find("cannot run /nonexistent/python3"), std::string::npos) << missing[0].error;
+  EXPECT_NE(missing[0].error.find("cannot run /nonexistent/python3: No such file"), std::string::npos)
+      << missing[0].error;
 
   std::string hang = testing::TempDir() + "/python-that-hangs";
   std::ofstream(hang) << "#!/bin/sh\nsleep 30 & sleep 30\n";

@@ -50,7 +50,9 @@ std::vector<NodeVerdict> JudgeNodes(const std::vector<NodeFigures>& nodes, const
         fv.peers = peers.size();
       }
       if (!f.error.empty()) {
-        fv.failure = f.name + " not measured: " + f.error;
+        fv.failure = f.name + ": " + f.error;
+      } else if (auto cl = policy.ceilings.find(kind); cl != policy.ceilings.end() && f.value > cl->second) {
+        fv.failure = f.name + " " + Format(f.value) + " is above " + Format(cl->second);
       } else if (auto fl = policy.floors.find(kind); fl != policy.floors.end() && f.value < fl->second) {
         fv.failure = f.name + " " + Format(f.value) + " is below the floor " + Format(fl->second);
       } else if (fv.median > 0 && f.value < fr->second * fv.median) {

@@ -22,13 +22,22 @@ struct JudgePolicy {
   std::map<std::string, double> floors = {{"compute_gflops", 0.05}, {"memory_gbps", 0.5},
                                           {"disk_write_mbps", 5},   {"disk_read_mbps", 5},
                                           {"disk_free_gib", 1.0},   {"net_tx_mbps", 1},
-                                          {"net_rx_mbps", 1},       {"alltoall_gbps", 0.01}};
+                                          {"net_rx_mbps", 1},       {"alltoall_gbps", 0.01},
+                                          {"dcgm_diag", 1}};
   // By kind: a node below this fraction of the nodes' median fails. Kinds not
   // listed (free space: disks differ legitimately) are judged by floor only.
   std::map<std::string, double> fraction_of_median = {{"compute_gflops", 0.7}, {"memory_gbps", 0.7},
                                                       {"disk_write_mbps", 0.5}, {"disk_read_mbps", 0.5},
                                                       {"net_tx_mbps", 0.5},     {"net_rx_mbps", 0.5},
-                                                      {"alltoall_gbps", 0.4}};
+                                                      {"alltoall_gbps", 0.4},
+                                                      // a node that lost a GPU has fewer than its peers
+                                                      {"gpu_count", 1.0},
+                                                      {"gpu_gemm_tflops", 0.7}, {"gpu_h2d_gbps", 0.7},
+                                                      {"gpu_d2h_gbps", 0.7}};
+  // By kind: a value above this fails (counts of faults that must be 0).
+  std::map<std::string, double> ceilings = {{"gpu_ecc_uncorrected", 0}, {"gpu_retired_pending", 0},
+                                            {"gpu_remap_pending", 0},   {"gpu_remap_failed", 0},
+                                            {"gpu_nvlink_down", 0},     {"gpu_fatal_xids", 0}};
   // Kinds that are shown but never fail a node, not even with an error: the
   // round trip; the rack's all-reduce (one collective of several nodes: its
   // figure does not say which node is at fault, the ring probe does); a

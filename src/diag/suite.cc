@@ -1,5 +1,6 @@
 #include "diag/suite.h"
 
+#include "diag/gpu_probe.h"
 #include "diag/net_probe.h"
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,9 @@ std::vector<Figure> RunSuite(const SuitePlan& plan) {
   out.push_back(MeasureMemory(budget.memory, budget.window));
   for (const auto& [role, dir] : plan.paths) {
     for (auto& f : MeasureDisk(role, dir, budget.disk_bytes)) out.push_back(std::move(f));
+  }
+  if (plan.gpus) {
+    for (auto& f : MeasureGpus(plan.mode)) out.push_back(std::move(f));
   }
   if (!plan.peers.empty()) {
     for (auto& f : MeasureNetwork(plan.peers, budget.net_bytes, 20 * kSecond)) out.push_back(std::move(f));

@@ -1,6 +1,7 @@
 // The diagnostics suite of one node: which probes run in which mode, and the
 // figures' JSON form (as the store keeps them and `trainguard diag --json`
-// prints them). Network, collective and GPU probes join here as they land.
+// prints them). The collective probes run apart, in the round's later stages
+// (diag/collective_probe.h).
 #pragma once
 
 #include <string>
@@ -18,6 +19,8 @@ struct SuitePlan {
   std::vector<std::pair<std::string, std::string>> paths;
   // Neighbours' diagnostics peer servers (HOST:PORT) for the network probe; none: no network figures.
   std::vector<std::string> peers;
+  // GPU checks (diag/gpu_probe.h); a node without nvidia-smi has none.
+  bool gpus = true;
 };
 
 // Runs every probe of the plan on this node, one after the other (so that
