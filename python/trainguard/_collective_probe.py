@@ -13,6 +13,9 @@ GPU is there):
 - with --gpu, per visible CUDA device: a half-precision GEMM (TFLOP/s) and
   pinned host<->device copies (GB/s), timed with CUDA events.
 
+With --nccl and a GPU, the collectives run on NCCL (local rank r on device
+r), as the job's ranks would; else on gloo.
+
 Prints one JSON object on stdout: {"figures": [{"name", "value", "error"?}]}
 or {"skipped": why} when torch cannot be used here. Every wait is bounded by
 --timeout; the agent kills the probe after that anyway.
@@ -36,6 +39,7 @@ def parse_args(argv):
     p.add_argument("--rack-master", default="")
     p.add_argument("--timeout", type=float, default=30)
     p.add_argument("--gpu", action="store_true")
+    p.add_argument("--nccl", action="store_true", help="collectives on NCCL when a GPU is there")
     return p.parse_args(argv)
 
 
@@ -59,26 +63,45 @@ def timed(run, iters):
     return best
 
 
-def all_to_all_rank(rank, n, store_path, nbytes, iters, timeout, result_fd):
+def backend_and_device(nccl, index):
+    """NCCL on a GPU when asked and there (the ranks' own library), else gloo on the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if nccl and torch.cuda.is_available() and dist.is_nccl_available():
+        device = torch.device("cuda", index % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return "nccl", device, torch.cuda.synchronize
+    return "gloo", torch.device("cpu"), lambda: None
+
+
+def all_to_all_rank(rank, n, store_path, nbytes, iters, timeout, nccl, result_fd):
     import datetime
 
     import torch
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", store=dist.FileStore(store_path, n), rank=rank, world_size=n,
+    backend, device, sync = backend_and_device(nccl, rank)
+    dist.init_process_group(backend, store=dist.FileStore(store_path, n), rank=rank, world_size=n,
                             timeout=datetime.timedelta(seconds=timeout))
     chunk = max(nbytes // 4 // n, 1)
     # Chunk d of rank r holds r * 1000 + d everywhere: receivers know what each sender sent.
-    send = torch.cat([torch.full((chunk,), float(rank * 1000 + d)) for d in range(n)])
+    send = torch.cat([torch.full((chunk,), float(rank * 1000 + d)) for d in range(n)]).to(device)
     recv = torch.empty_like(send)
-    seconds = timed(lambda: dist.all_to_all_single(recv, send), iters)
-    wrong = [s for s in range(n) if not torch.equal(recv[s * chunk:(s + 1) * chunk],
+
+    def once():
+        dist.all_to_all_single(recv, send)
+        sync()
+
+    seconds = timed(once, iters)
+    got = recv.cpu()
+    wrong = [s for s in range(n) if not torch.equal(got[s * chunk:(s + 1) * chunk],
                                                    torch.full((chunk,), float(s * 1000 + rank)))]
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0 or wrong:
         os.write(result_fd, (json.dumps({"rank": rank, "seconds": seconds, "bytes": send.numel() * 4,
-                                         "wrong": wrong}) + "\n").encode())
+                                         "wrong": wrong, "backend": backend}) + "\n").encode())
 
 
 def all_to_all(args):
@@ -94,7 +117,7 @@ def all_to_all(args):
             code = 0
             try:
                 os.close(read_fd)
-                all_to_all_rank(rank, n, store_path, args.bytes, args.iters, args.timeout, write_fd)
+                all_to_all_rank(rank, n, store_path, args.bytes, args.iters, args.timeout, args.nccl, write_fd)
             except BaseException as e:  # noqa: B902 - the child must exit, whatever happened
                 os.write(write_fd, (json.dumps({"rank": rank, "error": "%s: %s" % (type(e).__name__, e)})
                                     + "\n").encode())
@@ -138,22 +161,24 @@ def rack_all_reduce(args):
     import torch.distributed as dist
 
     n = args.rack_size
+    backend, device, sync = backend_and_device(args.nccl, 0)
     try:
-        dist.init_process_group("gloo", init_method="tcp://" + args.rack_master, rank=args.rack_rank,
+        dist.init_process_group(backend, init_method="tcp://" + args.rack_master, rank=args.rack_rank,
                                 world_size=n, timeout=datetime.timedelta(seconds=args.timeout))
     except Exception as e:  # noqa: B902 - a failed rendezvous is the finding
         return figure("rack_allreduce_gbps", error="rendezvous at %s: %s" % (args.rack_master, e))
     try:
         count = max(args.bytes // 4, 1)
-        data = torch.full((count,), float(args.rack_rank + 1))
+        data = torch.full((count,), float(args.rack_rank + 1), device=device)
         expected = float(n * (n + 1) // 2)
 
         def once():
             data.fill_(float(args.rack_rank + 1))
             dist.all_reduce(data)
+            sync()
 
         seconds = timed(once, args.iters)
-        if not torch.all(data == expected):
+        if not torch.all(data.cpu() == expected):
             return figure("rack_allreduce_gbps", error="the all-reduce's sum is wrong (%g, not %g)"
                           % (float(data[0]), expected))
         algbw = count * 4 / seconds / 1e9
@@ -210,7 +235,6 @@ def gpu_figures(args):
 def main(argv):
     args = parse_args(argv)
     try:
-        import torch  # noqa: F401
         import torch.distributed as dist
         if not dist.is_available() or not dist.is_gloo_available():
             raise ImportError("torch.distributed without gloo")
@@ -219,10 +243,10 @@ def main(argv):
                           % (sys.executable, e)}))
         return 0
     figures = []
+    if args.local_ranks >= 2:  # first: its ranks are forked, and CUDA must not be initialised before
+        figures.append(all_to_all(args))
     if args.gpu:
         figures.extend(gpu_figures(args))
-    if args.local_ranks >= 2:
-        figures.append(all_to_all(args))
     if args.rack_size >= 2 and args.rack_master:
         figures.append(rack_all_reduce(args))
     print(json.dumps({"figures": figures}))

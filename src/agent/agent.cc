@@ -287,6 +287,7 @@ void Agent::StartDiagnostics(const v1::RunDiagnostics& order) {
     plan.work_dir = config_.run_dir;
     plan.local_ranks = order.local_ranks();
     plan.gpu = order.gpu();
+    plan.nccl = order.nccl();
     plan.rack_rank = order.rack_rank();
     plan.rack_size = order.rack_size();
     plan.rack_master = order.rack_master();

@@ -138,6 +138,7 @@ class JobController {
     int rank = 0;
     int size = 0;
     std::string master;  // HOST:PORT
+    bool nccl = false;   // every node of the rack has GPUs
   };
 
   Node* NodeByConn(std::uint64_t conn);

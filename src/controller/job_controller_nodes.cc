@@ -88,6 +88,7 @@ void JobController::SendDiagnosisOrders() {
         order->set_collective(true);
         order->set_local_ranks(config_.nproc_per_node);
         order->set_gpu(HasGpus(id));
+        order->set_nccl(HasGpus(id));
         break;
       case DiagStage::kRackAllReduce: {
         order->set_collective(true);
@@ -95,6 +96,7 @@ void JobController::SendDiagnosisOrders() {
         order->set_rack_rank(seat.rank);
         order->set_rack_size(seat.size);
         order->set_rack_master(seat.master);
+        order->set_nccl(seat.nccl);
         break;
       }
     }
@@ -168,8 +170,9 @@ bool JobController::StartNextCollectiveStage() {
     if (members.size() < 2) continue;
     const Node* first = NodeById(members[0]);
     const std::string master = first->address + ":" + std::to_string(first->free_port);
+    const bool nccl = std::all_of(members.begin(), members.end(), [&](const std::string& m) { return HasGpus(m); });
     for (std::size_t i = 0; i < members.size(); ++i) {
-      rack_seats_[members[i]] = {static_cast<int>(i), static_cast<int>(members.size()), master};
+      rack_seats_[members[i]] = {static_cast<int>(i), static_cast<int>(members.size()), master, nccl};
     }
     groups.push_back(members);
   }

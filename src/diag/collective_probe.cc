@@ -60,6 +60,7 @@ std::vector<Figure> RunCollectiveProbe(const CollectivePlan& plan) {
                                    "--timeout",
                                    std::to_string(plan.timeout / kSecond)};
   if (plan.gpu) argv.push_back("--gpu");
+  if (plan.nccl) argv.push_back("--nccl");
   if (plan.rack_size >= 2) {
     for (const std::string& a : {std::string("--rack-rank"), std::to_string(plan.rack_rank),
                                  std::string("--rack-size"), std::to_string(plan.rack_size),

@@ -30,6 +30,7 @@ struct CollectivePlan {
   std::string work_dir;            // the all-to-all's FileStore goes here
   int local_ranks = 1;             // < 2: no all-to-all
   bool gpu = false;                // GEMM and host<->device copies of every visible GPU
+  bool nccl = false;               // collectives on NCCL when a GPU is there (else gloo)
   int rack_rank = -1;
   int rack_size = 0;               // < 2: no all-reduce
   std::string rack_master;         // HOST:PORT of the all-reduce's rendezvous
