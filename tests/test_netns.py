@@ -171,25 +171,31 @@ def test_a_throttled_link_fails_exactly_that_nodes_network_test_and_the_spare_ta
 
 
 def test_racks_get_bridges_of_their_own_and_diagnosis_runs_real_collectives(tmp_path, root_with_ip, no_leftovers):
-    """4 nodes x 2 ranks in two racks: each rack has its own bridge (a
-    top-of-rack switch) linked to the spine; the preflight round runs, after
-    each node's own probes, an all-to-all of each node's two ranks and an
-    all-reduce of each rack's two nodes with PyTorch on gloo over those links,
-    and passes every node."""
-    job = Job(tmp_path, "racks", [PYTHON, "-c", "import time; time.sleep(1)"], nnodes=4, nproc=2,
-              flags=["--netns", "--nodes-per-rack", "2", "--diagnose", "quick"])
+    """The issue's first acceptance case: 4 nodes x 2 ranks and a spare, in
+    namespaces, in two racks; the example DDP job runs to completion. Each
+    rack has its own bridge (a top-of-rack switch) linked to the spine; the
+    preflight round runs, after each node's own probes, an all-to-all of each
+    node's two ranks and an all-reduce of each rack's two nodes with PyTorch on
+    gloo over those links, and passes every node."""
+    job = Job(tmp_path, "racks", example(tmp_path, "--step-delay", "0.1"), nnodes=4, nproc=2,
+              flags=["--netns", "--nodes-per-rack", "2", "--diagnose", "quick", "--spares", "1"])
     wait_for(lambda: job.events("generation_started"), 180, "the preflight round")
+    wait_for(lambda: [e for e in job.events("node_registered") if e["detail"]["spare"]], 60, "the spare")
     made = links() - root_with_ip[1]
     bridges = {name for name in made if name.startswith("tgk")}
-    assert len(bridges) == 2, made
-    for bridge in bridges:  # two nodes' ports and one uplink on each top-of-rack switch
-        out = subprocess.run(["ip", "-o", "link", "show", "master", bridge], capture_output=True, text=True).stdout
-        assert len(out.splitlines()) == 3, out
-    assert job.wait(timeout=120) == 0, job.output()[-3000:]
+    assert len(bridges) == 3, made  # rack0, rack1, and rack2 for the spare (node4), once it started
+    ports = sorted(len(subprocess.run(["ip", "-o", "link", "show", "master", bridge], capture_output=True,
+                                      text=True).stdout.splitlines()) for bridge in bridges)
+    assert ports == [2, 3, 3], ports  # each node's port and the rack's uplink
+    assert job.wait(timeout=240) == 0, job.output()[-3000:]
+    assert job.events("job_succeeded")[0]["step"] == 30
+    spare = [e for e in job.events("node_registered") if e["detail"]["spare"]]
+    assert [e["node"] for e in spare] == ["node4"], spare
     by_node = {}
     for e in job.events("diagnostics"):
         for f in e["detail"]["figures"]:
             by_node.setdefault(e["node"], {})[f["name"]] = f
+    # The preflight round has the job's nodes (`run` starts the spare once generation 0 has started).
     assert sorted(by_node) == ["node0", "node1", "node2", "node3"]
     for node, figures in by_node.items():
         for name in ("alltoall_gbps", "rack_allreduce_gbps"):
