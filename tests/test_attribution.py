@@ -144,7 +144,13 @@ def test_report_of_a_job_with_two_failures_accounts_for_the_wall_time(tmp_path, 
     total = sum(terms[k] for k in ("startup_s", "lost_work_s", "detection_s", "shutdown_s",
                                    "restart_s", "tail_s", "checkpoint_overhead_s"))
     assert terms["checkpoint_overhead_s"] > 0
-    assert abs(total - (measured - rep["productive_s"])) <= 0.02 * measured, (total, measured, rep)
+    # The job's span as the store recorded it (creation to end); the test's
+    # own clock also holds `trainguard run` starting and exiting, which
+    # takes a few hundred ms on a loaded machine, so it bounds the span.
+    stamps = {e["kind"]: e["wall_ns"] for e in job.events() if e["kind"] in ("job_created", "job_succeeded")}
+    span = (stamps["job_succeeded"] - stamps["job_created"]) / 1e9
+    assert span <= measured
+    assert abs(total - (span - rep["productive_s"])) <= 0.02 * span, (total, span, measured, rep)
     # The crash at step 12 threw away the steps since checkpoint 10; the kill may land on a checkpoint.
     assert rep["incidents"][0]["lost_steps"] >= 1 and rep["incidents"][1]["lost_steps"] >= 0
     assert 0 < rep["ettr"] < 1
