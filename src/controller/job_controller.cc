@@ -369,63 +369,6 @@ void JobController::MaybeStartGeneration() {
        d.dump(-1, ' ', false, kReplaceBadUtf8));
 }
 
-bool JobController::MayStartWithout(const std::vector<int>& empty) {
-  const int present = config_.nnodes - static_cast<int>(empty.size());
-  const Nanos waited = clock_->MonotonicNanos() - waiting_since_mono_;
-  bool awaited = false;
-  std::string ranks;
-  for (int g : empty) {
-    awaited = awaited || !given_up_slots_.count(g);
-    ranks += (ranks.empty() ? "" : ", ") + std::to_string(g);
-  }
-  if (present >= MinNodes() && present > 0 && (!awaited || waited >= config_.elastic_wait)) return true;
-  // Nodes join one by one at the first start; say why only when a failure
-  // left the job short, or when it is short of its minimum.
-  if (state_ != JobState::kRestarting && !preflight_done_) return false;
-  std::string why = "waiting for group rank(s) " + ranks + " (" + std::to_string(present) + " of " +
-                    std::to_string(config_.nnodes) + " nodes present" +
-                    (config_.spares > 0 && IdleSpares() == 0 ? ", no spare left" : "") + "): ";
-  if (present < MinNodes() || present == 0) {
-    why += "the job needs " + std::to_string(MinNodes()) + " and fails if they have not joined within " +
-           Seconds(config_.rendezvous_timeout);
-  } else {
-    why += "the job goes on with " + std::to_string(present) + " node(s) (--nnodes " +
-           std::to_string(MinNodes()) + ":" + std::to_string(config_.nnodes) + ") unless a node joins within " +
-           Seconds(config_.elastic_wait);
-  }
-  if (why != waiting_said_) {
-    waiting_said_ = why;
-    Emit("waiting_for_nodes", "", -1, -1, why,
-         json{{"empty_group_ranks", empty}, {"present", present}, {"min_nnodes", MinNodes()},
-              {"max_nnodes", config_.nnodes}, {"idle_spares", IdleSpares()}}
-             .dump(-1, ' ', false, kReplaceBadUtf8));
-  }
-  return false;
-}
-
-void JobController::RenumberGroupRanks(std::vector<Node*>* slots) {
-  std::vector<Node*> kept;
-  for (Node* n : *slots) {
-    if (n != nullptr) kept.push_back(n);
-  }
-  for (auto& n : nodes_) {
-    if (n.conn == 0) n.group_rank = -1;  // a lost holder has no place to come back to
-  }
-  json moved = json::object();
-  for (std::size_t i = 0; i < kept.size(); ++i) {
-    if (kept[i]->group_rank != static_cast<int>(i)) moved[kept[i]->node_id] = {kept[i]->group_rank, i};
-    kept[i]->group_rank = static_cast<int>(i);
-  }
-  given_up_slots_.clear();
-  for (int g = static_cast<int>(kept.size()); g < config_.nnodes; ++g) given_up_slots_.insert(g);
-  if (!moved.empty()) {
-    Emit("group_ranks_renumbered", "", -1, -1,
-         "group ranks renumbered for " + std::to_string(kept.size()) + " node(s): " + moved.dump(),
-         json{{"moved", moved}}.dump(-1, ' ', false, kReplaceBadUtf8));
-  }
-  *slots = std::move(kept);
-}
-
 void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
   RankView& view = node->ranks[status.global_rank()];
   view.status = status;

@@ -13,6 +13,8 @@
 // Nodes beyond nnodes (up to `spares`) register as idle spares; an empty
 // group rank (evicted or lost node) is given to a spare at the restart.
 // Evicted nodes are cordoned in the store, and cordoned nodes are refused.
+// An elastic job (min_nnodes < nnodes) starts without empty group ranks
+// nobody will fill, or after elastic_wait, renumbering the nodes it has.
 //
 // It knows nothing of sockets or processes: a transport feeds it agent
 // messages and connection events and hands it an AgentLink per connection; a
