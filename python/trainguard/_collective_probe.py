@@ -104,6 +104,19 @@ def all_to_all_rank(rank, n, store_path, nbytes, iters, timeout, nccl, result_fd
                                          "wrong": wrong, "backend": backend}) + "\n").encode())
 
 
+def die_with_parent(parent):
+    """A forked rank dies with the probe (which dies with its agent): never an orphan."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
 def all_to_all(args):
     n = args.local_ranks
     store_path = os.path.join(args.work_dir, "alltoall-%d.store" % os.getpid())
@@ -112,10 +125,12 @@ def all_to_all(args):
     read_fd, write_fd = os.pipe()
     children = []
     for rank in range(n):
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             code = 0
             try:
+                die_with_parent(parent)
                 os.close(read_fd)
                 all_to_all_rank(rank, n, store_path, args.bytes, args.iters, args.timeout, args.nccl, write_fd)
             except BaseException as e:  # noqa: B902 - the child must exit, whatever happened

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +38,7 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, Nanos timeout) {
   std::vector<char*> cargv;
   for (auto& a : args) cargv.push_back(a.data());
   cargv.push_back(nullptr);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     for (int fd : {out[0], out[1], status_pipe[0], status_pipe[1]}) close(fd);
@@ -44,6 +46,10 @@ ProgramResult RunProgram(const std::vector<std::string>& argv, Nanos timeout) {
     return r;
   }
   if (pid == 0) {
+    // Killed with the thread that runs it (the agent going away): a probe
+    // must never outlive its agent. Its own group keeps Ctrl-C off it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
     setpgid(0, 0);
     dup2(out[1], 1);
     int devnull = open("/dev/null", O_RDONLY);

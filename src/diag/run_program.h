@@ -1,6 +1,9 @@
 // Runs a tool a probe needs (the job's Python, nvidia-smi, dcgmi) in a
 // process group of its own, collects its standard output, and kills the
 // group at the deadline. Its standard error goes where the agent's goes.
+// The tool is killed (PR_SET_PDEATHSIG) when the calling thread's process
+// goes away: it never outlives the agent. It must not fork helpers that
+// outlive it (the collective probe's ranks set the same on themselves).
 #pragma once
 
 #include <string>
