@@ -194,6 +194,9 @@ class JobController {
   // Takes the node out of the job and cordons it in the store (no job gives
   // it ranks until an operator uncordons it), with `evidence` (a JSON object).
   void Evict(const std::string& node_id, const std::string& why, const std::string& evidence = "{}");
+  // Closes the node's session, frees its group rank and tells the backend
+  // (which may bring a node in its place; if not, the rank is given up).
+  void RemoveFromJob(Node* node, const std::string& why);
   // Nodes that hold a group rank but were cordoned (by an operator) since.
   void EvictCordonedNodes();
   // Idle spares take the empty group ranks.

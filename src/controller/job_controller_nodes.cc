@@ -114,6 +114,10 @@ void JobController::Evict(const std::string& node_id, const std::string& why, co
     ++store_errors_;
   }
   if (!store_->SetNodeHealth({node_id, "cordoned", "evicted: " + why, config_.job_id, now}).ok()) ++store_errors_;
+  RemoveFromJob(node, why);
+}
+
+void JobController::RemoveFromJob(Node* node, const std::string& why) {
   if (node->link) {
     std::shared_ptr<AgentLink> link = node->link;
     node->conn = 0;
@@ -122,8 +126,8 @@ void JobController::Evict(const std::string& node_id, const std::string& why, co
   }
   const int slot = node->group_rank;
   node->group_rank = -1;
-  const bool replaced = provider_ != nullptr && provider_->EvictNode(node_id, why);
-  if (slot >= 0 && !replaced) given_up_slots_.insert(slot);
+  const bool replaced = provider_ != nullptr && provider_->EvictNode(node->node_id, why);
+  if (slot >= 0 && !replaced) given_up_slots_.insert(slot);  // an elastic job need not wait for it
 }
 
 void JobController::EvictCordonedNodes() {
@@ -137,14 +141,7 @@ void JobController::EvictCordonedNodes() {
     Node* node = NodeById(id);
     Emit("node_evicted", id, -1, -1, "node " + id + " leaves the job: it was cordoned during the job",
          json{{"reason", "cordoned during the job"}, {"group_rank", node->group_rank}}.dump(-1, ' ', false, kReplaceBadUtf8));
-    std::shared_ptr<AgentLink> link = node->link;
-    node->conn = 0;
-    node->link.reset();
-    link->Close();
-    const int slot = node->group_rank;
-    node->group_rank = -1;
-    const bool replaced = provider_ != nullptr && provider_->EvictNode(id, "cordoned");
-    if (slot >= 0 && !replaced) given_up_slots_.insert(slot);
+    RemoveFromJob(node, "cordoned");
   }
 }
 
