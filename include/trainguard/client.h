@@ -29,8 +29,22 @@ bool Attached();
 void Step(std::int64_t step);
 
 // Names the phase the loop is in now ("forward", "allreduce", "checkpoint",
-// ...); at most 63 bytes are kept. Pass "" for none.
+// ...); at most 63 bytes are kept. Pass "" for none. Phases are timed: the
+// interval a phase ran (ended by the next SetPhase, and split at each Step)
+// goes into the status page's timing ring with the step it belongs to, and
+// each Step adds the step's own duration. Phases do not nest: a phase set
+// inside another pauses it, so durations are exclusive (they add up to at
+// most the step's time); names are kept to 23 bytes, 48 names per process.
 void SetPhase(const char* name);
+
+// The last step reported (Step's argument), -1 before the first.
+std::int64_t LastStep();
+
+// Records device time of phase `name` measured elsewhere (CUDA events):
+// `start_mono_ns` is when its start was recorded on the CPU, `after_step`
+// the LastStep() of then.
+void RecordDeviceTime(const char* name, std::int64_t start_mono_ns, std::int64_t duration_ns,
+                      std::int64_t after_step);
 
 // Records that a checkpoint of step `step` is durable; the controller uses it
 // to count lost work after a failure.

@@ -20,7 +20,7 @@ import signal
 
 from . import _core
 
-__all__ = ["init", "attached", "step", "phase", "checkpoint_committed", "add_checkpoint_overhead",
+__all__ = ["init", "attached", "step", "phase", "timer", "checkpoint_committed", "add_checkpoint_overhead",
            "shutdown",
            "Checkpointer", "CheckpointError"]
 
@@ -60,16 +60,30 @@ def step(n=None):
     _explicit_steps = True
     _step_counter = _step_counter + 1 if n is None else int(n)
     _core.step(_step_counter)
+    from . import _phases
+
+    _phases.poll_device()
 
 
 @contextlib.contextmanager
 def phase(name):
-    """Name the phase the training loop is in while the block runs."""
-    _core.set_phase(name)
+    """Name the phase the training loop is in while the block runs, and time
+    it (per step, on every rank; `trainguard heatmap` and `trainguard trace`
+    show it). The phase that was set before comes back after the block; a
+    phase inside another pauses it, so each interval is counted once."""
+    from . import _phases
+
+    previous = _phases.current()
+    if _phases._core is None:
+        _phases._core = _core
+    _phases._set(name)
     try:
         yield
     finally:
-        _core.set_phase("")
+        _phases._set(previous)
+
+
+timer = phase  # `with trainguard.timer("tokenize"):` reads as what it does
 
 
 def checkpoint_committed(step):

@@ -41,6 +41,7 @@ def _on_optimizer_step(optimizer):
         return
     _state["count"] += 1
     trainguard._core.step(_state["count"] - 1)
+    trainguard._phases.poll_device()
 
 
 def _hook_optimizer(module):
@@ -120,6 +121,8 @@ def install():
     if not trainguard.init():
         return
     from trainguard import _comm_journal, _phases, _torch_checkpoints
+
+    _guarded(_phases.hook_gc)
 
     _after_import("torch.optim.optimizer", _hook_optimizer)
     _after_import("torch.optim.optimizer", _phases.hook_optimizer)

@@ -1,20 +1,129 @@
 """Phases a rank is in, marked without the script's help: "data" (waiting
 for the DataLoader), "forward" (a DDP model's forward), "backward",
-"optimizer" and "checkpoint save" (torch.save). Outside them the phase is
-whatever it was before (usually none). The agent reports the phase and how
-long the rank has been in it; a hang report says "rank 3 was in backward for
-41 s".
+"optimizer", "checkpoint save" (torch.save) and "gc" (a full collection of
+Python's garbage collector, generation 2). Outside them the phase is whatever it was before
+(usually none). The agent reports the phase and how long the rank has been
+in it; a hang report says "rank 3 was in backward for 41 s".
+
+Every phase is also timed (the client writes each interval into the status
+page's timing ring; docs/status_page.md). When the rank uses CUDA, the
+forward, backward and optimizer phases are timed on the device too, with
+CUDA events recorded on the current stream and read back when they are done
+(`Event.query()`, never a synchronisation): see DeviceTimer.
 """
 
+import collections
+import gc
+import os
 import threading
 
 _local = threading.local()  # .phase: the phase this thread set last
 _core = None
+_device_timer = None  # a DeviceTimer once CUDA is in use
 
 
 def _set(name):
     _local.phase = name
     _core.set_phase(name)
+
+
+def current():
+    return getattr(_local, "phase", "")
+
+
+class DeviceTimer:
+    """Device time of phases from pairs of CUDA events. `begin` records an
+    event on the current stream; `end` records the closing one and queues
+    the pair; `poll` (each step, and after each `end`) takes the pairs whose
+    closing event has completed, in order, and records their elapsed time.
+    Events are reused, so the steady state allocates nothing; at most
+    `max_pending` pairs wait (more are not timed, and counted in
+    `skipped`)."""
+
+    def __init__(self, torch, core, max_pending=256):
+        self._torch = torch
+        self._core = core
+        self._pending = collections.deque()
+        self._free = []
+        self._max_pending = max_pending
+        self.skipped = 0
+
+    def _event(self):
+        if self._free:
+            return self._free.pop()
+        return self._torch.cuda.Event(enable_timing=True)
+
+    def begin(self, name):
+        if len(self._pending) >= self._max_pending:
+            self.poll()
+            if len(self._pending) >= self._max_pending:
+                self.skipped += 1
+                return None
+        event = self._event()
+        event.record()
+        return (name, event, self._core.monotonic_ns(), self._core.last_step())
+
+    def end(self, token):
+        if token is None:
+            return
+        event = self._event()
+        event.record()
+        self._pending.append((token, event))
+        self.poll()
+
+    def poll(self):
+        while self._pending and self._pending[0][1].query():
+            (name, start, start_ns, after_step), end = self._pending.popleft()
+            millis = start.elapsed_time(end)
+            self._core.record_device_time(name, start_ns, int(millis * 1e6), after_step)
+            self._free.append(start)
+            self._free.append(end)
+
+
+def _device_timer_now():
+    """The DeviceTimer, once the rank has initialised CUDA itself (trainguard
+    never initialises it)."""
+    global _device_timer
+    if _device_timer is not None or os.environ.get("TRAINGUARD_CUDA_TIMERS", "1") == "0":
+        return _device_timer
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        _device_timer = DeviceTimer(torch, _core)
+    return _device_timer
+
+
+_DEVICE_TIMED = ("forward", "backward", "optimizer")
+
+
+def poll_device():
+    """Each step: record the device times that are ready."""
+    if _device_timer is not None:
+        _device_timer.poll()
+
+
+def _on_gc(stage, info):
+    # Full collections only: young-generation ones (hundreds a step in a loop
+    # that allocates) take microseconds each and would flood the timing ring;
+    # they stay inside the phase they interrupt.
+    if info.get("generation") != 2:
+        return
+    if stage == "start":
+        _local.before_gc = current()
+        _set("gc")
+    else:
+        _set(getattr(_local, "before_gc", ""))
+
+
+def hook_gc():
+    """Python's garbage-collection pauses become phase "gc"."""
+    global _core
+    import trainguard
+
+    _core = trainguard._core
+    if _on_gc not in gc.callbacks:
+        gc.callbacks.append(_on_gc)
 
 
 def phased(name, fn):
@@ -25,9 +134,13 @@ def phased(name, fn):
         if previous == name:
             return fn(*args, **kwargs)
         _set(name)
+        device = _device_timer_now() if name in _DEVICE_TIMED else None
+        token = device.begin(name) if device is not None else None
         try:
             return fn(*args, **kwargs)
         finally:
+            if token is not None:
+                device.end(token)
             _set(previous)
 
     wrapper.__wrapped__ = fn

@@ -20,6 +20,25 @@ MappedStatusPage* g_mapping = nullptr;         // owned; leaked at exit on purpo
 std::atomic<StatusPage*> g_page{nullptr};      // hot-path view of g_mapping
 std::mutex g_journal_mu;                       // one journal writer at a time
 
+// The phase being timed: the interval goes into the timing ring when the
+// phase ends (SetPhase) or a step ends inside it (Step splits it there).
+struct OpenPhase {
+  bool open = false;
+  int name = -1;                  // index in the ring's name table (-1: table full)
+  std::int64_t start_mono_ns = 0;
+  std::int64_t after_step = kNoStep;
+};
+std::mutex g_timing_mu;  // one timing writer at a time; guards g_open
+OpenPhase g_open;
+
+// Ends the open phase at `now` (timing ring). Holds g_timing_mu.
+void CloseOpenPhase(StatusPage* page, std::int64_t now) {
+  if (!g_open.open) return;
+  TimingAppend(&page->timings, g_open.name, TimingKind::kPhase, g_open.start_mono_ns,
+               now - g_open.start_mono_ns, g_open.after_step, 0);
+  g_open.open = false;
+}
+
 }  // namespace
 
 bool Init() {
@@ -47,6 +66,21 @@ void Step(std::int64_t step) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr) return;
   std::int64_t now = MonotonicNowNanos();
+  {
+    std::lock_guard<std::mutex> lock(g_timing_mu);
+    std::int64_t previous = page->last_step_mono_ns.load(std::memory_order_relaxed);
+    if (previous == 0) previous = page->attach_mono_ns.load(std::memory_order_relaxed);
+    std::int64_t after = page->step.load(std::memory_order_relaxed);
+    bool reopen = g_open.open;
+    OpenPhase phase = g_open;
+    CloseOpenPhase(page, now);
+    TimingAppend(&page->timings, 0, TimingKind::kStep, previous, now - previous, after, step);
+    if (reopen) {  // the phase goes on in the next step
+      g_open = phase;
+      g_open.start_mono_ns = now;
+      g_open.after_step = step;
+    }
+  }
   if (page->first_step_mono_ns.load(std::memory_order_relaxed) == 0) {
     page->first_step_mono_ns.store(now, std::memory_order_relaxed);
   } else {
@@ -64,7 +98,32 @@ void Step(std::int64_t step) {
 void SetPhase(const char* name) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr) return;
-  WritePhase(page, name == nullptr ? "" : name, MonotonicNowNanos());
+  if (name == nullptr) name = "";
+  std::int64_t now = MonotonicNowNanos();
+  std::lock_guard<std::mutex> lock(g_timing_mu);
+  CloseOpenPhase(page, now);
+  if (*name != '\0') {
+    g_open.open = true;
+    g_open.name = TimingNameIndex(&page->timings, name);
+    g_open.start_mono_ns = now;
+    g_open.after_step = page->step.load(std::memory_order_relaxed);
+  }
+  WritePhase(page, name, now);
+}
+
+std::int64_t LastStep() {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr) return kNoStep;
+  return page->step.load(std::memory_order_relaxed);
+}
+
+void RecordDeviceTime(const char* name, std::int64_t start_mono_ns, std::int64_t duration_ns,
+                      std::int64_t after_step) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr || name == nullptr || duration_ns < 0) return;
+  std::lock_guard<std::mutex> lock(g_timing_mu);
+  TimingAppend(&page->timings, TimingNameIndex(&page->timings, name), TimingKind::kGpu,
+               start_mono_ns, duration_ns, after_step, 0);
 }
 
 void CheckpointCommitted(std::int64_t step) {
@@ -107,6 +166,10 @@ void JournalComplete(std::int64_t token) {
 void Shutdown() {
   std::lock_guard<std::mutex> lock(g_init_mu);
   g_page.store(nullptr, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> timing(g_timing_mu);
+    g_open = OpenPhase();  // a page attached later starts with no phase open
+  }
   // The mapping stays alive: another thread may still be inside Step() with
   // the old pointer. One 4 KiB mapping per process is the price.
 }

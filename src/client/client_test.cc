@@ -54,6 +54,48 @@ TEST(ClientTest, WritesProgressIntoThePageTheAgentReads) {
   unlink(path.c_str());
 }
 
+// Phases are timed into the ring: each ends at the next SetPhase, a phase
+// open at a step is split there, and each step has a record of its own.
+TEST(ClientTest, TimesPhasesAndStepsIntoTheRing) {
+  std::string path = testing::TempDir() + "/client_test_timing_" + std::to_string(getpid());
+  auto page = MappedStatusPage::Create(path);
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  setenv(client::kStatusPageEnv, path.c_str(), 1);
+  ASSERT_TRUE(client::Init());
+  client::SetPhase("forward");
+  client::SetPhase("backward");
+  client::SetPhase("optimizer");
+  client::Step(10);       // inside optimizer: it is split
+  client::SetPhase("");   // the rest of optimizer belongs to the next step
+  client::SetPhase("gc");
+  client::SetPhase("");
+  client::RecordDeviceTime("forward", 5, 7, 10);
+  EXPECT_EQ(client::LastStep(), 10);
+  TimingCursor cursor;
+  std::vector<TimingSample> t = cursor.Drain(page->get()->timings);
+  ASSERT_EQ(t.size(), 7u);
+  EXPECT_EQ(t[0].name, "forward");
+  EXPECT_EQ(t[0].after_step, kNoStep);
+  EXPECT_EQ(t[1].name, "backward");
+  EXPECT_EQ(t[1].start_mono_ns, t[0].start_mono_ns + t[0].duration_ns);
+  EXPECT_EQ(t[2].name, "optimizer");
+  EXPECT_EQ(t[2].after_step, kNoStep);
+  EXPECT_EQ(t[3].kind, TimingKind::kStep);
+  EXPECT_EQ(t[3].step, 10);
+  EXPECT_EQ(t[3].after_step, kNoStep);
+  EXPECT_EQ(t[3].start_mono_ns + t[3].duration_ns, t[2].start_mono_ns + t[2].duration_ns);
+  EXPECT_EQ(t[4].name, "optimizer");
+  EXPECT_EQ(t[4].after_step, 10);
+  EXPECT_EQ(t[4].start_mono_ns, t[2].start_mono_ns + t[2].duration_ns);
+  EXPECT_EQ(t[5].name, "gc");
+  EXPECT_EQ(t[6].kind, TimingKind::kGpu);
+  EXPECT_EQ(t[6].duration_ns, 7);
+  for (const auto& x : t) EXPECT_GE(x.duration_ns, 0);
+  client::Shutdown();
+  unsetenv(client::kStatusPageEnv);
+  unlink(path.c_str());
+}
+
 TEST(ClientTest, RejectsAPageOfAnotherVersion) {
   std::string path = testing::TempDir() + "/client_test_badpage_" + std::to_string(getpid());
   {

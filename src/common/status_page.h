@@ -15,14 +15,16 @@
 #include <string>
 
 #include "common/op_journal.h"
+#include "common/timing_ring.h"
 #include "trainguard/status.h"
 
 namespace trainguard {
 
 constexpr std::uint64_t kStatusPageMagic = 0x5355544154534754ULL;  // "TGSTATUS" little-endian
-constexpr std::uint32_t kStatusPageVersion = 2;
+constexpr std::uint32_t kStatusPageVersion = 3;
 constexpr std::size_t kStatusPageSize = 32768;
 constexpr std::size_t kJournalOffset = 4096;
+constexpr std::size_t kTimingsOffset = 22528;
 constexpr std::size_t kPhaseNameCapacity = 64;  // including the terminating NUL
 constexpr std::int64_t kNoStep = -1;
 
@@ -48,9 +50,12 @@ struct StatusPage {
   std::atomic<std::int64_t> max_step_ns;
   char reserved[kJournalOffset - 176];
   OpJournal journal;  // version 2: the journal of communication operations
+  char reserved_after_journal[kTimingsOffset - kJournalOffset - sizeof(OpJournal)];
+  TimingRing timings;  // version 3: phase and step intervals, a ring
 };
 static_assert(offsetof(StatusPage, checkpoint_blocked_ns) == 160);
 static_assert(offsetof(StatusPage, journal) == kJournalOffset);
+static_assert(offsetof(StatusPage, timings) == kTimingsOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 
@@ -75,7 +80,8 @@ struct StatusSnapshot {
 
 StatusSnapshot ReadStatusPage(const StatusPage& page);
 
-// Writes the phase name under the sequence lock (client side).
+// Writes the phase name under the sequence lock (client side). The timing of
+// the phase it ends is the client's (client.cc), not this function's.
 void WritePhase(StatusPage* page, const char* name, std::int64_t now_mono_ns);
 
 // A mapped status page file; unmaps on destruction. Not thread-safe itself;

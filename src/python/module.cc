@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "common/clock.h"
 #include "common/op_journal.h"
 #include "common/status_page.h"
 #include "trainguard/checkpoint.h"
@@ -103,6 +104,13 @@ PYBIND11_MODULE(_core, m) {
   m.def("step", &client::Step, py::arg("step"));
   m.def("set_phase", [](const std::string& name) { client::SetPhase(name.c_str()); },
         py::arg("name"));
+  m.def("last_step", &client::LastStep);
+  m.def("record_device_time", [](const std::string& name, std::int64_t start_mono_ns,
+                                 std::int64_t duration_ns, std::int64_t after_step) {
+          client::RecordDeviceTime(name.c_str(), start_mono_ns, duration_ns, after_step);
+        },
+        py::arg("name"), py::arg("start_mono_ns"), py::arg("duration_ns"), py::arg("after_step"));
+  m.def("monotonic_ns", &MonotonicNowNanos, "CLOCK_MONOTONIC, the clock of the status page.");
   m.def("checkpoint_committed", &client::CheckpointCommitted, py::arg("step"));
   m.def("add_checkpoint_overhead", &client::AddCheckpointOverhead, py::arg("nanos"));
   m.def("shutdown", &client::Shutdown);
@@ -115,6 +123,24 @@ PYBIND11_MODULE(_core, m) {
         py::arg("path"), "Creates an empty status page as the agent does (tests, benchmarks).");
   m.def("_read_status_page", &ReadPage, py::arg("path"),
         "A status page with its journal, as the agent reads it (tests, benchmarks).");
+  m.def("_read_timings", [](const std::string& path) {
+          auto mapped = MappedStatusPage::Open(path);
+          ThrowIfError(mapped.status());
+          TimingCursor cursor;
+          py::list out;
+          for (const TimingSample& t : cursor.Drain(mapped.value().get()->timings)) {
+            py::dict d;
+            d["name"] = t.name;
+            d["kind"] = t.kind == TimingKind::kStep ? "step" : t.kind == TimingKind::kGpu ? "gpu" : "phase";
+            d["start_mono_ns"] = t.start_mono_ns;
+            d["duration_ns"] = t.duration_ns;
+            d["after_step"] = t.after_step;
+            d["step"] = t.step;
+            out.append(d);
+          }
+          return out;
+        },
+        py::arg("path"), "The records in a status page's timing ring, oldest first (tests).");
   m.def("op_code", [](const std::string& name) { return static_cast<int>(OpKindFromName(name)); },
         py::arg("name"));
   m.def("dtype_code", [](const std::string& name) { return static_cast<int>(DtypeCode(name)); },
