@@ -1,4 +1,5 @@
 #include "agent/agent.h"
+#include "agent/timing_collector.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -76,6 +77,7 @@ struct Agent::Rank {
   bool running = false;
   ExitInfo exit;
   ActivityTracker activity{0};
+  TimingCollector timings;  // this rank's per-step timings, from its page
 };
 
 // Kernel messages older than this are not sent with a failure.
@@ -144,6 +146,15 @@ void Agent::SendAlerts() {
 Agent::~Agent() { StopRanks(generation_, {}, 0, false); }
 
 void Agent::OnCommand(const v1::ControllerMessage& msg) {
+  if (msg.has_clock_probe()) {
+    // Answered here, on the transport's thread, so that the round trip the
+    // controller measures is the network's and not the control loop's.
+    v1::AgentMessage echo;
+    echo.mutable_clock_echo()->set_controller_unix_us(msg.clock_probe().controller_unix_us());
+    echo.mutable_clock_echo()->set_agent_unix_us(clock_->WallNanos() / 1000);
+    link_->Send(echo);
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   commands_.push_back(Command{msg, ""});
   cv_.notify_all();
@@ -255,8 +266,10 @@ int Agent::Run() {
     PollKernel();
     if (welcomed) SendAlerts();
     MaybeSendDiagnostics();
+    PollTimings();
     ReapExited();
     if (welcomed && clock_->MonotonicNanos() >= next_heartbeat_) {
+      SendTimings(false);
       SendHeartbeat();
       next_heartbeat_ = clock_->MonotonicNanos() + heartbeat_interval_;
     }
@@ -488,6 +501,8 @@ void Agent::ReapExited() {
     rank->running = false;
     rank->exit = *exit;
     SignalGroup(rank->pid, SIGKILL);  // whatever the rank left behind in its group
+    if (rank->page.get() != nullptr) rank->timings.Poll(*rank->page.get());
+    SendTimings(true);  // the rank's last steps go before its exit
     if (rank->output) rank->output->Finish(500 * kMillisecond);
     v1::AgentMessage m;
     v1::RankExited* e = m.mutable_rank_exited();
@@ -510,6 +525,50 @@ void Agent::ReapExited() {
     }
     Send(m);
   }
+}
+
+void Agent::PollTimings() {
+  for (auto& rank : ranks_) {
+    if (rank->running && rank->page.get() != nullptr) rank->timings.Poll(*rank->page.get());
+  }
+}
+
+void Agent::SendTimings(bool flush) {
+  if (generation_ < 0) return;
+  v1::AgentMessage m;
+  v1::Timings* t = m.mutable_timings();
+  t->set_generation(generation_);
+  std::map<std::string, int> names;
+  // The pages' clock (CLOCK_MONOTONIC) to this node's wall clock.
+  const std::int64_t to_unix_ns = WallNowNanos() - MonotonicNowNanos();
+  std::int64_t dropped = 0;
+  for (auto& rank : ranks_) {
+    dropped += rank->timings.dropped();
+    for (CollectedStep& cs : rank->timings.Take(flush || !rank->running)) {
+      v1::StepTiming* st = t->add_steps();
+      st->set_global_rank(rank->global_rank);
+      st->set_step(cs.step);
+      st->set_start_unix_us((cs.start_mono_ns + to_unix_ns) / 1000);
+      st->set_duration_us(cs.duration_ns / 1000);
+      for (const CollectedInterval& ci : cs.intervals) {
+        v1::PhaseInterval* pi = st->add_intervals();
+        auto [it, added] = names.emplace(ci.name, static_cast<int>(names.size()));
+        if (added) t->add_names(ci.name);
+        pi->set_name(it->second);
+        pi->set_kind(static_cast<int>(ci.kind));
+        pi->set_start_us((ci.start_mono_ns - cs.start_mono_ns) / 1000);
+        pi->set_duration_us(ci.duration_ns / 1000);
+        if (ci.kind != IntervalKind::kPhase && ci.kind != IntervalKind::kDevice) {
+          pi->set_group_id(ci.group_id);
+          pi->set_seq(ci.seq);
+          pi->set_peer(ci.peer);
+          pi->set_numel(ci.numel);
+        }
+      }
+    }
+  }
+  t->set_dropped(dropped);
+  if (t->steps_size() > 0) Send(m);
 }
 
 std::set<int> Agent::RankProcesses() const {
@@ -678,8 +737,12 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
       *r->mutable_rank() = Describe(*rank);
       for (const auto& line : rank->output->Tail()) r->add_log_tail(line);
     }
-    if (rank->page.get() != nullptr) unlink(rank->page.path().c_str());
+    if (rank->page.get() != nullptr) {
+      rank->timings.Poll(*rank->page.get());
+      unlink(rank->page.path().c_str());
+    }
   }
+  SendTimings(true);
   std::set<int> ours;
   for (const auto& rank : ranks_) ours.insert(rank->pids.begin(), rank->pids.end());
   ranks_.clear();

@@ -104,6 +104,11 @@ class Agent {
                  Nanos grace, bool report);
   void ReapExited();
   void SendHeartbeat();
+  // Drains every running rank's timing ring and journal (each loop turn).
+  void PollTimings();
+  // Sends the steps that finished (`flush`: also the newest, held back to
+  // wait for its device times) as one Timings message, if there are any.
+  void SendTimings(bool flush);
   // Runs the diagnostics suite on a thread of its own (heartbeats go on) and
   // answers when it is done; one round at a time. Control loop only.
   void StartDiagnostics(const v1::RunDiagnostics& order);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <sqlite3.h>
 
 namespace trainguard {
@@ -188,6 +189,19 @@ CREATE TABLE IF NOT EXISTS node_diagnostics (
   figures_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS node_diagnostics_by_node ON node_diagnostics(node, id);
+CREATE TABLE IF NOT EXISTS step_timings (
+  job_id TEXT NOT NULL,
+  generation INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  node TEXT NOT NULL,
+  start_us INTEGER NOT NULL,
+  duration_us INTEGER NOT NULL,
+  clock_error_us INTEGER NOT NULL,
+  totals TEXT NOT NULL,
+  intervals TEXT NOT NULL,
+  PRIMARY KEY (job_id, step, generation, rank)
+) WITHOUT ROWID;
 )sql";
 
 // RAII prepared statement.
@@ -213,6 +227,49 @@ class Stmt {
 };
 
 }  // namespace
+
+Status InMemoryEventStore::AppendStepTimings(const std::vector<StepTimingRecord>& rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const StepTimingRecord& r : rows) {
+    auto same = std::find_if(timings_.begin(), timings_.end(), [&](const StepTimingRecord& t) {
+      return t.job_id == r.job_id && t.generation == r.generation && t.rank == r.rank && t.step == r.step;
+    });
+    if (same != timings_.end()) {
+      *same = r;
+    } else {
+      timings_.push_back(r);
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<StepTimingRecord>> InMemoryEventStore::StepTimings(const std::string& job_id,
+                                                                        std::int64_t from, std::int64_t to) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<StepTimingRecord> out;
+  for (const auto& t : timings_) {
+    if (t.job_id == job_id && t.step >= from && t.step <= to) out.push_back(t);
+  }
+  std::sort(out.begin(), out.end(), [](const StepTimingRecord& a, const StepTimingRecord& b) {
+    return std::tie(a.step, a.generation, a.rank) < std::tie(b.step, b.generation, b.rank);
+  });
+  return out;
+}
+
+Status InMemoryEventStore::CompactStepTimings(const std::string& job_id, std::int64_t before_step,
+                                              int keep_every) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::int64_t every = std::max(keep_every, 1);
+  timings_.erase(std::remove_if(timings_.begin(), timings_.end(),
+                                [&](const StepTimingRecord& t) {
+                                  return t.job_id == job_id && t.step < before_step && t.step % every != 0;
+                                }),
+                 timings_.end());
+  for (auto& t : timings_) {
+    if (t.job_id == job_id && t.step < before_step) t.intervals.clear();
+  }
+  return Status::Ok();
+}
 
 class SqliteEventStore final : public EventStore {
  public:
@@ -429,6 +486,81 @@ class SqliteEventStore final : public EventStore {
     }
     if (rc != SQLITE_DONE) return Error("read diagnostics");
     return out;
+  }
+
+  Status AppendStepTimings(const std::vector<StepTimingRecord>& rows) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TG_RETURN_IF_ERROR(Exec("BEGIN"));
+    Stmt s(db_, "INSERT OR REPLACE INTO step_timings(job_id, generation, rank, step, node, start_us, "
+                "duration_us, clock_error_us, totals, intervals) VALUES(?,?,?,?,?,?,?,?,?,?)");
+    if (!s.ok()) {
+      Exec("ROLLBACK");
+      return Error("prepare insert step timings");
+    }
+    for (const StepTimingRecord& r : rows) {
+      s.Bind(1, r.job_id);
+      s.Bind(2, r.generation);
+      s.Bind(3, static_cast<std::int64_t>(r.rank));
+      s.Bind(4, r.step);
+      s.Bind(5, r.node);
+      s.Bind(6, r.start_us);
+      s.Bind(7, r.duration_us);
+      s.Bind(8, r.clock_error_us);
+      s.Bind(9, r.totals);
+      s.Bind(10, r.intervals);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) {
+        Status e = Error("insert step timings");
+        Exec("ROLLBACK");
+        return e;
+      }
+      sqlite3_reset(s.get());
+    }
+    return Exec("COMMIT");
+  }
+
+  StatusOr<std::vector<StepTimingRecord>> StepTimings(const std::string& job_id, std::int64_t from,
+                                                      std::int64_t to) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT generation, rank, step, node, start_us, duration_us, clock_error_us, totals, "
+                "intervals FROM step_timings WHERE job_id=? AND step>=? AND step<=? "
+                "ORDER BY step, generation, rank");
+    if (!s.ok()) return Error("prepare select step timings");
+    s.Bind(1, job_id);
+    s.Bind(2, from);
+    s.Bind(3, to);
+    std::vector<StepTimingRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      StepTimingRecord r;
+      r.job_id = job_id;
+      r.generation = s.Int(0);
+      r.rank = static_cast<int>(s.Int(1));
+      r.step = s.Int(2);
+      r.node = s.Text(3);
+      r.start_us = s.Int(4);
+      r.duration_us = s.Int(5);
+      r.clock_error_us = s.Int(6);
+      r.totals = s.Text(7);
+      r.intervals = s.Text(8);
+      out.push_back(std::move(r));
+    }
+    if (rc != SQLITE_DONE) return Error("read step timings of " + job_id);
+    return out;
+  }
+
+  Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt thin(db_, "DELETE FROM step_timings WHERE job_id=? AND step<? AND step % ? != 0");
+    Stmt strip(db_, "UPDATE step_timings SET intervals='' WHERE job_id=? AND step<? AND intervals!=''");
+    if (!thin.ok() || !strip.ok()) return Error("prepare compact step timings");
+    thin.Bind(1, job_id);
+    thin.Bind(2, before_step);
+    thin.Bind(3, static_cast<std::int64_t>(std::max(keep_every, 1)));
+    if (sqlite3_step(thin.get()) != SQLITE_DONE) return Error("thin step timings of " + job_id);
+    strip.Bind(1, job_id);
+    strip.Bind(2, before_step);
+    if (sqlite3_step(strip.get()) != SQLITE_DONE) return Error("strip step timings of " + job_id);
+    return Status::Ok();
   }
 
   StatusOr<std::vector<JobRecord>> Jobs() override {

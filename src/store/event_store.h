@@ -89,6 +89,21 @@ struct DiagnosticsRecord {
   std::string figures_json;  // [{"name": ..., "value": ..., "error": ...}, ...]
 };
 
+// One rank's timings of one step (docs/telemetry.md). Written by the
+// controller as the agents send them; read by the heatmap and the trace.
+struct StepTimingRecord {
+  std::string job_id;
+  std::int64_t generation = 0;
+  int rank = -1;
+  std::string node;
+  std::int64_t step = 0;
+  std::int64_t start_us = 0;        // the controller's clock (the node's offset removed)
+  std::int64_t duration_us = 0;
+  std::int64_t clock_error_us = 0;  // how far start_us may be off (half the best round trip)
+  std::string totals;               // per phase: "forward=1200;gpu:forward=900;comm:all_reduce=300" (µs)
+  std::string intervals;            // every interval (docs/telemetry.md); "" once downsampled
+};
+
 class EventStore {
  public:
   virtual ~EventStore() = default;
@@ -117,6 +132,17 @@ class EventStore {
   virtual Status RecordDiagnostics(const DiagnosticsRecord& record) = 0;
   // The newest record of each node, by node id.
   virtual StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() = 0;
+
+  // Step timings. A row for the same job, generation, rank and step replaces
+  // the old one. Appended in one transaction.
+  virtual Status AppendStepTimings(const std::vector<StepTimingRecord>& rows) = 0;
+  // The job's rows with from <= step <= to, by step, then generation, then rank.
+  virtual StatusOr<std::vector<StepTimingRecord>> StepTimings(const std::string& job_id, std::int64_t from,
+                                                              std::int64_t to) = 0;
+  // Retention: rows of steps before `before_step` lose their intervals (the
+  // totals stay), and of those only steps that are multiples of `keep_every`
+  // are kept.
+  virtual Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) = 0;
 };
 
 class SqliteEventStore;
@@ -140,6 +166,10 @@ class InMemoryEventStore final : public EventStore {
   StatusOr<std::vector<NodeAction>> NodeActions(const std::string& node) override;
   Status RecordDiagnostics(const DiagnosticsRecord& record) override;
   StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() override;
+  Status AppendStepTimings(const std::vector<StepTimingRecord>& rows) override;
+  StatusOr<std::vector<StepTimingRecord>> StepTimings(const std::string& job_id, std::int64_t from,
+                                                      std::int64_t to) override;
+  Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) override;
 
  private:
   std::mutex mu_;
@@ -149,6 +179,7 @@ class InMemoryEventStore final : public EventStore {
   std::vector<NodeHealth> health_;
   std::vector<NodeAction> actions_;
   std::vector<DiagnosticsRecord> diagnostics_;
+  std::vector<StepTimingRecord> timings_;
 };
 
 }  // namespace trainguard

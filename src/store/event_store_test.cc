@@ -1,6 +1,8 @@
 #include "store/event_store.h"
 
 #include <gtest/gtest.h>
+
+#include <set>
 #include <unistd.h>
 
 #include <functional>
@@ -134,6 +136,47 @@ TEST_P(EventStoreTest, KeepsTheNewestDiagnosticsOfEachNode) {
   EXPECT_EQ((*latest)[1].node, "node2");
   EXPECT_EQ((*latest)[1].wall_ns, 5);
   EXPECT_EQ((*latest)[1].figures_json, R"([{"name":"compute_gflops","value":2}])");
+}
+
+TEST_P(EventStoreTest, KeepsStepTimingsReplacesRepeatsAndCompactsOldSteps) {
+  std::vector<StepTimingRecord> rows;
+  for (std::int64_t step = 0; step < 30; ++step) {
+    for (int rank = 1; rank >= 0; --rank) {
+      rows.push_back({"j1", 0, rank, "node" + std::to_string(rank), step, 1000 * step, 900, 5,
+                      "forward=400", "forward,1,0,400"});
+    }
+  }
+  rows.push_back({"j2", 0, 0, "nodeX", 3, 0, 1, 0, "", ""});
+  ASSERT_TRUE(store_->AppendStepTimings(rows).ok());
+  // The same step of the same generation again replaces; a new generation adds.
+  ASSERT_TRUE(store_->AppendStepTimings({{"j1", 0, 0, "node0", 5, 5000, 777, 5, "forward=1", "x"},
+                                         {"j1", 1, 0, "node0", 5, 9000, 800, 5, "forward=2", "y"}}).ok());
+  auto some = store_->StepTimings("j1", 5, 6);
+  ASSERT_TRUE(some.ok());
+  ASSERT_EQ(some->size(), 5u);
+  EXPECT_EQ((*some)[0].rank, 0);
+  EXPECT_EQ((*some)[0].generation, 0);
+  EXPECT_EQ((*some)[0].duration_us, 777);
+  EXPECT_EQ((*some)[1].rank, 1);
+  EXPECT_EQ((*some)[2].generation, 1);
+  EXPECT_EQ((*some)[2].intervals, "y");
+  EXPECT_EQ((*some)[3].step, 6);
+  EXPECT_EQ((*some)[3].node, "node0");
+  EXPECT_EQ((*some)[3].start_us, 6000);
+  EXPECT_EQ((*some)[3].clock_error_us, 5);
+  EXPECT_EQ((*some)[3].totals, "forward=400");
+
+  ASSERT_TRUE(store_->CompactStepTimings("j1", 20, 10).ok());
+  auto all = store_->StepTimings("j1", 0, 100);
+  ASSERT_TRUE(all.ok());
+  std::set<std::int64_t> steps;
+  for (const auto& r : *all) {
+    steps.insert(r.step);
+    EXPECT_EQ(r.intervals.empty(), r.step < 20) << r.step;
+    EXPECT_FALSE(r.totals.empty());
+  }
+  EXPECT_EQ(steps, (std::set<std::int64_t>{0, 10, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29}));
+  EXPECT_EQ(store_->StepTimings("j2", 0, 100)->size(), 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, EventStoreTest, testing::Values("memory", "sqlite"));
