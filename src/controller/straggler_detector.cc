@@ -1,0 +1,322 @@
+#include "controller/straggler_detector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace trainguard {
+namespace {
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  double hi = v[mid];
+  if (v.size() % 2 == 1) return hi;
+  double lo = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+  return (lo + hi) / 2;
+}
+
+std::int64_t FloorDiv(std::int64_t a, std::int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+std::string Percent(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f %%", f * 100);
+  return buf;
+}
+
+std::string Ms(double us) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f ms", us / 1000);
+  return buf;
+}
+
+// One judged unit (a node, or a rank when the job has fewer than 3 nodes).
+struct Unit {
+  std::string key;
+  std::string node;
+  int slowest_rank = -1;
+  double compute = 0, comm = 0, step = 0;
+  std::map<std::string, double> phases;
+};
+
+}  // namespace
+
+bool IsComputePhase(const std::string& key) {
+  std::string k = key.rfind("gpu:", 0) == 0 ? key.substr(4) : key;
+  return k == "forward" || k == "backward" || k == "optimizer";
+}
+
+void FillSignals(RankStep* s) {
+  double cpu = 0, gpu = 0, comm = 0;
+  for (const auto& [key, us] : s->phases) {
+    if (key.rfind("comm:", 0) == 0) {
+      comm += us;
+    } else if (IsComputePhase(key)) {
+      (key.rfind("gpu:", 0) == 0 ? gpu : cpu) += us;
+    }
+  }
+  s->comm_us = comm;
+  s->compute_us = gpu > 0 ? gpu : cpu > 0 ? cpu : std::max(0.0, s->step_us - comm);
+}
+
+void StragglerDetector::Add(const RankStep& step) {
+  std::int64_t index = FloorDiv(step.step, policy_.window_steps);
+  if (index < judged_below_) return;  // a window already judged
+  windows_[index].by_rank[step.rank].push_back(step);
+  auto [it, added] = rank_last_.emplace(step.rank, step.step);
+  if (!added) it->second = std::max(it->second, step.step);
+}
+
+void StragglerDetector::Reset() {
+  windows_.clear();
+  rank_last_.clear();
+  judged_below_ = INT64_MIN;
+  for (auto& [key, streak] : streaks_) {
+    streak.slow = 0;
+    streak.normal = 0;
+  }
+  baseline_steps_.clear();
+  baseline_phases_.clear();
+  trend_slow_ = 0;
+  trend_said_ = false;
+}
+
+std::set<std::string> StragglerDetector::Stragglers() const {
+  std::set<std::string> out;
+  for (const auto& [key, s] : streaks_) {
+    if (s.reported) out.insert(key);
+  }
+  return out;
+}
+
+std::vector<StragglerFinding> StragglerDetector::Evaluate() {
+  std::vector<StragglerFinding> out;
+  while (!windows_.empty()) {
+    auto it = windows_.begin();
+    std::int64_t last_step = (it->first + 1) * policy_.window_steps - 1;
+    std::int64_t min_last = INT64_MAX, max_last = INT64_MIN;
+    for (const auto& [rank, last] : rank_last_) {
+      min_last = std::min(min_last, last);
+      max_last = std::max(max_last, last);
+    }
+    // Complete when every rank is past it, or some rank a whole window further.
+    if (min_last < last_step && max_last < last_step + policy_.window_steps) break;
+    Judge(it->first, it->second, &out);
+    JudgeTrend(it->first, it->second, &out);
+    judged_below_ = it->first + 1;
+    windows_.erase(it);
+  }
+  return out;
+}
+
+void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out) {
+  // Per rank: medians over the window's steps.
+  std::map<std::string, std::vector<std::pair<int, const std::vector<RankStep>*>>> by_node;
+  for (const auto& [rank, steps] : w.by_rank) {
+    if (!steps.empty()) by_node[steps.front().node].push_back({rank, &steps});
+  }
+  auto rank_unit = [](int rank, const std::vector<RankStep>& steps) {
+    Unit u;
+    u.node = steps.front().node;
+    u.slowest_rank = rank;
+    std::vector<double> compute, comm, step;
+    std::map<std::string, std::vector<double>> phases;
+    for (const RankStep& s : steps) {
+      compute.push_back(s.compute_us);
+      comm.push_back(s.comm_us);
+      step.push_back(s.step_us);
+      for (const auto& [k, v] : s.phases) phases[k].push_back(v);
+    }
+    u.compute = Median(compute);
+    u.comm = Median(comm);
+    u.step = Median(step);
+    for (auto& [k, v] : phases) u.phases[k] = Median(v);
+    return u;
+  };
+  std::vector<Unit> units;
+  if (by_node.size() >= 3) {
+    for (const auto& [node, ranks] : by_node) {
+      std::vector<Unit> rs;
+      for (const auto& [rank, steps] : ranks) rs.push_back(rank_unit(rank, *steps));
+      Unit u;
+      u.key = node;
+      u.node = node;
+      std::vector<double> compute, comm, step;
+      std::map<std::string, std::vector<double>> phases;
+      double worst = -1;
+      for (const Unit& r : rs) {
+        compute.push_back(r.compute);
+        comm.push_back(r.comm);
+        step.push_back(r.step);
+        for (const auto& [k, v] : r.phases) phases[k].push_back(v);
+        if (r.compute > worst) {
+          worst = r.compute;
+          u.slowest_rank = r.slowest_rank;
+        }
+      }
+      u.compute = Median(compute);
+      u.comm = Median(comm);
+      u.step = Median(step);
+      for (auto& [k, v] : phases) u.phases[k] = Median(v);
+      units.push_back(std::move(u));
+    }
+  } else {
+    for (const auto& [node, ranks] : by_node) {
+      for (const auto& [rank, steps] : ranks) {
+        Unit u = rank_unit(rank, *steps);
+        u.key = node + "/rank " + std::to_string(rank);
+        units.push_back(std::move(u));
+      }
+    }
+  }
+  if (units.size() < 3) return;  // with two, which one is the slow one?
+
+  auto slow_set = [&](double Unit::*field, double* centre_out) {
+    std::vector<double> v;
+    for (const Unit& u : units) v.push_back(u.*field);
+    double centre = Median(v);
+    std::vector<double> dev;
+    for (double x : v) dev.push_back(std::fabs(x - centre));
+    double spread = 1.4826 * Median(dev);
+    std::set<std::string> slow;
+    for (const Unit& u : units) {
+      double x = u.*field;
+      if (centre > 0 && x >= centre * (1 + policy_.min_slowdown) && x - centre >= policy_.min_robust_z * spread) {
+        slow.insert(u.key);
+      }
+    }
+    *centre_out = centre;
+    return slow;
+  };
+  double compute_centre = 0, comm_centre = 0;
+  std::set<std::string> slow_compute = slow_set(&Unit::compute, &compute_centre);
+  std::set<std::string> slow_comm = slow_set(&Unit::comm, &comm_centre);
+
+  // The phase of `u` furthest above the units' median of that phase.
+  auto worst_phase = [&](const Unit& u, bool comm) {
+    std::string best;
+    double best_gap = 0;
+    for (const auto& [k, v] : u.phases) {
+      bool is_comm = k.rfind("comm:", 0) == 0;
+      if (is_comm != comm || (!comm && !IsComputePhase(k) && k != "gc")) continue;
+      std::vector<double> others;
+      for (const Unit& o : units) {
+        auto it = o.phases.find(k);
+        others.push_back(it == o.phases.end() ? 0 : it->second);
+      }
+      double gap = v - Median(others);
+      if (gap > best_gap) {
+        best_gap = gap;
+        best = k;
+      }
+    }
+    return best;
+  };
+
+  std::int64_t first = index * policy_.window_steps;
+  std::int64_t last = first + policy_.window_steps - 1;
+  for (const Unit& u : units) {
+    Streak& s = streaks_[u.key];
+    bool compute = slow_compute.count(u.key) > 0;
+    bool comm = !compute && slow_comm.count(u.key) > 0;
+    if (compute || comm) {
+      if (s.slow == 0) s.first_step = first;
+      ++s.slow;
+      s.normal = 0;
+      s.signal = compute ? "compute" : "communication";
+    } else {
+      s.slow = std::max(0, s.slow - 1);
+      ++s.normal;
+    }
+    bool report = (compute || comm) && s.slow >= policy_.windows_to_report && !s.reported;
+    bool evict = (compute || comm) && s.slow >= policy_.windows_to_evict && !s.evict_said;
+    if (report || evict) {
+      StragglerFinding f;
+      f.kind = "straggler";
+      f.node = u.node;
+      f.rank = u.slowest_rank;
+      f.signal = s.signal;
+      f.phase = worst_phase(u, comm);
+      f.value_us = compute ? u.compute : u.comm;
+      f.centre_us = compute ? compute_centre : comm_centre;
+      f.slowdown = f.centre_us > 0 ? f.value_us / f.centre_us - 1 : 0;
+      f.first_step = s.first_step;
+      f.last_step = last;
+      f.steps = last - s.first_step + 1;
+      f.evict = s.slow >= policy_.windows_to_evict;
+      f.message = (units.front().key == units.front().node ? "node " : "") + u.key + " is a " + s.signal +
+                  " straggler: " + (s.signal == "compute" ? "compute " : "communication ") + Ms(f.value_us) +
+                  " per step against the job's median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
+                  " slower" + (f.phase.empty() ? "" : ", most in " + f.phase) + ") for " +
+                  std::to_string(f.steps) + " steps (" + std::to_string(f.first_step) + "-" +
+                  std::to_string(f.last_step) + ")";
+      s.reported = true;
+      if (f.evict) s.evict_said = true;
+      out->push_back(std::move(f));
+    } else if (s.reported && s.normal >= policy_.windows_to_clear) {
+      StragglerFinding f;
+      f.kind = "straggler_cleared";
+      f.node = u.node;
+      f.rank = u.slowest_rank;
+      f.signal = s.signal;
+      f.last_step = last;
+      f.message = (units.front().key == units.front().node ? "node " : "") + u.key + " keeps pace again (" +
+                  std::to_string(s.normal) + " windows of " + std::to_string(policy_.window_steps) +
+                  " steps within the job's median)";
+      out->push_back(std::move(f));
+      s = Streak();
+    }
+  }
+}
+
+void StragglerDetector::JudgeTrend(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out) {
+  std::vector<double> steps;
+  std::map<std::string, std::vector<double>> phases;
+  for (const auto& [rank, rs] : w.by_rank) {
+    for (const RankStep& s : rs) {
+      steps.push_back(s.step_us);
+      for (const auto& [k, v] : s.phases) phases[k].push_back(v);
+    }
+  }
+  if (steps.empty()) return;
+  double now = Median(steps);
+  if (static_cast<int>(baseline_steps_.size()) < policy_.trend_baseline_windows) {
+    if (baseline_steps_.empty()) trend_first_step_ = index * policy_.window_steps;
+    baseline_steps_.push_back(now);
+    for (auto& [k, v] : phases) baseline_phases_[k] += Median(v) / policy_.trend_baseline_windows;
+    return;
+  }
+  double base = Median(baseline_steps_);
+  double growth = base > 0 ? now / base - 1 : 0;
+  if (growth < policy_.trend_threshold) {
+    trend_slow_ = 0;
+    if (growth < policy_.trend_threshold / 2) trend_said_ = false;
+    return;
+  }
+  if (++trend_slow_ < policy_.windows_to_report || trend_said_) return;
+  trend_said_ = true;
+  StragglerFinding f;
+  f.kind = "slow_trend";
+  f.value_us = now;
+  f.centre_us = base;
+  f.slowdown = growth;
+  f.first_step = trend_first_step_;
+  f.last_step = (index + 1) * policy_.window_steps - 1;
+  f.steps = f.last_step - f.first_step + 1;
+  double best_gap = 0;
+  for (auto& [k, v] : phases) {
+    auto b = baseline_phases_.find(k);
+    double gap = Median(v) - (b == baseline_phases_.end() ? 0 : b->second);
+    if (gap > best_gap) {
+      best_gap = gap;
+      f.phase = k;
+    }
+  }
+  f.message = "step time grew " + Percent(growth) + " over the last " + std::to_string(f.steps) + " steps (" +
+              Ms(base) + " -> " + Ms(now) + ")" +
+              (f.phase.empty() ? "" : ", in phase " + f.phase + " (+" + Ms(best_gap) + " per step)");
+  out->push_back(std::move(f));
+}
+
+}  // namespace trainguard

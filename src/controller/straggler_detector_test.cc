@@ -1,0 +1,179 @@
+#include "controller/straggler_detector.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+namespace trainguard {
+namespace {
+
+// A job of `nodes` x 2 ranks; `slow(node, step)` scales a node's forward and
+// backward, `comm(node, step)` its collectives; every value has +-`noise`
+// uniform noise.
+struct Job {
+  int nodes = 4;
+  double noise = 0.03;
+  std::mt19937 rng{7};
+  std::function<double(int, std::int64_t)> slow = [](int, std::int64_t) { return 1.0; };
+  std::function<double(int, std::int64_t)> comm = [](int, std::int64_t) { return 1.0; };
+  std::function<double(int, int, std::int64_t)> extra_gc = [](int, int, std::int64_t) { return 0.0; };
+
+  double Noisy(double v) { return v * std::uniform_real_distribution<double>(1 - noise, 1 + noise)(rng); }
+
+  std::vector<StragglerFinding> Run(StragglerDetector* d, std::int64_t from, std::int64_t to) {
+    std::vector<StragglerFinding> all;
+    for (std::int64_t step = from; step < to; ++step) {
+      for (int n = 0; n < nodes; ++n) {
+        for (int r = 0; r < 2; ++r) {
+          RankStep s;
+          s.node = "node" + std::to_string(n);
+          s.rank = 2 * n + r;
+          s.step = step;
+          s.phases["forward"] = Noisy(30000 * slow(n, step));
+          s.phases["backward"] = Noisy(60000 * slow(n, step));
+          s.phases["optimizer"] = Noisy(5000);
+          s.phases["comm:all_reduce"] = Noisy(20000 * comm(n, step));
+          double gc = extra_gc(n, r, step);
+          if (gc > 0) s.phases["gc"] = gc;
+          s.step_us = s.phases["forward"] + s.phases["backward"] + s.phases["optimizer"] + 10000 + gc;
+          FillSignals(&s);
+          d->Add(s);
+        }
+      }
+      for (auto& f : d->Evaluate()) all.push_back(f);
+    }
+    return all;
+  }
+};
+
+TEST(StragglerDetectorTest, NamesTheSlowNodeOnlyAndWhenToEvict) {
+  StragglerPolicy p;
+  StragglerDetector d(p);
+  Job job;
+  job.slow = [](int n, std::int64_t) { return n == 2 ? 1.10 : 1.0; };
+  auto f = job.Run(&d, 0, 100);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].kind, "straggler");
+  EXPECT_EQ(f[0].node, "node2");
+  EXPECT_EQ(f[0].signal, "compute");
+  EXPECT_FALSE(f[0].evict);
+  EXPECT_EQ(f[0].last_step, p.windows_to_report * p.window_steps - 1);  // as early as the hysteresis allows
+  EXPECT_NEAR(f[0].slowdown, 0.10, 0.03);
+  EXPECT_EQ(f[0].phase, "backward");  // 10 % of the longer phase is the larger gap
+  EXPECT_TRUE(f[0].rank == 4 || f[0].rank == 5);
+  EXPECT_NE(f[0].message.find("node node2 is a compute straggler"), std::string::npos) << f[0].message;
+  EXPECT_TRUE(f[1].evict);
+  EXPECT_EQ(f[1].last_step, p.windows_to_evict * p.window_steps - 1);
+  EXPECT_EQ(d.Stragglers(), std::set<std::string>{"node2"});
+}
+
+TEST(StragglerDetectorTest, NoiseAloneNamesNobody) {
+  for (unsigned seed = 1; seed <= 20; ++seed) {
+    StragglerDetector d(StragglerPolicy{});
+    Job job;
+    job.noise = 0.10;
+    job.rng.seed(seed);
+    EXPECT_TRUE(job.Run(&d, 0, 300).empty()) << "seed " << seed;
+  }
+}
+
+TEST(StragglerDetectorTest, GarbageCollectionPausesAndACheckpointDoNotMakeAStraggler) {
+  StragglerDetector d(StragglerPolicy{});
+  Job job;
+  // A 400 ms GC on one rank every 7th step, and node 1 three times slower for
+  // the two steps of a checkpoint.
+  job.extra_gc = [](int n, int r, std::int64_t step) { return n == 3 && r == 0 && step % 7 == 0 ? 400000.0 : 0.0; };
+  job.slow = [](int n, std::int64_t step) { return n == 1 && (step == 40 || step == 41) ? 3.0 : 1.0; };
+  EXPECT_TRUE(job.Run(&d, 0, 200).empty());
+}
+
+TEST(StragglerDetectorTest, TellsACommunicationStragglerFromAComputeOne) {
+  StragglerDetector d(StragglerPolicy{});
+  Job job;
+  job.comm = [](int n, std::int64_t) { return n == 1 ? 1.5 : 1.0; };
+  auto f = job.Run(&d, 0, 30);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].node, "node1");
+  EXPECT_EQ(f[0].signal, "communication");
+  EXPECT_EQ(f[0].phase, "comm:all_reduce");
+}
+
+TEST(StragglerDetectorTest, ClearsANodeThatKeepsPaceAgainAndResetsOnANewGeneration) {
+  StragglerPolicy p;
+  StragglerDetector d(p);
+  Job job;
+  job.slow = [](int n, std::int64_t step) { return n == 0 && step < 30 ? 1.2 : 1.0; };
+  auto f = job.Run(&d, 0, 100);
+  ASSERT_GE(f.size(), 2u);
+  EXPECT_EQ(f.front().kind, "straggler");
+  EXPECT_EQ(f.back().kind, "straggler_cleared");
+  EXPECT_EQ(f.back().node, "node0");
+  EXPECT_TRUE(d.Stragglers().empty());
+  d.Reset();
+  // Steps from a checkpoint again (a restart): judged afresh, nothing stale.
+  EXPECT_TRUE(job.Run(&d, 50, 100).empty());
+}
+
+TEST(StragglerDetectorTest, AWindowWaitsForItsSlowestReporterButNotForever) {
+  StragglerDetector d(StragglerPolicy{});
+  for (std::int64_t step = 0; step < 10; ++step) {
+    for (int rank = 0; rank < 3; ++rank) {
+      RankStep s{"node" + std::to_string(rank), rank, step, 100, 100, 0, {}};
+      if (rank == 2 && step > 4) continue;  // rank 2's reports are late
+      d.Add(s);
+    }
+  }
+  d.Evaluate();
+  for (std::int64_t step = 10; step < 19; ++step) d.Add(RankStep{"node0", 0, step, 100, 100, 0, {}});
+  d.Evaluate();
+  // Window 0 was judged only once rank 0 was a whole window further; the
+  // late reports of rank 2 for it are then dropped.
+  d.Add(RankStep{"node0", 0, 19, 100, 100, 0, {}});
+  EXPECT_TRUE(d.Evaluate().empty());
+  d.Add(RankStep{"node2", 2, 6, 1e9, 1e9, 0, {}});
+  EXPECT_TRUE(d.Evaluate().empty());
+}
+
+TEST(StragglerDetectorTest, ReportsASlowTrendOnceNamingThePhaseThatGrew) {
+  StragglerPolicy p;
+  StragglerDetector d(p);
+  std::vector<StragglerFinding> all;
+  for (std::int64_t step = 0; step < 400; ++step) {
+    for (int rank = 0; rank < 4; ++rank) {
+      RankStep s;
+      s.node = "node" + std::to_string(rank);
+      s.rank = rank;
+      s.step = step;
+      double data = step < 100 ? 5000 : 5000 + 60.0 * (step - 100);  // the data loader slows down
+      s.phases = {{"data", data}, {"forward", 30000}, {"backward", 60000}};
+      s.step_us = data + 90000;
+      FillSignals(&s);
+      d.Add(s);
+    }
+    for (auto& f : d.Evaluate()) all.push_back(f);
+  }
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].kind, "slow_trend");
+  EXPECT_EQ(all[0].phase, "data");
+  EXPECT_GE(all[0].slowdown, p.trend_threshold);
+  EXPECT_NE(all[0].message.find("step time grew"), std::string::npos);
+  EXPECT_NE(all[0].message.find("in phase data"), std::string::npos);
+}
+
+TEST(StragglerDetectorTest, SignalsComeFromDeviceTimeWhenThereIsSome) {
+  RankStep s;
+  s.step_us = 1000;
+  s.phases = {{"forward", 100}, {"gpu:forward", 300}, {"gpu:backward", 500}, {"comm:all_reduce", 50}};
+  FillSignals(&s);
+  EXPECT_EQ(s.compute_us, 800);
+  EXPECT_EQ(s.comm_us, 50);
+  RankStep bare;
+  bare.step_us = 1000;
+  bare.phases = {{"comm:all_reduce", 200}};
+  FillSignals(&bare);
+  EXPECT_EQ(bare.compute_us, 800);
+}
+
+}  // namespace
+}  // namespace trainguard
