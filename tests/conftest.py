@@ -147,9 +147,9 @@ def no_leftovers(tmp_path):
                 pass
 
 
-def cpu_cgroup(name, fraction):
-    """A cgroup (v2 or v1) whose processes get `fraction` of one CPU; its path, or None."""
-    period = 100000
+def cpu_cgroup(name, fraction, period=100000):
+    """A cgroup (v2 or v1) whose processes get `fraction` of one CPU in every
+    `period` microseconds; its path, or None."""
     quota = int(period * fraction)
     if os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
         with open("/sys/fs/cgroup/cgroup.controllers") as f:

@@ -19,6 +19,10 @@ struct JobOptions {
   bool netns = false;       // run: every node in a network namespace of its own (root)
   bool netns_fallback = false;  // run --netns without root or namespaces: shared network, with a note
   int nodes_per_rack = 0;   // run: node<N> is in rack<N / nodes_per_rack> (its own bridge with --netns); 0 = no racks
+  std::string straggler_action = "report";  // report or evict (controller/straggler_detector.h)
+  double straggler_threshold = 0.07;        // a node this much slower than the median is slow
+  int straggler_window = 10;                // steps per judged window
+  int straggler_evict_windows = 5;          // slow windows before evict acts
   std::string diagnose = "off";         // off, quick or full: node diagnostics before the start and after failures
   std::vector<std::string> diag_paths;  // ROLE=DIR for the disk probes
   int diag_parallel = -1;               // nodes diagnosed at once; -1: 1 when `run` has every node here, else all

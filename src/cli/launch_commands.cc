@@ -63,6 +63,10 @@ JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
   c.stop_timeout = Seconds(o.stop_timeout_s);
   c.rendezvous_timeout = Seconds(o.rendezvous_timeout_s);
   c.no_progress_restarts = o.no_progress_restarts;
+  c.straggler_action = o.straggler_action;
+  c.straggler.min_slowdown = o.straggler_threshold;
+  c.straggler.window_steps = o.straggler_window;
+  c.straggler.windows_to_evict = o.straggler_evict_windows;
   return c;
 }
 
@@ -310,6 +314,10 @@ std::string ValidateJob(const JobOptions& o) {
     return "--diagnose must be off, quick or full, not '" + o.diagnose + "'";
   }
   if (o.diag_timeout_s <= 0) return "--diag-timeout must be positive";
+  if (o.straggler_threshold <= 0 || o.straggler_window < 1 || o.straggler_evict_windows < 2) {
+    return "--straggler-threshold must be positive, --straggler-window at least 1 and "
+           "--straggler-evict-windows at least 2";
+  }
   if (o.link_flaps_to_evict < 0 || o.link_flap_window_s <= 0) {
     return "--link-flaps-to-evict must not be negative and --link-flap-window must be positive";
   }

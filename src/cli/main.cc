@@ -61,6 +61,20 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
                   "evicted (0: never)")
       ->capture_default_str();
   cmd->add_option("--link-flap-window", o->link_flap_window_s, "seconds")->capture_default_str();
+  cmd->add_option("--straggler-action", o->straggler_action,
+                  "what a straggler node gets: report (an event) or evict (taken out like a failed node, a "
+                  "spare takes its place) once it has been slow for --straggler-evict-windows windows")
+      ->check(CLI::IsMember({"report", "evict"}))
+      ->capture_default_str();
+  cmd->add_option("--straggler-threshold", o->straggler_threshold,
+                  "a node this much slower than the job's median (0.07 = 7 %) in a window of steps is slow "
+                  "(and it must also stand out from the spread of the others)")
+      ->capture_default_str();
+  cmd->add_option("--straggler-window", o->straggler_window, "steps per judged window")->capture_default_str();
+  cmd->add_option("--straggler-evict-windows", o->straggler_evict_windows,
+                  "slow windows (a slow window counts one up, a normal one one down) before evict acts; "
+                  "a node is reported after 2")
+      ->capture_default_str();
   cmd->add_option("--elastic-wait", o->elastic_wait_s,
                   "with --nnodes MIN:MAX and fewer than MAX nodes present (but at least MIN): seconds to wait "
                   "for more before the job starts or restarts without them; nodes nobody will bring "

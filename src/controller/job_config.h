@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "controller/straggler_detector.h"
 
 namespace trainguard {
 
@@ -68,6 +69,18 @@ struct JobConfig {
   // Hardware incidents of a node count against it (evicting it on vague
   // failures) for this long, unless an operator cleared it since.
   Nanos suspicion_window = 7 * 24 * 3600 * kSecond;
+  // Stragglers (controller/straggler_detector.h): "report" records them;
+  // "evict" also takes a node out (diagnose, evict, spare) once it has been
+  // slow for straggler.windows_to_evict windows.
+  std::string straggler_action = "report";
+  StragglerPolicy straggler;
+  // Each node's clock offset is probed this often (controller/clock_sync.h).
+  Nanos clock_probe_interval = 2 * kSecond;
+  // Step timings in the store: the newest timing_detail_steps steps keep
+  // every interval (the trace); older ones keep their per-phase totals, one
+  // step in timing_keep_every (the heatmap's windows, trends).
+  std::int64_t timing_detail_steps = 2000;
+  int timing_keep_every = 10;
 };
 
 }  // namespace trainguard

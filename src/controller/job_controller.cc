@@ -44,7 +44,8 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
       store_(store),
       provider_(provider),
       policy_(config_.no_progress_restarts),
-      link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}) {}
+      link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}),
+      stragglers_(config_.straggler) {}
 
 void JobController::SetNodeProvider(NodeProvider* provider) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -65,6 +66,7 @@ Status JobController::Start() {
               {"hang_timeout_auto", config_.hang_timeout_auto},
               {"hang_timeout_floor_ms", config_.hang_timeout_floor / kMillisecond},
               {"startup_timeout_ms", config_.startup_timeout / kMillisecond},
+              {"straggler_action", config_.straggler_action},
               {"argv", config_.argv}};
   TG_RETURN_IF_ERROR(store_->CreateJob(
       {config_.job_id, clock_->WallNanos(), ValidUtf8(command), cfg.dump(-1, ' ', false, kReplaceBadUtf8), "STARTING", ""}));
@@ -154,6 +156,8 @@ void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg) {
     case v1::AgentMessage::kStopped: HandleStopped(node, msg.stopped()); break;
     case v1::AgentMessage::kLogAlert: HandleLogAlert(node, msg.log_alert()); break;
     case v1::AgentMessage::kDiagnostics: HandleDiagnostics(node, msg.diagnostics()); break;
+    case v1::AgentMessage::kTimings: HandleTimings(node, msg.timings()); break;
+    case v1::AgentMessage::kClockEcho: HandleClockEcho(node, msg.clock_echo()); break;
     default: break;
   }
 }
@@ -337,6 +341,8 @@ void JobController::MaybeStartGeneration() {
   }
   generation_ = restart_count_;
   first_step_seen_ = false;
+  stragglers_.Reset();
+  timing_rows_this_generation_ = 0;
   generation_start_wall_ = clock_->WallNanos();
   const Node* master = slots[0];
   v1::ControllerMessage msg;
@@ -584,6 +590,7 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
 void JobController::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   Nanos now = clock_->MonotonicNanos();
+  ProbeClocks();
   switch (state_) {
     case JobState::kRunning:
       CheckHeartbeats();

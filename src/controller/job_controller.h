@@ -40,6 +40,7 @@
 
 #include "attribution/attribution.h"
 #include "common/clock.h"
+#include "controller/clock_sync.h"
 #include "controller/diagnosis_round.h"
 #include "controller/finding.h"
 #include "controller/incident.h"
@@ -47,6 +48,7 @@
 #include "controller/job_view.h"
 #include "controller/link_monitor.h"
 #include "controller/recovery_policy.h"
+#include "controller/straggler_detector.h"
 #include "proto/protocol.h"
 #include "store/event_store.h"
 
@@ -151,6 +153,18 @@ class JobController {
   void HandleRankExited(Node* node, const v1::RankExited& exited);
   void HandleStopped(Node* node, const v1::Stopped& stopped);
   void HandleLogAlert(Node* node, const v1::LogAlert& alert);
+  // Step timings (job_controller_timings.cc): into the store with the node's
+  // clock offset removed, and through the straggler detector.
+  void HandleTimings(Node* node, const v1::Timings& timings);
+  void HandleClockEcho(Node* node, const v1::ClockEcho& echo);
+  // Probes every connected node's clock every clock_probe_interval.
+  void ProbeClocks();
+  // Records a straggler finding; with --straggler-action evict, fails the
+  // generation so that the node is evicted (the "straggler" rule).
+  void ActOnStraggler(const StragglerFinding& f);
+  // Records the generation's parallel layout (from the journals' groups) as
+  // a "layout" event, for the trace to group ranks by.
+  void RecordLayout();
   void UpdateRank(Node* node, const v1::RankStatus& status);
   void MaybeStartGeneration();
   // With some of the job's group ranks empty (`empty`): whether the job may
@@ -251,6 +265,14 @@ class JobController {
   Verdict pending_verdict_;                  // the restart a diagnosis round holds up
   std::map<std::string, RackSeat> rack_seats_;  // the round's rack all-reduce stage
   LinkMonitor link_monitor_;
+  ClockSync clock_sync_;
+  Nanos next_clock_probe_mono_ = 0;
+  StragglerDetector stragglers_;
+  std::map<std::string, std::int64_t> timings_dropped_;  // per node, the last count reported
+  std::int64_t timing_newest_step_ = -1;
+  std::int64_t timing_compacted_below_ = 0;
+  std::int64_t timing_rows_this_generation_ = 0;
+  std::int64_t layout_generation_ = -1;  // the generation whose layout was recorded
 };
 
 }  // namespace trainguard

@@ -1,0 +1,154 @@
+// JobController, continued: the telemetry of step timings. Agents send each
+// rank's finished steps with their phases and operations; they go into the
+// store on the controller's clock (each node's offset, estimated from clock
+// probes, removed) and through the straggler detector, whose findings are
+// recorded and, with --straggler-action evict, acted on.
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "common/json_text.h"
+#include "controller/hang_locator.h"
+#include "controller/job_controller.h"
+#include "store/step_timing_text.h"
+
+namespace trainguard {
+
+using nlohmann::json;
+
+void JobController::ProbeClocks() {
+  Nanos now = clock_->MonotonicNanos();
+  if (now < next_clock_probe_mono_) return;
+  next_clock_probe_mono_ = now + config_.clock_probe_interval;
+  v1::ControllerMessage probe;
+  probe.mutable_clock_probe()->set_controller_unix_us(clock_->WallNanos() / 1000);
+  for (auto& n : nodes_) {
+    if (n.conn != 0 && !n.node_id.empty() && n.link) n.link->Send(probe);
+  }
+}
+
+void JobController::HandleClockEcho(Node* node, const v1::ClockEcho& echo) {
+  clock_sync_.AddSample(node->node_id, echo.controller_unix_us(), echo.agent_unix_us(),
+                        clock_->WallNanos() / 1000);
+}
+
+void JobController::HandleTimings(Node* node, const v1::Timings& t) {
+  ClockEstimate clock = clock_sync_.Estimate(node->node_id);
+  std::vector<StepTimingRecord> rows;
+  rows.reserve(static_cast<std::size_t>(t.steps_size()));
+  const bool current = t.generation() == generation_ && state_ == JobState::kRunning;
+  for (const v1::StepTiming& st : t.steps()) {
+    std::vector<TimedInterval> intervals;
+    intervals.reserve(static_cast<std::size_t>(st.intervals_size()));
+    for (const v1::PhaseInterval& pi : st.intervals()) {
+      if (pi.name() < 0 || pi.name() >= t.names_size()) continue;  // a malformed message: skip the interval
+      TimedInterval i;
+      i.name = t.names(pi.name());
+      i.kind = pi.kind();
+      i.start_us = pi.start_us();
+      i.duration_us = pi.duration_us();
+      i.group_id = pi.group_id();
+      i.seq = pi.seq();
+      i.peer = pi.peer();
+      i.numel = pi.numel();
+      intervals.push_back(std::move(i));
+    }
+    PhaseTotals totals = SumByKey(intervals);
+    StepTimingRecord r;
+    r.job_id = config_.job_id;
+    r.generation = t.generation();
+    r.rank = st.global_rank();
+    r.node = node->node_id;
+    r.step = st.step();
+    r.start_us = st.start_unix_us() - clock.offset_us;
+    r.duration_us = st.duration_us();
+    r.clock_error_us = clock.known ? clock.error_us : -1;
+    r.totals = EncodeTotals(totals);
+    r.intervals = EncodeIntervals(intervals);
+    rows.push_back(std::move(r));
+    timing_newest_step_ = std::max(timing_newest_step_, st.step());
+    if (current) {
+      RankStep rs;
+      rs.node = node->node_id;
+      rs.rank = st.global_rank();
+      rs.step = st.step();
+      rs.step_us = static_cast<double>(st.duration_us());
+      for (const auto& [key, us] : totals) rs.phases[key] += static_cast<double>(us);
+      FillSignals(&rs);
+      stragglers_.Add(rs);
+    }
+  }
+  if (!rows.empty() && !store_->AppendStepTimings(rows).ok()) ++store_errors_;
+
+  std::int64_t& said = timings_dropped_[node->node_id];
+  if (t.dropped() > said) {
+    Emit("timings_dropped", node->node_id, -1, -1,
+         "node " + node->node_id + ": " + std::to_string(t.dropped()) +
+             " timing records were lost this generation (its ranks wrote faster than the agent read)",
+         json{{"dropped", t.dropped()}, {"generation", t.generation()}}.dump());
+    said = t.dropped();
+  }
+
+  // Retention: intervals only for the newest steps, totals for a sample of the rest.
+  if (timing_newest_step_ - config_.timing_detail_steps >= timing_compacted_below_ + 1000) {
+    timing_compacted_below_ = timing_newest_step_ - config_.timing_detail_steps;
+    if (!store_->CompactStepTimings(config_.job_id, timing_compacted_below_, config_.timing_keep_every).ok()) {
+      ++store_errors_;
+    }
+  }
+
+  if (!current) return;
+  timing_rows_this_generation_ += t.steps_size();
+  if (layout_generation_ != generation_ &&
+      timing_rows_this_generation_ >= 10LL * active_nnodes_ * config_.nproc_per_node) {
+    RecordLayout();
+  }
+  for (const StragglerFinding& f : stragglers_.Evaluate()) {
+    ActOnStraggler(f);
+    if (state_ != JobState::kRunning) break;
+  }
+}
+
+void JobController::RecordLayout() {
+  layout_generation_ = generation_;
+  HangLocation loc = LocateHang(View());
+  if (!loc.has_journal) return;
+  std::string dims;
+  json layout = json::array();
+  for (const LayoutDim& d : loc.layout) {
+    dims += (dims.empty() ? "" : " x ") + d.name + std::to_string(d.size);
+    layout.push_back({{"name", d.name}, {"size", d.size}, {"stride", d.stride}});
+  }
+  json ranks = json::array();
+  for (const RankWait& r : loc.ranks) {
+    if (r.rank >= 0) ranks.push_back({{"rank", r.rank}, {"node", r.node}, {"coords", r.coords}, {"name", loc.Name(r.rank)}});
+  }
+  Emit("layout", "", -1, -1,
+       "parallel layout of generation " + std::to_string(generation_) + ": " + (dims.empty() ? "one group" : dims) +
+           " over " + std::to_string(loc.world_size) + " ranks",
+       json{{"generation", generation_}, {"world_size", loc.world_size}, {"layout", layout}, {"ranks", ranks}}
+           .dump(-1, ' ', false, kReplaceBadUtf8));
+}
+
+void JobController::ActOnStraggler(const StragglerFinding& f) {
+  json d = {{"signal", f.signal},         {"phase", f.phase},          {"slowdown", f.slowdown},
+            {"steps", f.steps},           {"first_step", f.first_step}, {"last_step", f.last_step},
+            {"value_us", f.value_us},     {"centre_us", f.centre_us},   {"evict", f.evict},
+            {"action", config_.straggler_action}};
+  Emit(f.kind, f.node, f.rank, f.last_step, f.message, d.dump(-1, ' ', false, kReplaceBadUtf8));
+  if (f.kind != "straggler" || !f.evict || config_.straggler_action != "evict") return;
+  Node* node = NodeById(f.node);
+  if (node == nullptr || node->group_rank < 0 || state_ != JobState::kRunning) return;
+  Finding finding;
+  finding.kind = "straggler";
+  finding.description = f.message;
+  finding.node = f.node;
+  finding.rank = f.rank;
+  finding.rank_step = f.last_step;
+  finding.fault_wall = clock_->WallNanos();
+  // The line the "straggler" attribution rule matches.
+  finding.lines.push_back({f.rank, f.node, "trainguard: " + f.message});
+  finding.detail_json = d.dump(-1, ' ', false, kReplaceBadUtf8);
+  Fail(finding);
+}
+
+}  // namespace trainguard

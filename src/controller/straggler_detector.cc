@@ -52,8 +52,12 @@ void FillSignals(RankStep* s) {
   for (const auto& [key, us] : s->phases) {
     if (key.rfind("comm:", 0) == 0) {
       comm += us;
-    } else if (IsComputePhase(key)) {
-      (key.rfind("gpu:", 0) == 0 ? gpu : cpu) += us;
+    } else if (key.rfind("gpu:", 0) == 0) {
+      if (IsComputePhase(key)) gpu += us;
+    } else if (key == "forward" || key == "optimizer") {
+      // Not backward: under DDP it ends waiting for the slowest rank's
+      // gradients, so the fast ranks' backward is the long one.
+      cpu += us;
     }
   }
   s->comm_us = comm;
@@ -80,6 +84,7 @@ void StragglerDetector::Reset() {
   baseline_phases_.clear();
   trend_slow_ = 0;
   trend_said_ = false;
+  skip_window_ = true;
 }
 
 std::set<std::string> StragglerDetector::Stragglers() const {
@@ -172,26 +177,55 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
   }
   if (units.size() < 3) return;  // with two, which one is the slow one?
 
-  auto slow_set = [&](double Unit::*field, double* centre_out) {
-    std::vector<double> v;
-    for (const Unit& u : units) v.push_back(u.*field);
-    double centre = Median(v);
-    std::vector<double> dev;
-    for (double x : v) dev.push_back(std::fabs(x - centre));
-    double spread = 1.4826 * Median(dev);
-    std::set<std::string> slow;
-    for (const Unit& u : units) {
-      double x = u.*field;
-      if (centre > 0 && x >= centre * (1 + policy_.min_slowdown) && x - centre >= policy_.min_robust_z * spread) {
-        slow.insert(u.key);
+  // Per step, each unit against the median of the others at that step (so
+  // that what slows every node, the machine or the data, cancels out); a
+  // unit's window ratio is the median of its per-step ratios.
+  std::map<std::string, std::map<std::int64_t, std::pair<std::vector<double>, std::vector<double>>>> per_step;
+  for (const auto& [rank, steps] : w.by_rank) {
+    for (const RankStep& st : steps) {
+      std::string key = units.front().key == units.front().node ? st.node : st.node + "/rank " + std::to_string(rank);
+      auto& slot = per_step[key][st.step];
+      slot.first.push_back(st.compute_us);
+      slot.second.push_back(st.comm_us);
+    }
+  }
+  auto slow_set = [&](bool comm, double* centre_out, std::map<std::string, double>* ratio_out) {
+    std::map<std::int64_t, std::map<std::string, double>> at;  // step -> unit -> value
+    for (const auto& [key, steps] : per_step) {
+      for (const auto& [step, v] : steps) at[step][key] = Median(comm ? v.second : v.first);
+    }
+    std::map<std::string, std::vector<double>> ratios;
+    for (const auto& [step, values] : at) {
+      if (values.size() < 3) continue;
+      for (const auto& [key, x] : values) {
+        std::vector<double> others;
+        for (const auto& [k2, y] : values) {
+          if (k2 != key) others.push_back(y);
+        }
+        double c = Median(others);
+        if (c > 0) ratios[key].push_back(x / c);
       }
     }
-    *centre_out = centre;
+    std::vector<double> unit_values;
+    for (const Unit& u : units) unit_values.push_back(comm ? u.comm : u.compute);
+    *centre_out = Median(unit_values);
+    std::set<std::string> slow;
+    for (auto& [key, r] : ratios) {
+      if (static_cast<int>(r.size()) * 2 < policy_.window_steps) continue;  // too few steps to say
+      double ratio = Median(r);
+      (*ratio_out)[key] = ratio;
+      if (ratio >= 1 + policy_.min_slowdown) slow.insert(key);
+    }
     return slow;
   };
   double compute_centre = 0, comm_centre = 0;
-  std::set<std::string> slow_compute = slow_set(&Unit::compute, &compute_centre);
-  std::set<std::string> slow_comm = slow_set(&Unit::comm, &comm_centre);
+  std::map<std::string, double> compute_ratio, comm_ratio;
+  std::set<std::string> slow_compute = slow_set(false, &compute_centre, &compute_ratio);
+  std::set<std::string> slow_comm = slow_set(true, &comm_centre, &comm_ratio);
+  if (skip_window_) {  // the generation's first window: start-up, not pace
+    skip_window_ = false;
+    return;
+  }
 
   // The phase of `u` furthest above the units' median of that phase.
   auto worst_phase = [&](const Unit& u, bool comm) {
@@ -240,14 +274,14 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       f.phase = worst_phase(u, comm);
       f.value_us = compute ? u.compute : u.comm;
       f.centre_us = compute ? compute_centre : comm_centre;
-      f.slowdown = f.centre_us > 0 ? f.value_us / f.centre_us - 1 : 0;
+      f.slowdown = (compute ? compute_ratio[u.key] : comm_ratio[u.key]) - 1;
       f.first_step = s.first_step;
       f.last_step = last;
       f.steps = last - s.first_step + 1;
       f.evict = s.slow >= policy_.windows_to_evict;
       f.message = (units.front().key == units.front().node ? "node " : "") + u.key + " is a " + s.signal +
                   " straggler: " + (s.signal == "compute" ? "compute " : "communication ") + Ms(f.value_us) +
-                  " per step against the job's median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
+                  " per step against the others' median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
                   " slower" + (f.phase.empty() ? "" : ", most in " + f.phase) + ") for " +
                   std::to_string(f.steps) + " steps (" + std::to_string(f.first_step) + "-" +
                   std::to_string(f.last_step) + ")";
@@ -294,7 +328,7 @@ void StragglerDetector::JudgeTrend(std::int64_t index, const Window& w, std::vec
     if (growth < policy_.trend_threshold / 2) trend_said_ = false;
     return;
   }
-  if (++trend_slow_ < policy_.windows_to_report || trend_said_) return;
+  if (++trend_slow_ < policy_.trend_windows || trend_said_) return;
   trend_said_ = true;
   StragglerFinding f;
   f.kind = "slow_trend";

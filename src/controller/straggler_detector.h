@@ -1,16 +1,20 @@
 // StragglerDetector: finds the nodes that set the job's pace, and a slow
 // decline of the whole job, from per-step, per-rank phase timings.
 //
-// Steps are taken in windows of `window_steps`. In each window every rank
-// gets the median of its per-step values; a node gets the median of its
-// ranks' (a slow node slows all its ranks). A node is slow in a window when
-// its value is at least `min_slowdown` above the median of all nodes AND at
-// least `min_robust_z` robust deviations (1.4826 x the median absolute
-// deviation of the nodes' values) above it: both a relative and a
-// statistical margin, so that neither a uniform job nor a noisy window
-// names anyone. Two signals are judged:
-//   compute: time in forward, backward and optimizer (their device time
-//            when the rank measured it), else the step minus communication;
+// Steps are taken in windows of `window_steps`. At each step a node's value
+// is the median of its ranks' (a slow node slows all its ranks), and its
+// ratio is that value over the median of the other nodes' at the same step:
+// whatever slows every node at once (the machine, the data, a checkpoint)
+// cancels out. A node's ratio for the window is the median of its per-step
+// ratios (one long GC pause moves it little), and the node is slow in the
+// window when that is at least 1 + `min_slowdown`. Jobs with fewer than 3
+// nodes are judged rank by rank (with two, which is the slow one?); the
+// first window of a generation (start-up) is not judged. Two signals:
+//   compute: device time of forward, backward and optimizer when the rank
+//            measured it (CUDA events on the compute stream); else CPU time
+//            in forward and optimizer (not backward: DDP's backward ends
+//            waiting for the slowest rank's gradients, so there the fast
+//            ranks look slow); else the step minus communication;
 //   communication: time in collectives and send/recv, judged only for nodes
 //            whose compute is not slow (a compute straggler makes the
 //            others wait in their collectives, not itself).
@@ -21,8 +25,9 @@
 //
 // Slow trend: the job's median step time per window against the median of
 // its first `trend_baseline_windows` windows (of the generation); growth of
-// `trend_threshold` or more for `windows_to_report` windows in a row is
-// reported once, naming the phase that grew most.
+// `trend_threshold` or more for `trend_windows` windows in a row is
+// reported once (again only after it fell below half the threshold),
+// naming the phase that grew most.
 //
 // Pure logic: no clock, no I/O. Not thread-safe (the controller's mutex).
 #pragma once
@@ -39,13 +44,15 @@ namespace trainguard {
 
 struct StragglerPolicy {
   int window_steps = 10;
-  double min_slowdown = 0.05;     // 5 % above the median of the nodes
-  double min_robust_z = 3.0;
-  int windows_to_report = 2;      // 20 steps with the defaults
-  int windows_to_evict = 5;       // 50 steps
-  int windows_to_clear = 3;
-  double trend_threshold = 0.08;  // the job's step time 8 % above its baseline
-  int trend_baseline_windows = 5;
+  double min_slowdown = 0.07;     // 7 % above the median of the other nodes
+  // A slow window counts one up, a normal one one down (not to zero: a noisy
+  // window does not wipe out the evidence), and:
+  int windows_to_report = 2;      // reported at 2 (20 steps with the defaults)
+  int windows_to_evict = 5;       // eligible for eviction at 5 (50 steps)
+  int windows_to_clear = 3;       // normal windows in a row that clear a reported node
+  double trend_threshold = 0.08;  // the job's step time 8 % above its baseline ...
+  int trend_windows = 5;          // ... for this many windows in a row
+  int trend_baseline_windows = 10;
 };
 
 // One rank's step, as the detector needs it.
@@ -59,7 +66,7 @@ struct RankStep {
   std::map<std::string, double> phases;  // totals by key (step_timing_text.h)
 };
 
-// What the compute signal counts (CPU phases; "gpu:" + these when present).
+// forward, backward, optimizer (and their "gpu:" device times).
 bool IsComputePhase(const std::string& key);
 // compute_us and comm_us of a step from its totals.
 void FillSignals(RankStep* step);
@@ -117,6 +124,7 @@ class StragglerDetector {
   std::map<std::string, double> baseline_phases_;  // sums over the baseline windows
   std::int64_t trend_first_step_ = 0;  // the baseline's first step
   int trend_slow_ = 0;
+  bool skip_window_ = true;  // the generation's first window is start-up
   bool trend_said_ = false;
 };
 
