@@ -88,6 +88,20 @@ struct HangOptions {
   int incident = 0;         // 0 = the newest hang
 };
 
+struct TraceOptions {
+  EventsOptions stored;
+  std::string steps;        // "A:B", "A:" or "" (all)
+  std::string out;          // -o FILE.json
+};
+
+struct HeatmapCommandOptions {
+  EventsOptions stored;
+  std::string phase;        // "" = every phase
+  bool ranks = false;
+  std::int64_t window = 0;
+  std::string out;          // -o FILE.svg | FILE.html
+};
+
 struct CkptOptions {
   std::string dir;
   std::int64_t step = -1;   // verify: -1 = every step
@@ -140,6 +154,8 @@ int DiagCommand(const DiagOptions& options);
 
 // trainguard hang: where the job's hang sat in its parallel layout.
 int ShowHang(const HangOptions& options);
+int WriteTrace(const TraceOptions& options);
+int WriteHeatmap(const HeatmapCommandOptions& options);
 
 // Checks a job's options and command; "" if fine, else a one-line error.
 std::string ValidateJob(const JobOptions& options);

@@ -1,5 +1,6 @@
 // The commands that read what a job left behind: `events`, `report`,
 // `hang`, `ckpt ls|verify` and `attribute`.
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "cli/cli_support.h"
 #include "cli/commands.h"
 #include "cli/hang_view.h"
+#include "cli/timing_views.h"
 #include "cli/report.h"
 #include "common/json_text.h"
 #include "store/event_store.h"
@@ -91,6 +93,86 @@ int ShowHang(const HangOptions& o) {
   } else {
     std::cout << HangText(*hang);
   }
+  return 0;
+}
+
+namespace {
+
+bool WriteFile(const std::string& path, const std::string& text) {
+  std::string tmp = path + ".tmp";
+  std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::fprintf(stderr, "trainguard: error: cannot write %s\n", path.c_str());
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+bool EndsWith(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+int WriteTrace(const TraceOptions& o) {
+  std::int64_t from = std::numeric_limits<std::int64_t>::min(), to = std::numeric_limits<std::int64_t>::max();
+  if (!o.steps.empty()) {
+    std::size_t colon = o.steps.find(':');
+    try {
+      if (colon == std::string::npos) throw std::invalid_argument("no colon");
+      std::size_t used = 0;
+      if (colon > 0) {
+        from = std::stoll(o.steps.substr(0, colon), &used);
+        if (used != colon) throw std::invalid_argument("junk");
+      }
+      if (colon + 1 < o.steps.size()) {
+        std::string b = o.steps.substr(colon + 1);
+        to = std::stoll(b, &used);
+        if (used != b.size()) throw std::invalid_argument("junk");
+      }
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "trainguard: error: --steps '%s' is not A:B, A: or :B\n", o.steps.c_str());
+      return 2;
+    }
+  }
+  std::unique_ptr<EventStore> store;
+  std::string job_id;
+  if (!OpenJob(o.stored, &store, &job_id)) return 2;
+  auto trace = TraceJson(store.get(), job_id, from, to);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", trace.status().message().c_str());
+    return 1;
+  }
+  if (!WriteFile(o.out, *trace)) return 1;
+  std::fprintf(stderr, "trainguard: wrote the trace of job %s to %s (open it in https://ui.perfetto.dev or chrome://tracing)\n",
+               job_id.c_str(), o.out.c_str());
+  return 0;
+}
+
+int WriteHeatmap(const HeatmapCommandOptions& o) {
+  HeatmapOptions h;
+  h.phase = o.phase;
+  h.ranks = o.ranks;
+  h.window = o.window;
+  if (EndsWith(o.out, ".html") || EndsWith(o.out, ".htm")) {
+    h.html = true;
+  } else if (!EndsWith(o.out, ".svg")) {
+    std::fprintf(stderr, "trainguard: error: -o %s: the heatmap is written as FILE.svg or FILE.html\n", o.out.c_str());
+    return 2;
+  }
+  std::unique_ptr<EventStore> store;
+  std::string job_id;
+  if (!OpenJob(o.stored, &store, &job_id)) return 2;
+  auto picture = Heatmap(store.get(), job_id, h);
+  if (!picture.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", picture.status().message().c_str());
+    return 1;
+  }
+  if (!WriteFile(o.out, *picture)) return 1;
+  std::fprintf(stderr, "trainguard: wrote the heatmap of job %s to %s\n", job_id.c_str(), o.out.c_str());
   return 0;
 }
 

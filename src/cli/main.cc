@@ -73,7 +73,7 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
   cmd->add_option("--straggler-window", o->straggler_window, "steps per judged window")->capture_default_str();
   cmd->add_option("--straggler-evict-windows", o->straggler_evict_windows,
                   "slow windows (a slow window counts one up, a normal one one down) before evict acts; "
-                  "a node is reported after 2")
+                  "a node is reported after 3")
       ->capture_default_str();
   cmd->add_option("--elastic-wait", o->elastic_wait_s,
                   "with --nnodes MIN:MAX and fewer than MAX nodes present (but at least MIN): seconds to wait "
@@ -244,6 +244,27 @@ int main(int argc, char** argv) {
   AddStoredJobOptions(hang_cmd, &hang.stored);
   hang_cmd->add_option("incident", hang.incident, "incident number (default: the newest hang)");
 
+  trainguard::TraceOptions trace;
+  trace.stored.store = trainguard::DefaultStorePath();
+  CLI::App* trace_cmd = app.add_subcommand(
+      "trace", "one merged timeline of every rank (Chrome trace-event JSON: open in Perfetto or chrome://tracing)");
+  trace_cmd->add_option("--store", trace.stored.store, "SQLite event store")->capture_default_str();
+  trace_cmd->add_option("job", trace.stored.job_id, "job id (default: the newest)");
+  trace_cmd->add_option("--steps", trace.steps, "A:B, A: or :B (default: every step the store kept in detail)");
+  trace_cmd->add_option("-o,--output", trace.out, "FILE.json")->required();
+
+  trainguard::HeatmapCommandOptions heatmap;
+  heatmap.stored.store = trainguard::DefaultStorePath();
+  CLI::App* heatmap_cmd = app.add_subcommand(
+      "heatmap", "nodes (or ranks) x phases, or x windows of steps of one phase, coloured against the median");
+  heatmap_cmd->add_option("--store", heatmap.stored.store, "SQLite event store")->capture_default_str();
+  heatmap_cmd->add_option("job", heatmap.stored.job_id, "job id (default: the newest)");
+  heatmap_cmd->add_option("--phase", heatmap.phase,
+                          "one phase (forward, gc, comm:all_reduce, gpu:forward, step) over windows of steps");
+  heatmap_cmd->add_flag("--ranks", heatmap.ranks, "a row per rank instead of per node");
+  heatmap_cmd->add_option("--window", heatmap.window, "steps per column with --phase (default: about 20 columns)");
+  heatmap_cmd->add_option("-o,--output", heatmap.out, "FILE.svg or FILE.html")->required();
+
   trainguard::EventsOptions nodes;
   nodes.store = trainguard::DefaultStorePath();
   CLI::App* nodes_cmd = app.add_subcommand(
@@ -337,6 +358,8 @@ int main(int argc, char** argv) {
   }
   if (agent_cmd->parsed()) return trainguard::RunAgent(agent);
   if (events_cmd->parsed()) return trainguard::ShowEvents(events);
+  if (trace_cmd->parsed()) return trainguard::WriteTrace(trace);
+  if (heatmap_cmd->parsed()) return trainguard::WriteHeatmap(heatmap);
   if (report_cmd->parsed()) return trainguard::ShowReport(report);
   if (hang_cmd->parsed()) return trainguard::ShowHang(hang);
   if (nodes_cmd->parsed()) return trainguard::ShowNodes(nodes);

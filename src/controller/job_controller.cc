@@ -343,6 +343,7 @@ void JobController::MaybeStartGeneration() {
   first_step_seen_ = false;
   stragglers_.Reset();
   timing_rows_this_generation_ = 0;
+  layout_next_try_rows_ = 0;
   generation_start_wall_ = clock_->WallNanos();
   const Node* master = slots[0];
   v1::ControllerMessage msg;

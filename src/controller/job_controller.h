@@ -164,7 +164,9 @@ class JobController {
   void ActOnStraggler(const StragglerFinding& f);
   // Records the generation's parallel layout (from the journals' groups) as
   // a "layout" event, for the trace to group ranks by.
-  void RecordLayout();
+  // Waits (returns without recording) while some rank's coordinates are
+  // unknown, unless `final_try`.
+  void RecordLayout(bool final_try);
   void UpdateRank(Node* node, const v1::RankStatus& status);
   void MaybeStartGeneration();
   // With some of the job's group ranks empty (`empty`): whether the job may
@@ -273,6 +275,7 @@ class JobController {
   std::int64_t timing_compacted_below_ = 0;
   std::int64_t timing_rows_this_generation_ = 0;
   std::int64_t layout_generation_ = -1;  // the generation whose layout was recorded
+  std::int64_t layout_next_try_rows_ = 0;
 };
 
 }  // namespace trainguard

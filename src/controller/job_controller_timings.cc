@@ -4,6 +4,7 @@
 // probes, removed) and through the straggler detector, whose findings are
 // recorded and, with --straggler-action evict, acted on.
 #include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "common/json_text.h"
@@ -59,7 +60,9 @@ void JobController::HandleTimings(Node* node, const v1::Timings& t) {
     r.rank = st.global_rank();
     r.node = node->node_id;
     r.step = st.step();
-    r.start_us = st.start_unix_us() - clock.offset_us;
+    // An offset within its own uncertainty is indistinguishable from none
+    // (nodes on one host): not applied, so that it adds no error.
+    r.start_us = st.start_unix_us() - (std::llabs(clock.offset_us) > clock.error_us ? clock.offset_us : 0);
     r.duration_us = st.duration_us();
     r.clock_error_us = clock.known ? clock.error_us : -1;
     r.totals = EncodeTotals(totals);
@@ -98,9 +101,12 @@ void JobController::HandleTimings(Node* node, const v1::Timings& t) {
 
   if (!current) return;
   timing_rows_this_generation_ += t.steps_size();
-  if (layout_generation_ != generation_ &&
-      timing_rows_this_generation_ >= 10LL * active_nnodes_ * config_.nproc_per_node) {
-    RecordLayout();
+  const std::int64_t world = static_cast<std::int64_t>(active_nnodes_) * config_.nproc_per_node;
+  if (layout_generation_ != generation_ && timing_rows_this_generation_ >= layout_next_try_rows_) {
+    // Every 10 steps' worth of rows until every rank has reported its groups
+    // (they come with heartbeats); after 100 steps' worth, as it is.
+    layout_next_try_rows_ = timing_rows_this_generation_ + 10 * world;
+    RecordLayout(timing_rows_this_generation_ >= 100 * world);
   }
   for (const StragglerFinding& f : stragglers_.Evaluate()) {
     ActOnStraggler(f);
@@ -108,9 +114,14 @@ void JobController::HandleTimings(Node* node, const v1::Timings& t) {
   }
 }
 
-void JobController::RecordLayout() {
-  layout_generation_ = generation_;
+void JobController::RecordLayout(bool final_try) {
   HangLocation loc = LocateHang(View());
+  bool complete = loc.has_journal;
+  for (const RankWait& r : loc.ranks) {
+    if (r.rank >= 0 && r.coords.size() < loc.layout.size()) complete = false;
+  }
+  if (!complete && !final_try) return;
+  layout_generation_ = generation_;
   if (!loc.has_journal) return;
   std::string dims;
   json layout = json::array();

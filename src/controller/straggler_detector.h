@@ -47,7 +47,7 @@ struct StragglerPolicy {
   double min_slowdown = 0.07;     // 7 % above the median of the other nodes
   // A slow window counts one up, a normal one one down (not to zero: a noisy
   // window does not wipe out the evidence), and:
-  int windows_to_report = 2;      // reported at 2 (20 steps with the defaults)
+  int windows_to_report = 3;      // reported at 3 (30 steps with the defaults)
   int windows_to_evict = 5;       // eligible for eviction at 5 (50 steps)
   int windows_to_clear = 3;       // normal windows in a row that clear a reported node
   double trend_threshold = 0.08;  // the job's step time 8 % above its baseline ...

@@ -93,7 +93,7 @@ TEST(StragglerDetectorTest, TellsACommunicationStragglerFromAComputeOne) {
   StragglerDetector d(StragglerPolicy{});
   Job job;
   job.comm = [](int n, std::int64_t) { return n == 1 ? 1.5 : 1.0; };
-  auto f = job.Run(&d, 0, 30);
+  auto f = job.Run(&d, 0, 50);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].node, "node1");
   EXPECT_EQ(f[0].signal, "communication");
@@ -104,7 +104,7 @@ TEST(StragglerDetectorTest, ClearsANodeThatKeepsPaceAgainAndResetsOnANewGenerati
   StragglerPolicy p;
   StragglerDetector d(p);
   Job job;
-  job.slow = [](int n, std::int64_t step) { return n == 0 && step < 30 ? 1.2 : 1.0; };
+  job.slow = [](int n, std::int64_t step) { return n == 0 && step < 60 ? 1.2 : 1.0; };
   auto f = job.Run(&d, 0, 100);
   ASSERT_GE(f.size(), 2u);
   EXPECT_EQ(f.front().kind, "straggler");
@@ -113,7 +113,7 @@ TEST(StragglerDetectorTest, ClearsANodeThatKeepsPaceAgainAndResetsOnANewGenerati
   EXPECT_TRUE(d.Stragglers().empty());
   d.Reset();
   // Steps from a checkpoint again (a restart): judged afresh, nothing stale.
-  EXPECT_TRUE(job.Run(&d, 50, 100).empty());
+  EXPECT_TRUE(job.Run(&d, 100, 150).empty());
 }
 
 TEST(StragglerDetectorTest, AWindowWaitsForItsSlowestReporterButNotForever) {

@@ -1,0 +1,147 @@
+"""Where the time goes: phase timers, stragglers, the trace and the heatmap,
+with real DDP jobs on gloo (scripts that do not import trainguard)."""
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, cpu_cgroup, remove_cgroup, wait_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_cli(*argv):
+    done = subprocess.run([TRAINGUARD, *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def validate_trace(path):
+    """Checks the Chrome trace-event format: every event well formed, flows
+    paired, one named process per rank with a sort index. Returns the doc."""
+    with open(path) as f:
+        doc = json.load(f)
+    events = doc["traceEvents"]
+    assert events
+    flows = {}
+    names, sort_index = {}, {}
+    for e in events:
+        assert e["ph"] in ("X", "M", "s", "f"), e
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
+        assert isinstance(e["name"], str) and e["name"], e
+        if e["ph"] == "X":
+            assert isinstance(e["ts"], int) and e["ts"] >= 0, e
+            assert isinstance(e["dur"], int) and e["dur"] >= 0, e
+            assert e["cat"] in ("step", "phase", "gc", "device", "comm"), e
+        elif e["ph"] in ("s", "f"):
+            flows.setdefault(e["id"], []).append(e)
+            if e["ph"] == "f":
+                assert e["bp"] == "e"
+        elif e["name"] == "process_name":
+            names[e["pid"]] = e["args"]
+        elif e["name"] == "process_sort_index":
+            sort_index[e["pid"]] = e["args"]["sort_index"]
+    for fid, pair in flows.items():
+        assert all(x["pid"] in names for x in pair)
+        assert sorted(x["ph"] for x in pair) == ["f", "s"], pair
+        s = next(x for x in pair if x["ph"] == "s")
+        f = next(x for x in pair if x["ph"] == "f")
+        slack = max(names[s["pid"]]["clock_error_us"], 0) + max(names[f["pid"]]["clock_error_us"], 0)
+        assert s["pid"] != f["pid"] and s["ts"] <= f["ts"] + slack, pair
+    ranks = {e["pid"] for e in events if e["ph"] == "X"}
+    assert set(names) == ranks and set(sort_index) == ranks
+    assert sorted(sort_index.values()) == list(range(len(ranks)))
+    return doc, names, sort_index, flows
+
+
+@pytest.fixture
+def slow_cpu():
+    if os.geteuid() != 0:
+        pytest.skip("a CPU quota needs root")
+    # 0.4 of a CPU in every 10 ms: with four ranks sharing this machine's two
+    # cores, the throttled rank computes 10-20 % slower than the others.
+    path = cpu_cgroup("trainguard-straggler-%d" % os.getpid(), 0.4, period=10000)
+    if path is None:
+        pytest.skip("no cpu cgroup controller")
+    yield path
+    remove_cgroup(path)
+
+
+def test_a_throttled_node_is_named_the_compute_straggler_and_drawn_so(tmp_path, slow_cpu, no_leftovers):
+    job = Job(tmp_path, "slow", [PYTHON, EXAMPLE, "--steps", "150", "--hidden", "512", "--batch", "128",
+                                 "--ckpt-dir", str(tmp_path / "ckpt")], nnodes=4, nproc=1)
+    wait_for(lambda: job.rank_pids(0).get(2), 60, "rank 2 to start")
+    with open(os.path.join(slow_cpu, "cgroup.procs" if os.path.exists(os.path.join(slow_cpu, "cgroup.procs"))
+                           else "tasks"), "w") as f:
+        f.write(str(job.rank_pids(0)[2]))
+    assert job.wait(timeout=300) == 0, job.output()[-3000:]
+
+    found = job.events("straggler")
+    assert found, "no straggler named:\n" + "\n".join(e["message"] for e in job.events())
+    assert {e["node"] for e in found} == {"node2"}, [e["message"] for e in found]
+    first = found[0]
+    assert first["detail"]["signal"] == "compute", first
+    assert first["detail"]["slowdown"] >= 0.07, first
+    print("named after step %d: %s" % (first["detail"]["last_step"], first["message"]))
+
+    heatmap = tmp_path / "heatmap.svg"
+    run_cli("heatmap", "--store", job.store, job.job_id, "-o", str(heatmap))
+    svg = heatmap.read_text()
+    assert svg.startswith("<svg") and svg.count('<g class="row') == 4, svg[:500]
+    assert svg.count('<g class="row straggler"') == 1 and 'data-row="node2"' in svg.split('<g class="row straggler"')[1][:40]
+    html = tmp_path / "forward.html"
+    run_cli("heatmap", "--store", job.store, job.job_id, "--phase", "forward", "--window", "25", "-o", str(html))
+    page = html.read_text()
+    assert page.startswith("<!DOCTYPE html>") and "steps 0-24" in page and "compute straggler" in page
+
+    trace = tmp_path / "trace.json"
+    run_cli("trace", "--store", job.store, job.job_id, "--steps", "50:60", "-o", str(trace))
+    doc, names, _, _ = validate_trace(trace)
+    steps = {e["args"]["step"] for e in doc["traceEvents"] if e.get("cat") == "step"}
+    assert steps == set(range(50, 61)), steps
+    phases = {e["name"] for e in doc["traceEvents"] if e.get("cat") == "phase"}
+    assert {"forward", "backward", "optimizer"} <= phases, phases
+    assert all(a["clock_error_us"] >= 0 for a in names.values()), names
+
+
+def test_the_trace_groups_ranks_by_layout_and_pairs_pipeline_sends(tmp_path, no_leftovers):
+    job = Job(tmp_path, "layout", [PYTHON, os.path.join(HERE, "tp_pp_dp.py"), "--steps", "40"], nnodes=4, nproc=2)
+    assert job.wait(timeout=300) == 0, job.output()[-3000:]
+    layout = job.events("layout")
+    assert layout and {d["name"] for d in layout[0]["detail"]["layout"]} == {"tp", "pp", "dp"}, layout
+    trace = tmp_path / "trace.json"
+    run_cli("trace", "--store", job.store, job.job_id, "-o", str(trace))
+    doc, names, sort_index, flows = validate_trace(trace)
+    # rank = tp + 2 dp + 4 pp: ordered by replica, then stage, then tensor rank.
+    order = sorted(sort_index, key=sort_index.get)
+    assert order == [0, 1, 4, 5, 2, 3, 6, 7], order
+    assert "(dp0 pp1 tp1)" in names[5]["name"], names[5]
+    assert flows, "no send/recv flows"
+    for pair in flows.values():
+        s = next(x for x in pair if x["ph"] == "s")
+        f = next(x for x in pair if x["ph"] == "f")
+        assert abs(s["pid"] - f["pid"]) == 4, pair  # between pipeline stages
+    ops = {e["name"] for e in doc["traceEvents"] if e.get("cat") == "comm"}
+    assert {"all_reduce", "send", "recv"} <= ops, ops
+
+
+def test_garbage_collection_pauses_are_a_phase_of_their_own(tmp_path, no_leftovers):
+    job = Job(tmp_path, "gc", [PYTHON, os.path.join(HERE, "gc_pauses.py"), "--steps", "30"], nnodes=1, nproc=2)
+    assert job.wait(timeout=180) == 0, job.output()[-3000:]
+    trace = tmp_path / "trace.json"
+    run_cli("trace", "--store", job.store, job.job_id, "-o", str(trace))
+    doc, _, _, _ = validate_trace(trace)
+    gc = [e for e in doc["traceEvents"] if e.get("cat") == "gc"]
+    total = {r: sum(e["dur"] for e in gc if e["pid"] == r) for r in (0, 1)}
+    # Both ranks have Python's own full collections; rank 1's are far longer.
+    assert total[1] > 2 * total[0], total
+    assert max(e["dur"] for e in gc if e["pid"] == 1) >= 20000, total  # tens of ms
+    heatmap = tmp_path / "gc.svg"
+    run_cli("heatmap", "--store", job.store, job.job_id, "--ranks", "-o", str(heatmap))
+    svg = heatmap.read_text()
+    assert ">gc<" in svg, svg[:800]
+    row1 = svg.split('data-row="node0/rank 1"')[1].split("</g>")[0]
+    assert "gc: " in row1
