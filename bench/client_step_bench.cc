@@ -1,5 +1,7 @@
-// Cost of one client step() call, attached to a real status page, against a
-// bare relaxed atomic store (the floor) measured in the same run.
+// Cost of one client step() call, and of one timed phase change (SetPhase:
+// the previous phase's interval into the timing ring, the new name under
+// the sequence lock), attached to a real status page, against a bare
+// relaxed atomic store (the floor) measured in the same run.
 #include <benchmark/benchmark.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -26,6 +28,14 @@ void BM_StepAttached(benchmark::State& state) {
   for (auto _ : state) trainguard::client::Step(++i);
 }
 BENCHMARK(BM_StepAttached);
+
+// A training step's worth of phase changes: forward, backward, optimizer, none.
+void BM_PhaseChange(benchmark::State& state) {
+  const char* phases[] = {"forward", "backward", "optimizer", ""};
+  long i = 0;
+  for (auto _ : state) trainguard::client::SetPhase(phases[++i & 3]);
+}
+BENCHMARK(BM_PhaseChange);
 
 void BM_StepDetached(benchmark::State& state) {
   trainguard::client::Shutdown();

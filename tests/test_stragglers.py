@@ -145,3 +145,75 @@ def test_garbage_collection_pauses_are_a_phase_of_their_own(tmp_path, no_leftove
     assert ">gc<" in svg, svg[:800]
     row1 = svg.split('data-row="node0/rank 1"')[1].split("</g>")[0]
     assert "gc: " in row1
+
+
+def step_times(store, job_id, generation, first_step=0):
+    """Median step time (µs) across ranks, per step, of one generation."""
+    import sqlite3
+    import statistics
+
+    db = sqlite3.connect(store)
+    per = {}
+    for step, dur in db.execute("SELECT step, duration_us FROM step_timings WHERE job_id=? AND generation=? "
+                                "AND step>=?", (job_id, generation, first_step)):
+        per.setdefault(step, []).append(dur)
+    db.close()
+    return [statistics.median(v) for _, v in sorted(per.items())]
+
+
+def test_with_evict_a_spare_replaces_the_straggler_and_the_pace_comes_back(tmp_path, slow_cpu, no_leftovers):
+    import statistics
+
+    args = ["--steps", "200", "--hidden", "512", "--batch", "128", "--ckpt-every", "20"]
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    reference = Job(ref, "ref", [PYTHON, EXAMPLE, *args, "--ckpt-dir", str(ref / "ckpt")], nnodes=4, nproc=1)
+    assert reference.wait(timeout=300) == 0, reference.output()[-3000:]
+    healthy = statistics.median(step_times(reference.store, "ref", 0, 20))
+
+    run = tmp_path / "evict"
+    run.mkdir()
+    job = Job(run, "evict", [PYTHON, EXAMPLE, *args, "--ckpt-dir", str(run / "ckpt")], nnodes=4, nproc=1,
+              flags=["--straggler-action", "evict", "--spares", "1", "--max-restarts", "2"])
+    wait_for(lambda: job.rank_pids(0).get(2), 60, "rank 2 to start")
+    with open(os.path.join(slow_cpu, "cgroup.procs" if os.path.exists(os.path.join(slow_cpu, "cgroup.procs"))
+                           else "tasks"), "w") as f:
+        f.write(str(job.rank_pids(0)[2]))
+    assert job.wait(timeout=400) == 0, job.output()[-3000:]
+
+    found = [e for e in job.events("straggler") if e["detail"]["evict"]]
+    assert found and found[0]["node"] == "node2", [e["message"] for e in job.events("straggler")]
+    evicted = job.events("node_evicted")
+    assert [e["node"] for e in evicted] == ["node2"], evicted
+    assert job.events("spare_promoted")
+    decision = job.events("decision")[0]["detail"]
+    assert decision["decision"] == "evict_node", decision
+    slow = statistics.median(step_times(job.store, "evict", 0, 10))
+    after = statistics.median(step_times(job.store, "evict", 1, found[0]["detail"]["last_step"] + 10))
+    print("step time: healthy %.1f ms, with the straggler %.1f ms, after the eviction %.1f ms"
+          % (healthy / 1000, slow / 1000, after / 1000))
+    assert slow > healthy * 1.03, (healthy, slow)
+    assert after < slow and after <= healthy * 1.05, (healthy, slow, after)
+
+
+def test_trace_and_heatmap_say_clearly_what_is_wrong(tmp_path, no_leftovers):
+    job = Job(tmp_path, "short", [PYTHON, EXAMPLE, "--steps", "5", "--ckpt-dir", str(tmp_path / "ckpt")],
+              nnodes=1, nproc=1)
+    assert job.wait(timeout=120) == 0, job.output()[-3000:]
+
+    def fails(*argv):
+        done = subprocess.run([TRAINGUARD, *argv], capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0, done.stdout
+        return done.stderr
+
+    assert "has no step timings for steps 100..200" in fails("trace", "--store", job.store, "short", "--steps",
+                                                              "100:200", "-o", str(tmp_path / "t.json"))
+    assert "--steps 'x:y' is not A:B" in fails("trace", "--store", job.store, "--steps", "x:y", "-o",
+                                               str(tmp_path / "t.json"))
+    assert "FILE.svg or FILE.html" in fails("heatmap", "--store", job.store, "-o", str(tmp_path / "h.png"))
+    assert "job nosuchjob has no step timings" in fails("heatmap", "--store", job.store, "nosuchjob", "-o",
+                                                        str(tmp_path / "h.svg"))
+    assert not os.path.exists(tmp_path / "t.json") and not os.path.exists(tmp_path / "h.svg")
+    # Steps 0-4 of a one-rank job: a trace that is still valid.
+    run_cli("trace", "--store", job.store, "-o", str(tmp_path / "ok.json"))
+    validate_trace(tmp_path / "ok.json")

@@ -341,7 +341,7 @@ void JobController::MaybeStartGeneration() {
   }
   generation_ = restart_count_;
   first_step_seen_ = false;
-  stragglers_.Reset();
+  stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
   timing_rows_this_generation_ = 0;
   layout_next_try_rows_ = 0;
   generation_start_wall_ = clock_->WallNanos();

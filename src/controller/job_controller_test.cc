@@ -116,6 +116,48 @@ class JobControllerTest : public testing::Test {
     controller_->OnMessage(node + 1, m);
   }
 
+  // Node `node` sends the timings of `steps` for its ranks: forward takes
+  // `forward_us` (x `slow` on node `slow_node`), backward 2 x that.
+  void Timings(int node, std::int64_t gen, int nproc, std::int64_t from, std::int64_t to, double slow = 1.0,
+               int slow_node = -1, std::int64_t start_unix_us = 1'700'000'000'000'000) {
+    v1::AgentMessage m;
+    v1::Timings* t = m.mutable_timings();
+    t->set_generation(gen);
+    t->add_names("forward");
+    t->add_names("backward");
+    t->add_names("all_reduce");
+    for (std::int64_t step = from; step < to; ++step) {
+      for (int local = 0; local < nproc; ++local) {
+        v1::StepTiming* st = t->add_steps();
+        st->set_global_rank(node * nproc + local);
+        st->set_step(step);
+        st->set_start_unix_us(start_unix_us + step * 100000);
+        st->set_duration_us(100000);
+        std::int64_t fwd = static_cast<std::int64_t>(30000 * (node == slow_node ? slow : 1.0));
+        auto* f = st->add_intervals();
+        f->set_name(0);
+        f->set_kind(1);
+        f->set_start_us(0);
+        f->set_duration_us(fwd);
+        auto* b = st->add_intervals();
+        b->set_name(1);
+        b->set_kind(1);
+        b->set_start_us(fwd);
+        b->set_duration_us(2 * fwd);
+        auto* c = st->add_intervals();
+        c->set_name(2);
+        c->set_kind(10);
+        c->set_start_us(fwd + 100);
+        c->set_duration_us(500);
+        c->set_group_id(0);
+        c->set_seq(step + 1);
+        c->set_peer(-1);
+        c->set_numel(1000);
+      }
+    }
+    controller_->OnMessage(node + 1, m);
+  }
+
   std::vector<Event> EventsOf(const std::string& kind) {
     std::vector<Event> out;
     for (const auto& e : store_.Events("job").value()) {
@@ -456,6 +498,78 @@ TEST_F(JobControllerTest, ADeterministicUserErrorStopsAtItsFirstRepeat) {
   EXPECT_EQ(Detail("attribution")["category"], "user_code");
   EXPECT_EQ(Detail("decision", 0)["decision"], "restart");
   EXPECT_EQ(Detail("decision", 1)["decision"], "stop");
+}
+
+// Timings go into the store on the controller's clock: a node whose clock is
+// 5 s ahead (measured by a clock probe with a 2 ms round trip) has 5 s taken
+// off; an offset within the probe's uncertainty is left alone.
+TEST_F(JobControllerTest, StepTimingsAreStoredOnTheControllersClock) {
+  Make(2, 1);
+  FakeAgentLink* a = Register(0);
+  FakeAgentLink* b = Register(1);
+  controller_->Tick();
+  ASSERT_NE(a->Last(Kind::kClockProbe), nullptr);
+  std::int64_t t0 = a->Last(Kind::kClockProbe)->clock_probe().controller_unix_us();
+  EXPECT_EQ(b->Last(Kind::kClockProbe)->clock_probe().controller_unix_us(), t0);
+  clock_.Advance(2 * kMillisecond);
+  v1::AgentMessage echo;
+  echo.mutable_clock_echo()->set_controller_unix_us(t0);
+  echo.mutable_clock_echo()->set_agent_unix_us(t0 + 1000 + 5'000'000);  // node0: 5 s ahead
+  controller_->OnMessage(1, echo);
+  echo.mutable_clock_echo()->set_agent_unix_us(t0 + 1000 + 300);        // node1: 0.3 ms, within 1 ms
+  controller_->OnMessage(2, echo);
+  Timings(0, 0, 1, 0, 3, 1.0, -1, 10'000'000);
+  Timings(1, 0, 1, 0, 3, 1.0, -1, 10'000'000);
+  auto rows = store_.StepTimings("job", 0, 100).value();
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_EQ(rows[0].rank, 0);
+  EXPECT_EQ(rows[0].node, "node0");
+  EXPECT_EQ(rows[0].start_us, 10'000'000 - 5'000'000);
+  EXPECT_EQ(rows[0].clock_error_us, 1000);
+  EXPECT_EQ(rows[1].start_us, 10'000'000);
+  EXPECT_EQ(rows[0].totals, "forward=30000;backward=60000;comm:all_reduce=500");
+  EXPECT_EQ(rows[0].intervals.substr(0, 18), "forward,1,0,30000;");
+}
+
+TEST_F(JobControllerTest, AStragglerIsReportedAndWithEvictTakenOutOfTheJob) {
+  config_.straggler_action = "evict";
+  Make(4, 2, 3, true);
+  std::vector<FakeAgentLink*> links;
+  for (int i = 0; i < 4; ++i) links.push_back(Register(i));
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  const StragglerPolicy p;
+  for (std::int64_t step = 0; step < (p.windows_to_evict + 2) * p.window_steps; step += 10) {
+    for (int node = 0; node < 4; ++node) Timings(node, 0, 2, step, step + 10, 1.2, 2);
+    if (controller_->state() != JobState::kRunning) break;
+  }
+  auto found = EventsOf("straggler");
+  ASSERT_EQ(found.size(), 2u);  // reported, then evictable
+  EXPECT_EQ(found[0].node, "node2");
+  EXPECT_EQ(Detail("straggler")["signal"], "compute");
+  EXPECT_FALSE(Detail("straggler", 0)["evict"].get<bool>());
+  EXPECT_TRUE(Detail("straggler", 1)["evict"].get<bool>());
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+  for (int node = 0; node < 4; ++node) Stopped(node, 0);
+  EXPECT_EQ(Detail("attribution")["rule"], "straggler-compute");
+  EXPECT_EQ(Detail("decision")["decision"], "evict_node");
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node2"});
+  EXPECT_EQ(store_.GetNodeHealth("node2")->status, "cordoned");
+}
+
+TEST_F(JobControllerTest, AStragglerIsOnlyReportedByDefault) {
+  Make(4, 1);
+  for (int i = 0; i < 4; ++i) Register(i);
+  for (std::int64_t step = 0; step < 200; step += 10) {
+    for (int node = 0; node < 4; ++node) Timings(node, 0, 1, step, step + 10, 1.3, 1);
+  }
+  EXPECT_EQ(EventsOf("straggler").size(), 2u);
+  EXPECT_EQ(EventsOf("straggler")[0].node, "node1");
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_TRUE(provider_.evicted.empty());
+  // Timings of another generation are stored but judge nobody.
+  Timings(3, 7, 1, 500, 600, 5.0, 3);
+  EXPECT_EQ(EventsOf("straggler").size(), 2u);
+  EXPECT_EQ(store_.StepTimings("job", 500, 600)->size(), 100u);
 }
 
 TEST_F(JobControllerTest, AGpuFaultEvictsTheCulpritNodeAndCordonsIt) {

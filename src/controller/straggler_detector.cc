@@ -72,7 +72,8 @@ void StragglerDetector::Add(const RankStep& step) {
   if (!added) it->second = std::max(it->second, step.step);
 }
 
-void StragglerDetector::Reset() {
+void StragglerDetector::Reset(int world_size) {
+  world_size_ = world_size;
   windows_.clear();
   rank_last_.clear();
   judged_below_ = INT64_MIN;
@@ -106,7 +107,8 @@ std::vector<StragglerFinding> StragglerDetector::Evaluate() {
       max_last = std::max(max_last, last);
     }
     // Complete when every rank is past it, or some rank a whole window further.
-    if (min_last < last_step && max_last < last_step + policy_.window_steps) break;
+    bool everyone = static_cast<int>(rank_last_.size()) >= world_size_ && min_last >= last_step;
+    if (!everyone && max_last < last_step + policy_.window_steps) break;
     Judge(it->first, it->second, &out);
     JudgeTrend(it->first, it->second, &out);
     judged_below_ = it->first + 1;

@@ -94,9 +94,11 @@ class StragglerDetector {
   void Add(const RankStep& step);
   // Judges every window that is complete; findings in order.
   std::vector<StragglerFinding> Evaluate();
-  // A new generation: ranks and nodes may have changed; the baseline and
-  // every streak start over.
-  void Reset();
+  // A new generation of `world_size` ranks: ranks and nodes may have
+  // changed; the baseline and every streak start over. A window is judged
+  // once every rank of the world reported its last step (or, for ranks that
+  // fall silent, once some rank is a whole window further).
+  void Reset(int world_size);
   // Nodes reported and not cleared.
   std::set<std::string> Stragglers() const;
 
@@ -118,6 +120,7 @@ class StragglerDetector {
   const StragglerPolicy policy_;
   std::map<std::int64_t, Window> windows_;   // by window index, not yet judged
   std::map<int, std::int64_t> rank_last_;    // each rank's newest step
+  int world_size_ = 0;
   std::int64_t judged_below_ = INT64_MIN;    // windows below this index are done
   std::map<std::string, Streak> streaks_;
   std::vector<double> baseline_steps_;       // the job's window medians, first windows

@@ -111,7 +111,7 @@ TEST(StragglerDetectorTest, ClearsANodeThatKeepsPaceAgainAndResetsOnANewGenerati
   EXPECT_EQ(f.back().kind, "straggler_cleared");
   EXPECT_EQ(f.back().node, "node0");
   EXPECT_TRUE(d.Stragglers().empty());
-  d.Reset();
+  d.Reset(8);
   // Steps from a checkpoint again (a restart): judged afresh, nothing stale.
   EXPECT_TRUE(job.Run(&d, 100, 150).empty());
 }
@@ -134,6 +134,40 @@ TEST(StragglerDetectorTest, AWindowWaitsForItsSlowestReporterButNotForever) {
   EXPECT_TRUE(d.Evaluate().empty());
   d.Add(RankStep{"node2", 2, 6, 1e9, 1e9, 0, {}});
   EXPECT_TRUE(d.Evaluate().empty());
+}
+
+// Agents report at their own times: a window waits for every rank of the
+// world, not just those heard from so far.
+TEST(StragglerDetectorTest, AWindowWaitsForRanksNotHeardFromYet) {
+  StragglerPolicy p;
+  StragglerDetector d(p);
+  d.Reset(4);
+  Job job;
+  job.nodes = 4;
+  job.slow = [](int n, std::int64_t) { return n == 3 ? 1.3 : 1.0; };
+  // Nodes 0..2 send 60 steps first (as whole messages would), then node 3.
+  std::vector<RankStep> late;
+  for (std::int64_t step = 0; step < 60; ++step) {
+    for (int n = 0; n < 4; ++n) {
+      RankStep s;
+      s.node = "node" + std::to_string(n);
+      s.rank = n;
+      s.step = step;
+      s.phases = {{"forward", 30000.0 * job.slow(n, step)}};
+      s.step_us = 100000;
+      FillSignals(&s);
+      if (n == 3) {
+        late.push_back(s);
+      } else {
+        d.Add(s);
+      }
+    }
+    if (step < 9) EXPECT_TRUE(d.Evaluate().empty());
+  }
+  for (const auto& s : late) d.Add(s);
+  auto f = d.Evaluate();
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].node, "node3");
 }
 
 TEST(StragglerDetectorTest, ReportsASlowTrendOnceNamingThePhaseThatGrew) {
