@@ -76,6 +76,11 @@ void JobController::HandleTimings(Node* node, const v1::Timings& t) {
       rs.step = st.step();
       rs.step_us = static_cast<double>(st.duration_us());
       for (const auto& [key, us] : totals) rs.phases[key] += static_cast<double>(us);
+      for (const TimedInterval& i : intervals) {
+        if (i.kind == kIntervalCollective) {
+          rs.collectives.emplace_back(i.group_id, i.seq, static_cast<double>(r.start_us + i.start_us));
+        }
+      }
       FillSignals(&rs);
       stragglers_.Add(rs);
     }
@@ -144,6 +149,7 @@ void JobController::ActOnStraggler(const StragglerFinding& f) {
   json d = {{"signal", f.signal},         {"phase", f.phase},          {"slowdown", f.slowdown},
             {"steps", f.steps},           {"first_step", f.first_step}, {"last_step", f.last_step},
             {"value_us", f.value_us},     {"centre_us", f.centre_us},   {"evict", f.evict},
+            {"last_to_enter", f.last_to_enter},
             {"action", config_.straggler_action}};
   Emit(f.kind, f.node, f.rank, f.last_step, f.message, d.dump(-1, ' ', false, kReplaceBadUtf8));
   if (f.kind != "straggler" || !f.evict || config_.straggler_action != "evict") return;

@@ -250,6 +250,26 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
     return best;
   };
 
+  // Who entered each collective last (clock uncertainty aside: the gap to
+  // the next-to-last must be positive).
+  std::map<std::pair<int, std::int64_t>, std::vector<std::pair<double, std::string>>> entries;
+  for (const auto& [rank, steps] : w.by_rank) {
+    for (const RankStep& st : steps) {
+      std::string key = units.front().key == units.front().node ? st.node : st.node + "/rank " + std::to_string(rank);
+      for (const auto& [group, seq, at] : st.collectives) entries[{group, seq}].push_back({at, key});
+    }
+  }
+  std::map<std::string, std::pair<int, int>> last_of;  // unit -> (entered last, took part)
+  for (auto& [op, who] : entries) {
+    if (who.size() < 2) continue;
+    std::sort(who.begin(), who.end());
+    std::set<std::string> took_part;
+    for (const auto& [at, key] : who) took_part.insert(key);
+    if (took_part.size() < 2) continue;
+    for (const auto& key : took_part) ++last_of[key].second;
+    if (who.back().first > who[who.size() - 2].first) ++last_of[who.back().second].first;
+  }
+
   std::int64_t first = index * policy_.window_steps;
   std::int64_t last = first + policy_.window_steps - 1;
   for (const Unit& u : units) {
@@ -277,6 +297,10 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       f.value_us = compute ? u.compute : u.comm;
       f.centre_us = compute ? compute_centre : comm_centre;
       f.slowdown = (compute ? compute_ratio[u.key] : comm_ratio[u.key]) - 1;
+      auto lo = last_of.find(u.key);
+      if (lo != last_of.end() && lo->second.second > 0) {
+        f.last_to_enter = static_cast<double>(lo->second.first) / lo->second.second;
+      }
       f.first_step = s.first_step;
       f.last_step = last;
       f.steps = last - s.first_step + 1;
@@ -284,7 +308,9 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       f.message = (units.front().key == units.front().node ? "node " : "") + u.key + " is a " + s.signal +
                   " straggler: " + (s.signal == "compute" ? "compute " : "communication ") + Ms(f.value_us) +
                   " per step against the others' median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
-                  " slower" + (f.phase.empty() ? "" : ", most in " + f.phase) + ") for " +
+                  " slower" + (f.phase.empty() ? "" : ", most in " + f.phase) +
+                  (f.last_to_enter >= 0 ? ", last to enter " + Percent(f.last_to_enter) + " of its collectives" : "") +
+                  ") for " +
                   std::to_string(f.steps) + " steps (" + std::to_string(f.first_step) + "-" +
                   std::to_string(f.last_step) + ")";
       s.reported = true;

@@ -18,6 +18,9 @@
 //   communication: time in collectives and send/recv, judged only for nodes
 //            whose compute is not slow (a compute straggler makes the
 //            others wait in their collectives, not itself).
+// The journal adds evidence: for each collective (group, sequence number)
+// of the window, the rank that entered it last is the one the others waited
+// for; a finding says which share of its collectives the node entered last.
 // Hysteresis: a node is reported after `windows_to_report` slow windows in a
 // row, eligible for eviction after `windows_to_evict`, cleared after
 // `windows_to_clear` normal ones. A GC pause or a checkpoint lasts a step or
@@ -37,6 +40,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -64,6 +68,9 @@ struct RankStep {
   double compute_us = 0;
   double comm_us = 0;
   std::map<std::string, double> phases;  // totals by key (step_timing_text.h)
+  // Its collectives: (group id, sequence number, when it entered, µs on the
+  // controller's clock), from the journal.
+  std::vector<std::tuple<int, std::int64_t, double>> collectives;
 };
 
 // forward, backward, optimizer (and their "gpu:" device times).
@@ -84,6 +91,9 @@ struct StragglerFinding {
   bool evict = false;     // "straggler": slow long enough for --straggler-action evict
   double value_us = 0;    // the node's (or job's) median per step
   double centre_us = 0;   // the median of the nodes (or the baseline)
+  // Of the window's collectives the node took part in, the share it entered
+  // last (the one the others waited for); -1 when none were journaled.
+  double last_to_enter = -1;
   std::string message;
 };
 

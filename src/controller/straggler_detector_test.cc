@@ -37,6 +37,8 @@ struct Job {
           double gc = extra_gc(n, r, step);
           if (gc > 0) s.phases["gc"] = gc;
           s.step_us = s.phases["forward"] + s.phases["backward"] + s.phases["optimizer"] + 10000 + gc;
+          // The gradient all_reduce is entered when forward and backward are done.
+          s.collectives.emplace_back(0, step + 1, step * 1e6 + s.phases["forward"] + s.phases["backward"]);
           FillSignals(&s);
           d->Add(s);
         }
@@ -64,6 +66,8 @@ TEST(StragglerDetectorTest, NamesTheSlowNodeOnlyAndWhenToEvict) {
   EXPECT_EQ(f[0].phase, "backward");  // 10 % of the longer phase is the larger gap
   EXPECT_TRUE(f[0].rank == 4 || f[0].rank == 5);
   EXPECT_NE(f[0].message.find("node node2 is a compute straggler"), std::string::npos) << f[0].message;
+  EXPECT_GT(f[0].last_to_enter, 0.9);  // the others waited for it in nearly every all_reduce
+  EXPECT_NE(f[0].message.find("last to enter"), std::string::npos) << f[0].message;
   EXPECT_TRUE(f[1].evict);
   EXPECT_EQ(f[1].last_step, (p.windows_to_evict + 1) * p.window_steps - 1);
   EXPECT_EQ(d.Stragglers(), std::set<std::string>{"node2"});
