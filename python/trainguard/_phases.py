@@ -109,11 +109,14 @@ def _on_gc(stage, info):
     # they stay inside the phase they interrupt.
     if info.get("generation") != 2:
         return
-    if stage == "start":
-        _local.before_gc = current()
-        _set("gc")
-    else:
-        _set(getattr(_local, "before_gc", ""))
+    try:
+        if stage == "start":
+            _local.before_gc = current()
+            _set("gc")
+        else:
+            _set(getattr(_local, "before_gc", ""))
+    except Exception:  # at interpreter exit the module may be half torn down
+        pass
 
 
 def hook_gc():
