@@ -150,7 +150,12 @@ def test_a_throttled_node_is_diagnosed_evicted_and_replaced_by_the_spare(tmp_pat
     cpu_bound = [f for f in evidence["figures"] if f["name"] in ("compute_gflops", "memory_gbps") and not f["ok"]]
     assert cpu_bound and all(0.25 < f["value"] / f["median"] < 0.7 for f in cpu_bound), evidence
     assert all("of the median" in line for line in evidence["failures"]), evidence
-    assert sorted(job.events("diagnosis_confirming")[0]["detail"]["nodes"]) == ["node0", "node1", "node2", "node3"]
+    # The incident's round measured every node again before deciding (the
+    # preflight round may have had a confirming pass of its own: noise).
+    incident_round = next(e["detail"]["round"] for e in job.events("diagnosis")
+                          if e["detail"]["purpose"] == "incident 1")
+    confirming = [e for e in job.events("diagnosis_confirming") if e["detail"]["round"] == incident_round]
+    assert sorted(confirming[0]["detail"]["nodes"]) == ["node0", "node1", "node2", "node3"], confirming
     assert [(e["node"], e["detail"]["group_rank"]) for e in job.events("spare_promoted")] == [("node3", 1)]
     assert checksum(run) == checksum(ref)
     # `trainguard events` shows the eviction with its evidence.
