@@ -19,6 +19,7 @@ struct JobOptions {
   bool netns = false;       // run: every node in a network namespace of its own (root)
   bool netns_fallback = false;  // run --netns without root or namespaces: shared network, with a note
   int nodes_per_rack = 0;   // run: node<N> is in rack<N / nodes_per_rack> (its own bridge with --netns); 0 = no racks
+  std::vector<std::string> alert_webhooks;  // JSON POSTs of incidents, decisions, evictions, the end (docs/alerts.md)
   std::string straggler_action = "report";  // report or evict (controller/straggler_detector.h)
   double straggler_threshold = 0.07;        // a node this much slower than the median is slow
   int straggler_window = 10;                // steps per judged window

@@ -14,6 +14,8 @@
 #include "cli/cli_support.h"
 #include "cli/commands.h"
 #include "cli/host_address.h"
+#include "alerts/alert_publisher.h"
+#include "alerts/webhook_sender.h"
 #include "cli/local_launcher.h"
 #include "cli/netns_fabric.h"
 #include "cli/root_cause.h"
@@ -151,6 +153,24 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   if (o.diag_parallel < 0 && pick_local_nodes) config.diag_parallelism = 1;
   JobController controller(config, RealClock::Get(), store->get(), nullptr,
                            &rules.value());
+  // --alert-webhook: alerts go out from senders' own threads.
+  std::vector<std::unique_ptr<WebhookSender>> webhooks;
+  std::vector<WebhookSender*> webhook_ptrs;
+  for (const std::string& url : o.alert_webhooks) {
+    auto sender = WebhookSender::Create(url);
+    if (!sender.ok()) {
+      std::fprintf(stderr, "trainguard: error: --alert-webhook: %s\n", sender.status().message().c_str());
+      return 2;
+    }
+    webhook_ptrs.push_back(sender->get());
+    webhooks.push_back(std::move(sender.value()));
+  }
+  AlertPublisher alerts(webhook_ptrs);
+  struct ListenerGuard {  // the controller stops telling `alerts` before it goes
+    JobController* c;
+    ~ListenerGuard() { c->SetEventListener(nullptr); }
+  } listener_guard{&controller};
+  if (!webhooks.empty()) controller.SetEventListener(&alerts);
   // --netns: every local node in a network namespace of its own, behind one
   // bridge; made before the launcher so that it is removed after it.
   std::unique_ptr<NetnsFabric> fabric;
@@ -263,6 +283,11 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   controller.WaitFinished(std::chrono::hours(24 * 365));
   ticking = false;
   ticker.join();
+  for (const auto& w : webhooks) {
+    if (!w->Flush(15 * kSecond)) {
+      std::fprintf(stderr, "trainguard: warning: alerts to %s still undelivered at exit\n", w->url().c_str());
+    }
+  }
   if (launcher) {
     controller.SetNodeProvider(nullptr);
     launcher->StopAll(static_cast<int>(o.stop_grace_s * 1000) + 15000);

@@ -61,6 +61,9 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
                   "evicted (0: never)")
       ->capture_default_str();
   cmd->add_option("--link-flap-window", o->link_flap_window_s, "seconds")->capture_default_str();
+  cmd->add_option("--alert-webhook", o->alert_webhooks,
+                  "URL that gets a JSON POST for each incident, attribution, decision, eviction, straggler and the "
+                  "job's end (retried with backoff, never holding up the job; repeat for several; docs/alerts.md)");
   cmd->add_option("--straggler-action", o->straggler_action,
                   "what a straggler node gets: report (an event) or evict (taken out like a failed node, a "
                   "spare takes its place) once it has been slow for --straggler-evict-windows windows")

@@ -908,6 +908,12 @@ void JobController::Emit(const std::string& kind, const std::string& node, int r
     std::fprintf(stderr, "trainguard: event not stored (%s): %s: %s\n", s.ToString().c_str(),
                  kind.c_str(), message.c_str());
   }
+  if (listener_ != nullptr) listener_->OnEvent(e);
+}
+
+void JobController::SetEventListener(EventListener* listener) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listener_ = listener;
 }
 
 double JobController::CheckpointOverheadMs() const {

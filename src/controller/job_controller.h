@@ -90,6 +90,14 @@ class NodeProvider {
   }
 };
 
+// Told of every event as the controller records it (alerts). Called with
+// the controller's mutex held: must not block or call back into it.
+class EventListener {
+ public:
+  virtual ~EventListener() = default;
+  virtual void OnEvent(const Event& event) = 0;
+};
+
 class JobController {
  public:
   // `store` and `clock` must outlive the controller; `provider` may be null
@@ -100,6 +108,8 @@ class JobController {
 
   // Replaces the node provider (null: none). Takes effect for the next loss.
   void SetNodeProvider(NodeProvider* provider);
+  // Every event recorded from now on also goes to `listener` (null: none).
+  void SetEventListener(EventListener* listener);
 
   // Records the job in the store. Call once. Agents that register before it
   // (a listening server may accept them first) are welcomed by Start.
@@ -234,6 +244,7 @@ class JobController {
   Clock* const clock_;
   EventStore* const store_;
   NodeProvider* provider_;  // guarded by mu_
+  EventListener* listener_ = nullptr;  // guarded by mu_
 
   mutable std::mutex mu_;
   std::condition_variable finished_cv_;
