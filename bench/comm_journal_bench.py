@@ -83,10 +83,15 @@ def per_operation():
 SIZES = {"tiny": (64, 256, 1, 32, 200), "larger": (512, 2048, 512, 64, 30)}
 
 
-def training_steps(instrumented, size):
-    """Runs in a child process; prints the median step time in seconds."""
+def time_ddp_steps(instrumented, size):
+    """In a child process: the DDP training step of SIZES[size], with or
+    without trainguard's automatic instrumentation attached to a real status
+    page. Returns the median step time in seconds and the page's path (None
+    uninstrumented; the caller checks it and removes it) with the process
+    group still up."""
+    page = None
     if instrumented:
-        make_status_page()
+        page = make_status_page()
         from trainguard import _autoinstrument
         _autoinstrument.install()
     init_one_rank()
@@ -111,14 +116,22 @@ def training_steps(instrumented, size):
         return (time.perf_counter() - start) / steps
 
     loop()
-    print(statistics.median([loop() for _ in range(5)]))
-    if instrumented:
+    return statistics.median([loop() for _ in range(5)]), page
+
+
+def training_steps(instrumented, size):
+    """Runs in a child process; prints the median step time in seconds."""
+    import torch.distributed as dist
+
+    median, page = time_ddp_steps(instrumented, size)
+    print(median)
+    if page:
         from trainguard import _core
 
-        page = _core._read_status_page(os.environ["TRAINGUARD_STATUS_PAGE"])
-        os.unlink(os.environ["TRAINGUARD_STATUS_PAGE"])
-        buckets = sum(1 for op in page["ops"] if op["op"] == "all_reduce")
-        assert page["step_count"] > 0 and buckets > 0, "instrumentation recorded nothing"
+        recorded = _core._read_status_page(page)
+        os.unlink(page)
+        buckets = sum(1 for op in recorded["ops"] if op["op"] == "all_reduce")
+        assert recorded["step_count"] > 0 and buckets > 0, "instrumentation recorded nothing"
     dist.destroy_process_group()
 
 

@@ -13,47 +13,22 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_status_page import make_status_page  # noqa: E402
-from comm_journal_bench import SIZES, init_one_rank  # noqa: E402
+from comm_journal_bench import SIZES, time_ddp_steps  # noqa: E402
 
 
 def training_steps(instrumented, size):
     """Runs in a child process; prints the median step time in seconds."""
-    if instrumented:
-        make_status_page()
-        from trainguard import _autoinstrument
-        _autoinstrument.install()
-    init_one_rank()
-    import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
-    d_in, hidden, d_out, batch, steps = SIZES[size]
-    model = torch.nn.parallel.DistributedDataParallel(
-        torch.nn.Sequential(torch.nn.Linear(d_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, d_out)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x, y = torch.randn(batch, d_in), torch.randn(batch, d_out)
-
-    def loop():
-        start = time.perf_counter()
-        for _ in range(steps):
-            loss = torch.nn.functional.mse_loss(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        return (time.perf_counter() - start) / steps
-
-    loop()
-    print(statistics.median([loop() for _ in range(5)]))
-    if instrumented:
+    median, page = time_ddp_steps(instrumented, size)
+    print(median)
+    if page:
         from trainguard import _core
 
-        timings = _core._read_timings(os.environ["TRAINGUARD_STATUS_PAGE"])
-        os.unlink(os.environ["TRAINGUARD_STATUS_PAGE"])
+        timings = _core._read_timings(page)
+        os.unlink(page)
         names = {t["name"] for t in timings if t["kind"] == "phase"}
         assert {"forward", "backward", "optimizer"} <= names, "the timers recorded nothing: %s" % names
     dist.destroy_process_group()

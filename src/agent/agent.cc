@@ -544,28 +544,7 @@ void Agent::SendTimings(bool flush) {
   std::int64_t dropped = 0;
   for (auto& rank : ranks_) {
     dropped += rank->timings.dropped();
-    for (CollectedStep& cs : rank->timings.Take(flush || !rank->running)) {
-      v1::StepTiming* st = t->add_steps();
-      st->set_global_rank(rank->global_rank);
-      st->set_step(cs.step);
-      st->set_start_unix_us((cs.start_mono_ns + to_unix_ns) / 1000);
-      st->set_duration_us(cs.duration_ns / 1000);
-      for (const CollectedInterval& ci : cs.intervals) {
-        v1::PhaseInterval* pi = st->add_intervals();
-        auto [it, added] = names.emplace(ci.name, static_cast<int>(names.size()));
-        if (added) t->add_names(ci.name);
-        pi->set_name(it->second);
-        pi->set_kind(static_cast<int>(ci.kind));
-        pi->set_start_us((ci.start_mono_ns - cs.start_mono_ns) / 1000);
-        pi->set_duration_us(ci.duration_ns / 1000);
-        if (ci.kind != IntervalKind::kPhase && ci.kind != IntervalKind::kDevice) {
-          pi->set_group_id(ci.group_id);
-          pi->set_seq(ci.seq);
-          pi->set_peer(ci.peer);
-          pi->set_numel(ci.numel);
-        }
-      }
-    }
+    AddSteps(rank->global_rank, rank->timings.Take(flush || !rank->running), to_unix_ns, t, &names);
   }
   t->set_dropped(dropped);
   if (t->steps_size() > 0) Send(m);

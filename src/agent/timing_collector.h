@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status_page.h"
+#include "proto/protocol.h"
 
 namespace trainguard {
 
@@ -68,5 +69,12 @@ class TimingCollector {
   std::int64_t ops_dropped_ = 0;
   std::int64_t names_full_ = 0;
 };
+
+// Appends a rank's collected steps to a Timings message: times converted
+// from the pages' clock (CLOCK_MONOTONIC) by adding `to_unix_ns`, interval
+// starts made relative to their step, names entered once in `names` (the
+// message's name table, by name).
+void AddSteps(int global_rank, const std::vector<CollectedStep>& steps, std::int64_t to_unix_ns,
+              v1::Timings* timings, std::map<std::string, int>* names);
 
 }  // namespace trainguard

@@ -102,5 +102,25 @@ TEST(TimingCollectorTest, CountsWhatTheRingLostWhenPolledTooRarely) {
   EXPECT_EQ(c.dropped(), 10);
 }
 
+TEST(TimingCollectorTest, StepsBecomeAMessageWithOneNameTable) {
+  CollectedStep a{3, 1000'000, 500'000, {{"forward", IntervalKind::kPhase, 1100'000, 200'000},
+                                          {"all_reduce", IntervalKind::kCollective, 1300'000, 50'000, 0, 4, -1, 10}}};
+  CollectedStep b{4, 1500'000, 400'000, {{"forward", IntervalKind::kPhase, 1500'000, 100'000}}};
+  v1::Timings t;
+  std::map<std::string, int> names;
+  AddSteps(7, {a}, 2'000'000'000, &t, &names);
+  AddSteps(8, {b}, 2'000'000'000, &t, &names);
+  ASSERT_EQ(t.names_size(), 2);  // "forward" once
+  ASSERT_EQ(t.steps_size(), 2);
+  EXPECT_EQ(t.steps(0).global_rank(), 7);
+  EXPECT_EQ(t.steps(0).start_unix_us(), 2'001'000);
+  EXPECT_EQ(t.steps(0).duration_us(), 500);
+  EXPECT_EQ(t.steps(0).intervals(0).start_us(), 100);
+  EXPECT_EQ(t.steps(0).intervals(1).kind(), 10);
+  EXPECT_EQ(t.steps(0).intervals(1).seq(), 4);
+  EXPECT_EQ(t.names(t.steps(1).intervals(0).name()), "forward");
+  EXPECT_EQ(t.steps(1).intervals(0).start_us(), 0);
+}
+
 }  // namespace
 }  // namespace trainguard
