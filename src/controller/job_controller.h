@@ -45,6 +45,7 @@
 #include "controller/finding.h"
 #include "controller/incident.h"
 #include "controller/job_config.h"
+#include "controller/job_snapshot.h"
 #include "controller/job_view.h"
 #include "controller/link_monitor.h"
 #include "controller/recovery_policy.h"
@@ -133,6 +134,8 @@ class JobController {
   // Waits (in real time) until the job finished; false on timeout.
   bool WaitFinished(std::chrono::milliseconds timeout);
   const JobConfig& config() const { return config_; }
+  // A copy of the job as it is now (job_controller_snapshot.cc).
+  JobSnapshot Snapshot() const;
 
  private:
   // A node as the controller holds it: what detectors see, and its session.

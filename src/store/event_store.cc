@@ -36,11 +36,13 @@ Status InMemoryEventStore::Append(const Event& event) {
   return Status::Ok();
 }
 
-StatusOr<std::vector<Event>> InMemoryEventStore::Events(const std::string& job_id) {
+StatusOr<std::vector<Event>> InMemoryEventStore::EventsAfter(const std::string& job_id, std::int64_t after_id,
+                                                             int limit) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Event> out;
   for (const auto& e : events_) {
-    if (e.job_id == job_id) out.push_back(e);
+    if (limit >= 0 && static_cast<int>(out.size()) >= limit) break;
+    if (e.job_id == job_id && e.id > after_id) out.push_back(e);
   }
   return out;
 }
@@ -328,12 +330,15 @@ class SqliteEventStore final : public EventStore {
     return Status::Ok();
   }
 
-  StatusOr<std::vector<Event>> Events(const std::string& job_id) override {
+  StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id,
+                                           int limit) override {
     std::lock_guard<std::mutex> lock(mu_);
     Stmt s(db_, "SELECT id, job_id, wall_ns, kind, node, rank, generation, step, message, "
-                "detail_json FROM events WHERE job_id=? ORDER BY id");
+                "detail_json FROM events WHERE job_id=? AND id>? ORDER BY id LIMIT ?");
     if (!s.ok()) return Error("prepare select events");
     s.Bind(1, job_id);
+    s.Bind(2, after_id);
+    s.Bind(3, static_cast<std::int64_t>(limit));
     std::vector<Event> out;
     int rc;
     while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {

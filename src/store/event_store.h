@@ -112,7 +112,11 @@ class EventStore {
                            const std::string& summary) = 0;
   virtual Status Append(const Event& event) = 0;
   // Events of one job in the order appended.
-  virtual StatusOr<std::vector<Event>> Events(const std::string& job_id) = 0;
+  StatusOr<std::vector<Event>> Events(const std::string& job_id) { return EventsAfter(job_id, 0, -1); }
+  // Those of its events whose id is above `after_id`, oldest first, at most
+  // `limit` of them (-1: all): the API's pages and live stream.
+  virtual StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id,
+                                                   int limit) = 0;
   // All jobs, oldest first.
   virtual StatusOr<std::vector<JobRecord>> Jobs() = 0;
 
@@ -155,7 +159,8 @@ class InMemoryEventStore final : public EventStore {
   Status UpdateJob(const std::string& job_id, const std::string& state,
                    const std::string& summary) override;
   Status Append(const Event& event) override;
-  StatusOr<std::vector<Event>> Events(const std::string& job_id) override;
+  StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id,
+                                           int limit) override;
   StatusOr<std::vector<JobRecord>> Jobs() override;
   Status RecordIncident(const IncidentRecord& incident) override;
   StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& node) override;

@@ -62,6 +62,20 @@ TEST_P(EventStoreTest, RoundTripsJobsAndEventsInOrder) {
   EXPECT_EQ((*events)[2].detail_json, R"({"a":1})");
   EXPECT_LT((*events)[0].id, (*events)[1].id);
 
+  // Pages after an id: the other job's events are skipped, the limit holds.
+  auto after = store_->EventsAfter("j1", (*events)[0].id, 2);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 2u);
+  EXPECT_EQ((*after)[0].kind, "k1");
+  EXPECT_EQ((*after)[1].kind, "k3");
+  auto rest = store_->EventsAfter("j1", (*after)[1].id, -1);
+  ASSERT_TRUE(rest.ok());
+  ASSERT_EQ(rest->size(), 1u);
+  EXPECT_EQ((*rest)[0].kind, "k4");
+  auto none = store_->EventsAfter("j1", (*rest)[0].id, 10);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+
   ASSERT_TRUE(store_->UpdateJob("j1", "SUCCEEDED", "done").ok());
   EXPECT_EQ(store_->UpdateJob("nope", "FAILED", "").code(), StatusCode::kNotFound);
   auto jobs = store_->Jobs();

@@ -33,7 +33,21 @@ struct DowntimeReport {
   nlohmann::json incidents = nlohmann::json::array();
 };
 
-StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vector<Event>& events);
+// What the controller knows of a job that has not ended, for a report up to
+// now: the running generation's newest step and checkpoint time.
+struct LiveJob {
+  Nanos now_wall = 0;
+  std::string state;               // RUNNING, STOPPING, ...
+  int restarts = 0;
+  Nanos last_step_wall = 0;        // newest step of the running generation, 0 if none
+  double checkpoint_overhead_ms = 0;  // of the running generation
+};
+
+// The report of an ended job; with `live`, of a job that has not ended yet,
+// as if it ended now (its tail is the time since the newest step). Without
+// `live`, a job with no end is FailedPrecondition.
+StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vector<Event>& events,
+                                       const LiveJob* live = nullptr);
 nlohmann::json ReportJson(const DowntimeReport& r);
 std::string ReportText(const DowntimeReport& r);
 

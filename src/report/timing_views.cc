@@ -1,4 +1,4 @@
-#include "cli/timing_views.h"
+#include "report/timing_views.h"
 
 #include <algorithm>
 #include <cmath>

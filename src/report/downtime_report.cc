@@ -1,4 +1,4 @@
-#include "cli/report.h"
+#include "report/downtime_report.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -24,7 +24,8 @@ struct Generation {
 
 }  // namespace
 
-StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vector<Event>& events) {
+StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vector<Event>& events,
+                                       const LiveJob* live) {
   DowntimeReport r;
   r.job_id = job_id;
   Nanos start = 0, end = 0, final_last_step = 0;
@@ -57,6 +58,13 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     }
   }
   if (start == 0) return NotFound("no job_created event for job " + job_id);
+  if (end == 0 && live != nullptr) {
+    end = std::max(live->now_wall, start);
+    r.state = live->state;
+    r.restarts = live->restarts;
+    final_last_step = std::min(live->last_step_wall, end);
+    final_ckpt_s = live->checkpoint_overhead_ms / 1000;
+  }
   if (end == 0) return FailedPrecondition("job " + job_id + " has not ended yet (or its controller died)");
   r.wall_s = Sec(end - start);
   auto first_of = [&](std::int64_t g) { return gens.count(g) ? gens[g].first_step : 0; };

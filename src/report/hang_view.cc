@@ -1,4 +1,4 @@
-#include "cli/hang_view.h"
+#include "report/hang_view.h"
 
 #include <algorithm>
 #include <cstdio>

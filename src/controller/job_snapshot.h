@@ -1,0 +1,70 @@
+// JobSnapshot: a copy of what the controller holds of its job at one moment,
+// for readers outside it (the HTTP API, /metrics, `trainguard status`). It
+// owns its data: taking one holds the controller's mutex only to copy.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace trainguard {
+
+struct RankSnapshot {
+  int rank = -1;             // global rank
+  int local_rank = -1;
+  std::string node;
+  int pid = 0;
+  bool running = false;
+  bool attached = false;     // the rank's client is in (instrumented)
+  std::int64_t step = -1;    // -1 before its first step
+  std::int64_t step_count = 0;
+  std::string phase;
+  std::int64_t phase_age_ms = 0;
+  std::int64_t progress_age_ms = 0;  // since its newest step (or its launch)
+  std::int64_t checkpoint_step = -1;
+  std::int64_t first_step_unix_ms = 0;
+  std::int64_t last_step_unix_ms = 0;
+  std::string waiting_in;    // the collective it is in ("all_reduce on group 0"), "" if none
+  std::int64_t waiting_ms = 0;
+};
+
+struct NodeSnapshot {
+  std::string node_id;
+  int group_rank = -1;       // -1: an idle spare, or out of the job
+  bool connected = false;
+  std::string role;          // "member", "spare" (idle, connected), "away" (holds a rank, not connected), "out"
+  std::string address;
+  std::string rack;
+  double heartbeat_age_s = -1;  // -1: no heartbeat yet
+  bool straggler = false;    // the straggler detector names it now
+};
+
+struct JobSnapshot {
+  std::string job_id;
+  std::string state;         // JobStateName
+  bool finished = false;
+  int nnodes = 0;            // the job's size (MAX of an elastic job)
+  int active_nnodes = 0;     // nodes of the running generation
+  int nproc_per_node = 0;
+  int max_restarts = 0;
+  int restart_count = 0;
+  std::int64_t generation = -1;
+  std::int64_t max_step = -1;         // the newest step any rank reported
+  std::int64_t checkpoint_step = -1;  // the newest committed checkpoint
+  double checkpoint_overhead_ms = 0;  // of the running generation
+  // Steps per second of the running generation: of the slowest rank, from
+  // its first step to its newest (0 if unknown).
+  double step_rate = 0;
+  std::int64_t newest_step_unix_ms = 0;  // of the running generation, 0 if none
+  bool incident_open = false;
+  int incidents = 0;
+  std::string last_failure;  // one line, "" if none
+  std::string summary;       // the final summary once finished
+  Nanos now_wall = 0;
+  std::vector<NodeSnapshot> nodes;  // by node id
+  std::vector<RankSnapshot> ranks;  // by rank
+};
+
+}  // namespace trainguard

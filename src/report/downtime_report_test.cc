@@ -1,0 +1,93 @@
+#include "report/downtime_report.h"
+
+#include <gtest/gtest.h>
+
+namespace trainguard {
+namespace {
+
+// Wall times are seconds after T0 (a wall time of 0 means "none").
+constexpr double kT0 = 1.7e9;
+Nanos Wall(double s) { return static_cast<Nanos>((kT0 + s) * kSecond); }
+
+Event At(double s, const std::string& kind, std::int64_t generation, const std::string& detail = "{}") {
+  Event e;
+  e.job_id = "j";
+  e.wall_ns = Wall(s);
+  e.kind = kind;
+  e.generation = generation;
+  e.detail_json = detail;
+  return e;
+}
+
+std::string Ms(const char* key, double s) {
+  return "\"" + std::string(key) + "\":" + std::to_string(static_cast<long long>((kT0 + s) * 1000));
+}
+
+// Created at 0, generation 0 steps 0..99 from 2 s to 12 s with a checkpoint
+// at step 50; a fault at 12 s, detected at 13 s, stopped at 14 s;
+// generation 1 steps again from 16 s.
+std::vector<Event> OneIncident() {
+  return {At(0, "job_created", -1),
+          At(2, "first_step", 0, "{" + Ms("first_step_unix_ms", 2) + ",\"first_step\":0}"),
+          At(13, "failure", 0,
+             "{" + Ms("fault_unix_ms", 12) + "," + Ms("detected_unix_ms", 13) + "," +
+                 Ms("last_step_unix_ms", 12) +
+                 ",\"failure_step\":100,\"checkpoint_step\":50,\"incident\":1,\"failure_kind\":\"rank_crash\"}"),
+          At(13.1, "attribution", 0, R"({"category":"hardware","culprit_nodes":["node1"]})"),
+          At(13.2, "decision", 0, R"({"decision":"restart","reason":"transient"})"),
+          At(14, "stopped", 0),
+          At(16, "first_step", 1, "{" + Ms("first_step_unix_ms", 16) + ",\"first_step\":51}")};
+}
+
+TEST(DowntimeReportTest, AJobThatHasNotEndedNeedsTheLiveState) {
+  auto events = OneIncident();
+  auto ended_only = ComputeReport("j", events);
+  EXPECT_EQ(ended_only.status().code(), StatusCode::kFailedPrecondition);
+
+  LiveJob live{Wall(30), "RUNNING", 1, Wall(29), 400};
+  auto r = ComputeReport("j", events, &live);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->state, "RUNNING");
+  EXPECT_EQ(r->restarts, 1);
+  EXPECT_DOUBLE_EQ(r->wall_s, 30);
+  EXPECT_DOUBLE_EQ(r->startup_s, 2);
+  EXPECT_DOUBLE_EQ(r->detection_s, 1);
+  EXPECT_DOUBLE_EQ(r->shutdown_s, 1);
+  EXPECT_DOUBLE_EQ(r->restart_s, 2);
+  EXPECT_NEAR(r->lost_s, 5, 1e-9);    // steps 50..100 of an even 10 s
+  EXPECT_NEAR(r->tail_s, 1, 1e-9);    // the newest step was 1 s ago
+  EXPECT_NEAR(r->checkpoint_s, 0.4, 1e-9);
+  EXPECT_EQ(r->lost_steps, 50);
+  // The terms add up to the wall time.
+  double sum = r->productive_s + r->startup_s + r->lost_s + r->detection_s + r->shutdown_s + r->restart_s +
+               r->tail_s + r->checkpoint_s;
+  EXPECT_NEAR(sum, r->wall_s, 1e-6);
+  ASSERT_EQ(r->incidents.size(), 1u);
+  EXPECT_EQ(r->incidents[0]["category"], "hardware");
+  EXPECT_EQ(r->incidents[0]["decision"], "restart");
+}
+
+TEST(DowntimeReportTest, TheRecordedEndWinsOverTheLiveState) {
+  auto events = OneIncident();
+  events.push_back(At(40, "job_succeeded", 1,
+                      "{\"restart_count\":1," + Ms("last_step_unix_ms", 39) + ",\"checkpoint_overhead_ms\":0}"));
+  LiveJob live{Wall(50), "RUNNING", 7, Wall(49), 0};
+  auto r = ComputeReport("j", events, &live);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->state, "SUCCEEDED");
+  EXPECT_EQ(r->restarts, 1);
+  EXPECT_DOUBLE_EQ(r->wall_s, 40);
+  EXPECT_NEAR(r->tail_s, 1, 1e-9);
+}
+
+TEST(DowntimeReportTest, AStepNewerThanNowIsClampedSoNoTermIsNegative) {
+  auto events = OneIncident();
+  LiveJob live{Wall(20), "RUNNING", 1, Wall(21), 0};  // the node's clock ran ahead
+  auto r = ComputeReport("j", events, &live);
+  ASSERT_TRUE(r.ok());
+  EXPECT_GE(r->tail_s, 0);
+  EXPECT_NEAR(r->wall_s, 20, 1e-9);
+}
+
+}  // namespace
+}  // namespace trainguard
