@@ -211,7 +211,7 @@ def test_trace_and_heatmap_say_clearly_what_is_wrong(tmp_path, no_leftovers):
     assert "--steps 'x:y' is not A:B" in fails("trace", "--store", job.store, "--steps", "x:y", "-o",
                                                str(tmp_path / "t.json"))
     assert "FILE.svg or FILE.html" in fails("heatmap", "--store", job.store, "-o", str(tmp_path / "h.png"))
-    assert "job nosuchjob has no step timings" in fails("heatmap", "--store", job.store, "nosuchjob", "-o",
+    assert "has no job nosuchjob (its newest: short)" in fails("heatmap", "--store", job.store, "nosuchjob", "-o",
                                                         str(tmp_path / "h.svg"))
     assert not os.path.exists(tmp_path / "t.json") and not os.path.exists(tmp_path / "h.svg")
     # Steps 0-4 of a one-rank job: a trace that is still valid.

@@ -81,4 +81,41 @@ StatusOr<RuleSet> LoadRulesFor(const std::vector<std::string>& extra) {
   return rules;
 }
 
+bool OpenJob(const EventsOptions& o, std::unique_ptr<EventStore>* store, std::string* job_id) {
+  if (!fs::exists(o.store)) {
+    std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", o.store.c_str());
+    return false;
+  }
+  auto opened = OpenSqliteEventStore(o.store);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", opened.status().message().c_str());
+    return false;
+  }
+  *store = std::move(opened.value());
+  *job_id = o.job_id;
+  if (job_id->empty()) {
+    auto jobs = (*store)->Jobs();
+    if (!jobs.ok() || jobs->empty()) {
+      std::fprintf(stderr, "trainguard: error: the store %s holds no jobs\n", o.store.c_str());
+      return false;
+    }
+    *job_id = jobs->back().job_id;
+    return true;
+  }
+  auto jobs = (*store)->Jobs();
+  if (!jobs.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", jobs.status().message().c_str());
+    return false;
+  }
+  std::string newest;
+  for (auto it = jobs->rbegin(); it != jobs->rend(); ++it) {
+    if (it->job_id == *job_id) return true;
+    if (it - jobs->rbegin() < 3) newest += (newest.empty() ? "" : ", ") + it->job_id;
+  }
+  std::fprintf(stderr, "trainguard: error: the store %s has no job %s (%s)\n", o.store.c_str(), job_id->c_str(),
+               newest.empty() ? "it holds no jobs" : ("its newest: " + newest).c_str());
+  return false;
+}
+
+
 }  // namespace trainguard

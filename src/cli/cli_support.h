@@ -7,11 +7,14 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "attribution/attribution.h"
+#include "cli/commands.h"
+#include "store/event_store.h"
 #include "trainguard/status.h"
 
 namespace trainguard {
@@ -26,6 +29,10 @@ std::string Hostname();
 // The shipped attribution rules ($TRAINGUARD_RULES overrides the file), with
 // operator rule files merged over them.
 StatusOr<RuleSet> LoadRulesFor(const std::vector<std::string>& extra);
+
+// Opens o.store and picks the job: o.job_id, or the newest. False, with the
+// error said on stderr, if the store is not there or has no such job.
+bool OpenJob(const EventsOptions& o, std::unique_ptr<EventStore>* store, std::string* job_id);
 
 // Blocks SIGINT/SIGTERM in every thread created after this and returns a
 // thread that turns them into `on_signal` calls.

@@ -19,6 +19,8 @@ struct JobOptions {
   bool netns = false;       // run: every node in a network namespace of its own (root)
   bool netns_fallback = false;  // run --netns without root or namespaces: shared network, with a note
   int nodes_per_rack = 0;   // run: node<N> is in rack<N / nodes_per_rack> (its own bridge with --netns); 0 = no racks
+  std::string http = "127.0.0.1:0";  // the HTTP API's HOST:PORT, "off" for none (docs/api.md)
+  std::string api_token_file;       // "" = a new token in <run_dir>/api-token
   std::vector<std::string> alert_webhooks;  // JSON POSTs of incidents, decisions, evictions, the end (docs/alerts.md)
   std::string straggler_action = "report";  // report or evict (controller/straggler_detector.h)
   double straggler_threshold = 0.07;        // a node this much slower than the median is slow
@@ -84,6 +86,13 @@ struct EventsOptions {
   bool json = false;
 };
 
+struct StatusCommandOptions {
+  EventsOptions stored;
+  std::string url;          // the controller's API; "" = where the job's record says
+  bool watch = false;       // refresh until the job ends
+  double interval_s = 2;
+};
+
 struct HangOptions {
   EventsOptions stored;
   int incident = 0;         // 0 = the newest hang
@@ -143,6 +152,9 @@ int ShowReport(const EventsOptions& options);
 
 // trainguard nodes: what the store knows of each node across jobs.
 int ShowNodes(const EventsOptions& options);
+// trainguard status [JOB]: state, step, step rate, ETTR, restarts, nodes and
+// the last incident, live from the controller's API, or from the store.
+int ShowStatus(const StatusCommandOptions& o);
 // trainguard cordon NODE --reason R: the node gets no ranks in any job until
 // uncordoned; the action is kept with who took it.
 int CordonNode(const std::string& store, const std::string& node, const std::string& reason);

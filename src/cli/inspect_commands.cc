@@ -26,29 +26,6 @@ using nlohmann::json;
 namespace {
 
 // Opens the store and resolves the job ("" = the newest); prints the error.
-bool OpenJob(const EventsOptions& o, std::unique_ptr<EventStore>* store, std::string* job_id) {
-  if (!fs::exists(o.store)) {
-    std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", o.store.c_str());
-    return false;
-  }
-  auto opened = OpenSqliteEventStore(o.store);
-  if (!opened.ok()) {
-    std::fprintf(stderr, "trainguard: error: %s\n", opened.status().message().c_str());
-    return false;
-  }
-  *store = std::move(opened.value());
-  *job_id = o.job_id;
-  if (job_id->empty()) {
-    auto jobs = (*store)->Jobs();
-    if (!jobs.ok() || jobs->empty()) {
-      std::fprintf(stderr, "trainguard: error: the store %s holds no jobs\n", o.store.c_str());
-      return false;
-    }
-    *job_id = jobs->back().job_id;
-  }
-  return true;
-}
-
 }  // namespace
 
 int ShowReport(const EventsOptions& o) {
@@ -118,26 +95,12 @@ bool EndsWith(const std::string& s, const std::string& tail) {
 }  // namespace
 
 int WriteTrace(const TraceOptions& o) {
-  std::int64_t from = std::numeric_limits<std::int64_t>::min(), to = std::numeric_limits<std::int64_t>::max();
-  if (!o.steps.empty()) {
-    std::size_t colon = o.steps.find(':');
-    try {
-      if (colon == std::string::npos) throw std::invalid_argument("no colon");
-      std::size_t used = 0;
-      if (colon > 0) {
-        from = std::stoll(o.steps.substr(0, colon), &used);
-        if (used != colon) throw std::invalid_argument("junk");
-      }
-      if (colon + 1 < o.steps.size()) {
-        std::string b = o.steps.substr(colon + 1);
-        to = std::stoll(b, &used);
-        if (used != b.size()) throw std::invalid_argument("junk");
-      }
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "trainguard: error: --steps '%s' is not A:B, A: or :B\n", o.steps.c_str());
-      return 2;
-    }
+  auto range = ParseStepRange(o.steps);
+  if (!range.ok()) {
+    std::fprintf(stderr, "trainguard: error: --steps %s\n", range.status().message().c_str());
+    return 2;
   }
+  const auto [from, to] = *range;
   std::unique_ptr<EventStore> store;
   std::string job_id;
   if (!OpenJob(o.stored, &store, &job_id)) return 2;

@@ -3,14 +3,19 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <atomic>
 #include <cstdio>
+#include <fstream>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "agent/agent.h"
+#include "api/http_api.h"
 #include "cli/cli_support.h"
 #include "cli/commands.h"
 #include "cli/host_address.h"
@@ -82,6 +87,44 @@ void PrintDowntime(EventStore* store, const std::string& job_id) {
   }
 }
 
+// The API token: the content of --api-token-file (surrounding white space
+// dropped), or a new random one. InvalidArgument naming the file if it
+// cannot be read or is empty.
+StatusOr<std::string> ApiToken(const JobOptions& o) {
+  if (!o.api_token_file.empty()) {
+    std::ifstream in(o.api_token_file);
+    if (!in) return InvalidArgument("--api-token-file " + o.api_token_file + ": cannot be read");
+    std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto first = token.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return InvalidArgument("--api-token-file " + o.api_token_file + " is empty");
+    token = token.substr(first, token.find_last_not_of(" \t\r\n") - first + 1);
+    return token;
+  }
+  unsigned char bytes[24];
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  if (!random.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) return IoError("cannot read /dev/urandom");
+  std::string token;
+  char hex[3];
+  for (unsigned char b : bytes) {
+    std::snprintf(hex, sizeof(hex), "%02x", b);
+    token += hex;
+  }
+  return token;
+}
+
+// Writes a generated token where only this user can read it.
+Status WriteTokenFile(const std::string& path, const std::string& token) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return IoError("cannot write the API token to " + path + ": " + std::strerror(errno));
+  ::fchmod(fd, 0600);
+  const std::string line = token + "\n";
+  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ::close(fd);
+  return ok ? Status::Ok() : IoError("cannot write the API token to " + path);
+}
+
 // An agent this process starts next to its controller.
 struct LocalNode {
   std::string node_id;
@@ -151,8 +194,36 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   JobConfig config = MakeConfig(o, job_id);
   // Nodes that share this host must not measure each other.
   if (o.diag_parallel < 0 && pick_local_nodes) config.diag_parallelism = 1;
+  std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
+  // --http: bound before the controller exists, so that the job's record
+  // says where its API is; it serves once the job is recorded.
+  std::unique_ptr<HttpApi> api;
+  std::string api_token;
+  if (o.http != "off") {
+    auto token = ApiToken(o);
+    if (!token.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", token.status().message().c_str());
+      return 2;
+    }
+    api_token = *token;
+    HttpApiOptions api_options;
+    api_options.listen = o.http;
+    api_options.token = api_token;
+    api = std::make_unique<HttpApi>(store->get(), api_options);
+    if (Status bound = api->Bind(); !bound.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", bound.message().c_str());
+      return 2;
+    }
+    config.api_url = api->url();
+  }
   JobController controller(config, RealClock::Get(), store->get(), nullptr,
                            &rules.value());
+  struct ApiGuard {  // the API stops serving before the controller goes
+    std::unique_ptr<HttpApi>* api;
+    ~ApiGuard() {
+      if (*api) (*api)->Stop();
+    }
+  } api_guard{&api};
   // --alert-webhook: alerts go out from senders' own threads.
   std::vector<std::unique_ptr<WebhookSender>> webhooks;
   std::vector<WebhookSender*> webhook_ptrs;
@@ -190,7 +261,6 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     }
   }
   std::unique_ptr<LocalLauncher> launcher;
-  std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
 
   // Before any thread exists (gRPC's included): the watcher blocks SIGINT and
   // SIGTERM in every thread created after it, so they reach only the watcher.
@@ -213,6 +283,19 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   if (!started.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", started.message().c_str());
     return 2;
+  }
+  if (api) {
+    std::string token_path = o.api_token_file;
+    if (token_path.empty()) {
+      token_path = run_dir + "/api-token";
+      if (Status written = WriteTokenFile(token_path, api_token); !written.ok()) {
+        std::fprintf(stderr, "trainguard: warning: %s; API actions are refused\n", written.message().c_str());
+        token_path = "";
+      }
+    }
+    api->Serve(&controller);
+    std::fprintf(stderr, "trainguard: job %s: API and metrics at %s (actions need the token in %s)\n",
+                 job_id.c_str(), api->url().c_str(), token_path.empty() ? "(none)" : token_path.c_str());
   }
   std::atomic<bool> ticking{true};
   std::thread ticker([&] {

@@ -64,6 +64,14 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
   cmd->add_option("--alert-webhook", o->alert_webhooks,
                   "URL that gets a JSON POST for each incident, attribution, decision, eviction, straggler and the "
                   "job's end (retried with backoff, never holding up the job; repeat for several; docs/alerts.md)");
+  cmd->add_option("--http", o->http,
+                  "HOST:PORT where the controller serves its HTTP API, /metrics and (later) the dashboard "
+                  "(port 0: any free one; `off`: none). Reading needs nothing; actions need the API token "
+                  "(docs/api.md)")
+      ->capture_default_str();
+  cmd->add_option("--api-token-file", o->api_token_file,
+                  "file whose content is the API token for actions (cancel, cordon); default: a new random "
+                  "token in RUN_DIR/api-token, readable by you only");
   cmd->add_option("--straggler-action", o->straggler_action,
                   "what a straggler node gets: report (an event) or evict (taken out like a failed node, a "
                   "spare takes its place) once it has been slow for --straggler-evict-windows windows")
@@ -241,6 +249,17 @@ int main(int argc, char** argv) {
   CLI::App* report_cmd = app.add_subcommand("report", "a job's incidents and where its time went");
   AddStoredJobOptions(report_cmd, &report);
 
+  trainguard::StatusCommandOptions status;
+  status.stored.store = trainguard::DefaultStorePath();
+  CLI::App* status_cmd = app.add_subcommand(
+      "status", "a job in a few lines: state, step rate, ETTR, restarts, nodes, last incident (live from its controller)");
+  AddStoredJobOptions(status_cmd, &status.stored);
+  status_cmd->add_option("--url", status.url, "the controller's API (default: where the job's record says)");
+  status_cmd->add_flag("-w,--watch", status.watch, "refresh until the job ends");
+  status_cmd->add_option("--interval", status.interval_s, "seconds between refreshes with --watch")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+
   trainguard::HangOptions hang;
   hang.stored.store = trainguard::DefaultStorePath();
   CLI::App* hang_cmd = app.add_subcommand("hang", "where a job's hang sat in its parallel layout");
@@ -364,6 +383,7 @@ int main(int argc, char** argv) {
   if (trace_cmd->parsed()) return trainguard::WriteTrace(trace);
   if (heatmap_cmd->parsed()) return trainguard::WriteHeatmap(heatmap);
   if (report_cmd->parsed()) return trainguard::ShowReport(report);
+  if (status_cmd->parsed()) return trainguard::ShowStatus(status);
   if (hang_cmd->parsed()) return trainguard::ShowHang(hang);
   if (nodes_cmd->parsed()) return trainguard::ShowNodes(nodes);
   if (cordon_cmd->parsed()) return trainguard::CordonNode(cordon_store, cordon_node, cordon_reason);

@@ -21,6 +21,7 @@
 #include "controller/job_config.h"
 #include "controller/recovery_policy.h"
 #include "store/event_store.h"
+#include "store/node_cordon.h"
 
 namespace trainguard {
 
@@ -168,46 +169,29 @@ int CordonNode(const std::string& store_path, const std::string& node, const std
   }
   auto opened = OpenSqliteEventStore(store_path);
   if (!opened.ok()) return Fail(opened.status());
-  auto& store = *opened;
-  auto health = store->GetNodeHealth(node);
-  if (!health.ok()) return Fail(health.status());
   const std::string by = OperatorName();
-  const Nanos now = WallNowNanos();
-  if (Status s = store->RecordNodeAction({node, now, "cordon", by, reason, "", "{}"}); !s.ok()) return Fail(s);
-  if (Status s = store->SetNodeHealth({node, "cordoned", reason, "", now}); !s.ok()) return Fail(s);
+  auto was = CordonNodeInStore(opened->get(), node, by, reason, WallNowNanos());
+  if (!was.ok()) return Fail(was.status());
   std::printf("node %s cordoned by %s: %s; it gets no ranks in new jobs and restarts until `trainguard uncordon %s`%s\n",
               node.c_str(), by.c_str(), reason.c_str(), node.c_str(),
-              health->status == "cordoned" ? (" (it was cordoned already: " + health->reason + ")").c_str() : "");
+              was->status == "cordoned" ? (" (it was cordoned already: " + was->reason + ")").c_str() : "");
   return 0;
 }
 
 int UncordonNode(const std::string& store_path, const std::string& node, const std::string& reason) {
   auto store = OpenExisting(store_path);
   if (!store) return 2;
-  auto health = store->GetNodeHealth(node);
-  auto incidents = store->IncidentsOnNode(node);
-  if (!health.ok() || !incidents.ok()) {
-    std::fprintf(stderr, "trainguard: error: %s\n",
-                 (!health.ok() ? health.status() : incidents.status()).message().c_str());
-    return 2;
-  }
-  if (health->status.empty() && incidents->empty()) {
+  const std::string by = OperatorName();
+  auto was = UncordonNodeInStore(store.get(), node, by, reason, WallNowNanos());
+  if (was.status().code() == StatusCode::kNotFound) {
     std::fprintf(stderr, "trainguard: error: node %s has no record in %s (see trainguard nodes)\n",
                  node.c_str(), store_path.c_str());
     return 1;
   }
-  std::string was = health->status.empty() ? "ok" : health->status;
-  const std::string by = OperatorName();
-  const Nanos now = WallNowNanos();
-  std::string why = reason.empty() ? "cleared by an operator" : reason;
-  if (Status s = store->RecordNodeAction({node, now, "uncordon", by, why, "", "{}"}); !s.ok()) return Fail(s);
-  Status s = store->SetNodeHealth({node, "ok", why + " (was " + was +
-                                       (health->reason.empty() ? "" : ": " + health->reason) + ")",
-                                   "", now});
-  if (!s.ok()) return Fail(s);
+  if (!was.ok()) return Fail(was.status());
   std::printf("node %s cleared by %s (was %s); it may get ranks again and its earlier incidents no longer "
               "count against it\n",
-              node.c_str(), by.c_str(), was.c_str());
+              node.c_str(), by.c_str(), was->status.empty() ? "ok" : was->status.c_str());
   return 0;
 }
 

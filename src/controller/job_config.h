@@ -23,6 +23,9 @@ struct JobConfig {
   Nanos elastic_wait = 30 * kSecond;
   int nproc_per_node = 1;
   std::vector<std::string> argv;
+  // Where the controller's HTTP API serves the job (http://HOST:PORT), "" if
+  // off: kept with the job so that `trainguard status` finds it.
+  std::string api_url;
   std::map<std::string, std::string> env;  // extra environment for every rank
   // Restarts allowed after the first launch; the job fails on the failure after that.
   int max_restarts = 3;

@@ -68,6 +68,7 @@ Status JobController::Start() {
               {"startup_timeout_ms", config_.startup_timeout / kMillisecond},
               {"straggler_action", config_.straggler_action},
               {"argv", config_.argv}};
+  if (!config_.api_url.empty()) cfg["api_url"] = config_.api_url;
   TG_RETURN_IF_ERROR(store_->CreateJob(
       {config_.job_id, clock_->WallNanos(), ValidUtf8(command), cfg.dump(-1, ' ', false, kReplaceBadUtf8), "STARTING", ""}));
   waiting_since_mono_ = clock_->MonotonicNanos();

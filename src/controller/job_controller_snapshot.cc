@@ -45,6 +45,7 @@ JobSnapshot JobController::Snapshot() const {
   s.last_failure = last_failure_;
   s.summary = summary_;
   s.now_wall = clock_->WallNanos();
+  s.heartbeat_interval = config_.heartbeat_interval;
   const Nanos now_mono = clock_->MonotonicNanos();
   const std::set<std::string> stragglers = stragglers_.Stragglers();
   double slowest_rate = 0;

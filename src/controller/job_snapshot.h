@@ -57,7 +57,8 @@ struct JobSnapshot {
   // Steps per second of the running generation: of the slowest rank, from
   // its first step to its newest (0 if unknown).
   double step_rate = 0;
-  std::int64_t newest_step_unix_ms = 0;  // of the running generation, 0 if none
+  std::int64_t newest_step_unix_ms = 0;  // of the running generation, 0 if none (as of the last heartbeats)
+  Nanos heartbeat_interval = 0;
   bool incident_open = false;
   int incidents = 0;
   std::string last_failure;  // one line, "" if none

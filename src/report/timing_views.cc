@@ -86,6 +86,26 @@ std::string Colour(double ratio) {
 
 }  // namespace
 
+StatusOr<std::pair<std::int64_t, std::int64_t>> ParseStepRange(const std::string& text) {
+  std::int64_t from = std::numeric_limits<std::int64_t>::min(), to = std::numeric_limits<std::int64_t>::max();
+  if (text.empty()) return std::make_pair(from, to);
+  const std::size_t colon = text.find(':');
+  auto number = [](const std::string& part, std::int64_t* out) {
+    try {
+      std::size_t used = 0;
+      *out = std::stoll(part, &used);
+      return used == part.size();
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  bool ok = colon != std::string::npos;
+  if (ok && colon > 0) ok = number(text.substr(0, colon), &from);
+  if (ok && colon + 1 < text.size()) ok = number(text.substr(colon + 1), &to);
+  if (!ok) return InvalidArgument("'" + text + "' is not A:B, A: or :B");
+  return std::make_pair(from, to);
+}
+
 StatusOr<std::string> TraceJson(EventStore* store, const std::string& job_id, std::int64_t from, std::int64_t to) {
   auto rows = store->StepTimings(job_id, from, to);
   if (!rows.ok()) return rows.status();

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "store/event_store.h"
 #include "trainguard/status.h"
@@ -17,6 +18,10 @@ namespace trainguard {
 // steps, phases (GC pauses among them), device time and communication;
 // point-to-point sends and receives paired as flows. Times are on the
 // controller's clock; each rank's clock uncertainty is in its metadata.
+// "A:B", "A:", ":B" or "" (every step) as [from, to]. InvalidArgument
+// quoting the text otherwise.
+StatusOr<std::pair<std::int64_t, std::int64_t>> ParseStepRange(const std::string& text);
+
 StatusOr<std::string> TraceJson(EventStore* store, const std::string& job_id, std::int64_t from, std::int64_t to);
 
 struct HeatmapOptions {

@@ -1,0 +1,141 @@
+#include "api/job_metrics.h"
+
+#include <map>
+#include <set>
+
+#include "controller/job_controller.h"
+#include "store/step_timing_text.h"
+
+namespace trainguard {
+
+using nlohmann::json;
+
+std::vector<NodePhaseTime> MeanPhaseTimes(const std::vector<StepTimingRecord>& rows) {
+  std::map<std::string, int> rank_steps;                               // per node
+  std::map<std::pair<std::string, std::string>, double> sum_us;        // per node and phase
+  for (const StepTimingRecord& row : rows) {
+    auto totals = DecodeTotals(row.totals);
+    if (!totals.ok()) continue;
+    ++rank_steps[row.node];
+    for (const auto& [phase, us] : *totals) sum_us[{row.node, phase}] += static_cast<double>(us);
+  }
+  std::vector<NodePhaseTime> out;
+  for (const auto& [key, us] : sum_us) {
+    out.push_back({key.first, key.second, us / 1e6 / rank_steps[key.first]});
+  }
+  return out;
+}
+
+namespace {
+
+MetricFamily Family(const std::string& name, const std::string& type, const std::string& help) {
+  return {name, help, type, {}};
+}
+
+}  // namespace
+
+std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeReport& report,
+                                     const std::vector<NodePhaseTime>& phases) {
+  const MetricLabels by_job = {{"job_id", job.job_id}};
+  auto with = [&](std::initializer_list<std::pair<std::string, std::string>> more) {
+    MetricLabels l = by_job;
+    l.insert(l.end(), more.begin(), more.end());
+    return l;
+  };
+  std::vector<MetricFamily> out;
+
+  MetricFamily state = Family("trainguard_job_state", "gauge",
+                              "1 for the state the job is in, 0 for the others");
+  for (JobState s : {JobState::kStarting, JobState::kRunning, JobState::kStopping, JobState::kDiagnosing,
+                     JobState::kRestarting, JobState::kSucceeded, JobState::kFailed}) {
+    state.samples.push_back({with({{"state", JobStateName(s)}}), job.state == JobStateName(s) ? 1.0 : 0.0});
+  }
+  out.push_back(state);
+
+  auto single = [&](const std::string& name, const std::string& type, const std::string& help, double v) {
+    MetricFamily f = Family(name, type, help);
+    f.samples.push_back({by_job, v});
+    out.push_back(f);
+  };
+  single("trainguard_job_restarts_total", "counter", "Restarts of the job's ranks", job.restart_count);
+  single("trainguard_job_max_restarts", "gauge", "Restarts allowed before the job fails", job.max_restarts);
+  single("trainguard_job_nodes", "gauge", "Nodes of the running generation", job.active_nnodes);
+  single("trainguard_job_nodes_desired", "gauge", "Nodes the job asks for (the most, if elastic)", job.nnodes);
+  single("trainguard_job_generation", "gauge", "The generation (restart) running, -1 before the first",
+         static_cast<double>(job.generation));
+  single("trainguard_job_step", "gauge", "The newest step any rank reported, -1 before the first",
+         static_cast<double>(job.max_step));
+  single("trainguard_job_checkpoint_step", "gauge", "Step of the newest committed checkpoint, -1 if none",
+         static_cast<double>(job.checkpoint_step));
+  single("trainguard_job_steps_per_second", "gauge",
+         "Step rate of the running generation's slowest rank since its first step (0 if unknown)", job.step_rate);
+  single("trainguard_job_wall_seconds", "gauge", "Seconds since the job was created (to its end once ended)",
+         report.wall_s);
+  if (report.has_progress) {
+    single("trainguard_job_ettr_ratio", "gauge", "Effective training time ratio: productive time over wall time",
+           report.ettr);
+    single("trainguard_job_productive_seconds", "gauge", "Step time whose work was kept", report.productive_s);
+    single("trainguard_job_checkpoint_overhead_ratio", "gauge",
+           "Share of the wall time the ranks were blocked in checkpoint saves",
+           report.wall_s > 0 ? report.checkpoint_s / report.wall_s : 0.0);
+  }
+  MetricFamily downtime = Family("trainguard_job_downtime_seconds", "gauge",
+                                 "Where the job's time that was not productive went, by term");
+  for (const auto& [term, v] :
+       std::vector<std::pair<std::string, double>>{{"startup", report.startup_s},
+                                                   {"lost_work", report.lost_s},
+                                                   {"detection", report.detection_s},
+                                                   {"shutdown", report.shutdown_s},
+                                                   {"restart", report.restart_s},
+                                                   {"tail", report.tail_s},
+                                                   {"checkpoint", report.checkpoint_s}}) {
+    downtime.samples.push_back({with({{"term", term}}), v});
+  }
+  out.push_back(downtime);
+  single("trainguard_job_lost_steps_total", "counter", "Steps whose work was thrown away by failures",
+         static_cast<double>(report.lost_steps));
+
+  // Incidents by the category attribution gave them; one not attributed yet
+  // (being handled now) counts as "unattributed".
+  std::map<std::string, int> categories;
+  for (const auto& inc : report.incidents) categories[inc.value("category", std::string("unattributed"))]++;
+  int counted = static_cast<int>(report.incidents.size());
+  if (job.incidents > counted) categories["unattributed"] += job.incidents - counted;
+  MetricFamily incidents = Family("trainguard_job_incidents_total", "counter", "Incidents by attributed category");
+  for (const auto& [category, n] : categories) incidents.samples.push_back({with({{"category", category}}), n});
+  out.push_back(incidents);
+
+  MetricFamily up = Family("trainguard_node_up", "gauge", "1 if the node's agent is connected");
+  MetricFamily age = Family("trainguard_node_heartbeat_age_seconds", "gauge", "Seconds since the node's last heartbeat");
+  MetricFamily info = Family("trainguard_node_info", "gauge", "The node's place in the job (always 1)");
+  MetricFamily straggler = Family("trainguard_node_straggler", "gauge", "1 while the node is named a straggler");
+  for (const NodeSnapshot& n : job.nodes) {
+    MetricLabels node = with({{"node", n.node_id}});
+    up.samples.push_back({node, n.connected ? 1.0 : 0.0});
+    if (n.heartbeat_age_s >= 0) age.samples.push_back({node, n.heartbeat_age_s});
+    info.samples.push_back({with({{"node", n.node_id}, {"role", n.role}, {"group_rank", std::to_string(n.group_rank)},
+                                  {"rack", n.rack}, {"address", n.address}}),
+                            1.0});
+    straggler.samples.push_back({node, n.straggler ? 1.0 : 0.0});
+  }
+  for (auto* f : {&up, &age, &info, &straggler}) out.push_back(*f);
+
+  MetricFamily phase = Family("trainguard_node_phase_seconds", "gauge",
+                              "Seconds per step the node's ranks spent in a phase, mean over the newest steps");
+  for (const NodePhaseTime& p : phases) phase.samples.push_back({with({{"node", p.node}, {"phase", p.phase}}), p.seconds});
+  out.push_back(phase);
+
+  MetricFamily step = Family("trainguard_rank_step", "gauge", "The newest step each rank reported");
+  MetricFamily progress = Family("trainguard_rank_progress_age_seconds", "gauge",
+                                 "Seconds since each rank's newest step (or its launch)");
+  for (const RankSnapshot& r : job.ranks) {
+    MetricLabels rank = with({{"rank", std::to_string(r.rank)}, {"node", r.node}});
+    step.samples.push_back({rank, static_cast<double>(r.step)});
+    progress.samples.push_back({rank, static_cast<double>(r.progress_age_ms) / 1000});
+  }
+  out.push_back(step);
+  out.push_back(progress);
+  return out;
+}
+
+}  // namespace trainguard
