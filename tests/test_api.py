@@ -2,7 +2,7 @@
 `trainguard run` of a DDP script that does not import trainguard: the API
 follows a real failure as it happens (JSON and the live event stream),
 /metrics parses with Prometheus' own parser and agrees with the API, actions
-need the job's token, and `trainguard status` reads the same API."""
+need the job's secret, and `trainguard status` reads the same API."""
 
 import json
 import os
@@ -164,7 +164,7 @@ def test_the_api_and_metrics_follow_a_real_failure_and_actions_need_the_token(tm
         assert "last incident #1" in status.stdout and "rank 3 on node1 -> restart" in status.stdout, status.stdout
 
         # Actions: refused without the token or with a wrong one; done with it.
-        token_file = os.path.join(str(tmp_path), "run", "api-token")
+        token_file = os.path.join(str(tmp_path), "run", "job-secret")
         assert os.stat(token_file).st_mode & 0o777 == 0o600
         token = open(token_file).read().strip()
         assert post(url, "/api/v1/cancel")[0] == 401
@@ -210,10 +210,10 @@ def test_http_flags_bad_input_is_refused_and_off_means_no_api(tmp_path, no_lefto
         port = taken.getsockname()[1]
         busy = run("--http", "127.0.0.1:%d" % port)
     assert busy.returncode == 2 and "cannot listen on 127.0.0.1:%d" % port in busy.stderr, busy.stderr
-    missing = run("--api-token-file", str(tmp_path / "nope"))
-    assert missing.returncode == 2 and "nope: cannot be read" in missing.stderr, missing.stderr
+    missing = run("--secret-file", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "nope cannot be read" in missing.stderr, missing.stderr
     (tmp_path / "empty").write_text("  \n")
-    empty = run("--api-token-file", str(tmp_path / "empty"))
+    empty = run("--secret-file", str(tmp_path / "empty"))
     assert empty.returncode == 2 and "is empty" in empty.stderr, empty.stderr
 
     off = run("--http", "off", "--job-id", "quiet")

@@ -203,6 +203,7 @@ int Agent::Run() {
   v1::Register* r = reg.mutable_register_();
   r->set_protocol_version(config_.protocol_version);
   r->set_node_id(config_.node_id);
+  r->set_job_secret(config_.job_secret);
   r->set_hostname(config_.hostname);
   r->set_address(config_.address);
   r->set_free_port(FindFreePort());

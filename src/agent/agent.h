@@ -38,6 +38,7 @@ struct AgentConfig {
   std::string shm_dir = "/dev/shm";   // status pages
   std::string python_dir;             // prepended to PYTHONPATH ("" = none); the collective probe is there
   std::string rack;                   // the node's rack (top-of-rack switch), "" = none given
+  std::string job_secret;             // shown when registering ("" = none)
   bool stream_output = true;          // copy rank output to stdout/stderr with a "[rankN]: " prefix
   bool native_stacks = false;         // also capture gdb backtraces of hung ranks
   Nanos stack_timeout = 3 * kSecond;  // per rank, for the Python dump

@@ -9,6 +9,7 @@
 #include "api/api_views.h"
 #include "api/job_metrics.h"
 #include "api/prometheus_text.h"
+#include "common/job_secret.h"
 #include "common/json_text.h"
 #include "report/downtime_report.h"
 #include "report/hang_view.h"
@@ -68,13 +69,6 @@ std::string RequestBodyField(const httplib::Request& req, const char* field) {
 
 }  // namespace
 
-bool TokenMatches(const std::string& token, const std::string& given) {
-  if (token.empty() || given.size() != token.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>(token[i] ^ given[i]);
-  return diff == 0;
-}
-
 HttpApi::HttpApi(EventStore* store, HttpApiOptions options)
     : store_(store), options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {}
 
@@ -95,7 +89,10 @@ Status HttpApi::Start(JobController* controller) {
 void HttpApi::Serve(JobController* controller) {
   controller_ = controller;
   Route();
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  thread_ = std::thread([this] {
+    server_->listen_after_bind();
+    serving_ended_ = true;
+  });
 }
 
 Status HttpApi::Bind() {
@@ -142,6 +139,11 @@ Status HttpApi::Bind() {
 void HttpApi::Stop() {
   stopping_ = true;
   if (thread_.joinable()) {
+    // httplib's stop() does nothing until its loop runs: a Stop right after
+    // Serve waits for the loop to start (or to have failed).
+    while (!server_->is_running() && !serving_ended_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     server_->stop();
     thread_.join();
   }
@@ -168,18 +170,18 @@ void HttpApi::Route() {
   };
   auto require_token = [this](const httplib::Request& req, httplib::Response& res) {
     if (options_.token.empty()) {
-      ReplyError(res, 403, "actions are off: this controller has no API token");
+      ReplyError(res, 403, "actions are off: this controller has no job secret");
       return false;
     }
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
     if (auth.rfind(prefix, 0) != 0) {
       res.set_header("WWW-Authenticate", "Bearer");
-      ReplyError(res, 401, "this action needs the job's API token: Authorization: Bearer TOKEN");
+      ReplyError(res, 401, "this action needs the job's secret: Authorization: Bearer SECRET (the job's secret file)");
       return false;
     }
-    if (!TokenMatches(options_.token, auth.substr(prefix.size()))) {
-      ReplyError(res, 403, "the API token is wrong");
+    if (!SecretMatches(options_.token, auth.substr(prefix.size()))) {
+      ReplyError(res, 403, "the job's secret is wrong");
       return false;
     }
     return true;

@@ -23,7 +23,8 @@ namespace trainguard {
 
 struct HttpApiOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0: any free port
-  // Actions need "Authorization: Bearer TOKEN"; "" refuses every action.
+  // Actions need "Authorization: Bearer SECRET" with the job's secret
+  // (common/job_secret.h); "" refuses every action.
   std::string token;
   int max_streams = 8;        // live event streams at once (each holds a thread)
   Nanos stream_poll = 250 * kMillisecond;
@@ -59,11 +60,8 @@ class HttpApi {
   std::string host_;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> serving_ended_{false};  // the server's loop returned
   std::atomic<int> streams_{0};
 };
-
-// Whether `given` equals `token` (not empty), in time independent of where
-// they differ.
-bool TokenMatches(const std::string& token, const std::string& given);
 
 }  // namespace trainguard

@@ -199,7 +199,7 @@ TEST_F(HttpApiTest, ActionsNeedTheTokenAndCordonAndCancelWork) {
   auto no_token = post("/api/v1/cancel", "", "{}");
   ASSERT_TRUE(no_token);
   EXPECT_EQ(no_token->status, 401);
-  EXPECT_NE(no_token->body.find("needs the job's API token"), std::string::npos);
+  EXPECT_NE(no_token->body.find("needs the job's secret"), std::string::npos);
   auto wrong = post("/api/v1/cancel", "s3cret-tokem", "{}");
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->status, 403);
@@ -267,6 +267,18 @@ TEST(HttpApiStartTest, ABadOrTakenAddressIsRefusedNamingIt) {
   s = second.Bind();
   EXPECT_EQ(s.code(), StatusCode::kUnavailable);
   EXPECT_NE(s.message().find("127.0.0.1:" + std::to_string(first.port())), std::string::npos);
+}
+
+TEST(HttpApiStartTest, AStopRightAfterTheStartEnds) {
+  JobConfig config;
+  config.job_id = "j";
+  FakeClock clock;
+  InMemoryEventStore store;
+  JobController controller(config, &clock, &store, nullptr);
+  for (int i = 0; i < 100; ++i) {
+    HttpApi api(&store, {"127.0.0.1:0", "", 8, 250 * kMillisecond});
+    ASSERT_TRUE(api.Start(&controller).ok());
+  }  // each one stops in its destructor: a hang here is the bug
 }
 
 }  // namespace

@@ -20,7 +20,9 @@ struct JobOptions {
   bool netns_fallback = false;  // run --netns without root or namespaces: shared network, with a note
   int nodes_per_rack = 0;   // run: node<N> is in rack<N / nodes_per_rack> (its own bridge with --netns); 0 = no racks
   std::string http = "127.0.0.1:0";  // the HTTP API's HOST:PORT, "off" for none (docs/api.md)
-  std::string api_token_file;       // "" = a new token in <run_dir>/api-token
+  std::string secret_file;          // the job's secret for agents and API actions; "" = a new one in <run_dir>/job-secret
+  std::string tls_cert, tls_key;    // TLS for the agents' stream (PEM files); "" = none
+  std::string tls_ca;               // what this host's agents trust; "" = tls_cert (self-signed)
   std::vector<std::string> alert_webhooks;  // JSON POSTs of incidents, decisions, evictions, the end (docs/alerts.md)
   std::string straggler_action = "report";  // report or evict (controller/straggler_detector.h)
   double straggler_threshold = 0.07;        // a node this much slower than the median is slow
@@ -76,6 +78,8 @@ struct AgentOptions {
   double connect_timeout_s = 10;
   bool native_stacks = false;
   bool quiet = false;
+  std::string secret_file;        // the job's secret ("" = $TRAINGUARD_SECRET_FILE, else none)
+  std::string tls_ca;             // connect over TLS, trusting these certificates (PEM); "" = no TLS
   unsigned protocol_version = 0;  // 0 = ours; tests set another to check refusal
   bool exit_with_job = false;     // exit with the job's exit status, not 0, when it ends
 };

@@ -24,6 +24,7 @@
 #include "cli/local_launcher.h"
 #include "cli/netns_fabric.h"
 #include "cli/root_cause.h"
+#include "common/job_secret.h"
 #include "common/json_text.h"
 #include "controller/job_controller.h"
 #include "store/event_store.h"
@@ -85,44 +86,6 @@ void PrintDowntime(EventStore* store, const std::string& job_id) {
       std::fprintf(stderr, "trainguard:   %s\n", e.message.c_str());
     }
   }
-}
-
-// The API token: the content of --api-token-file (surrounding white space
-// dropped), or a new random one. InvalidArgument naming the file if it
-// cannot be read or is empty.
-StatusOr<std::string> ApiToken(const JobOptions& o) {
-  if (!o.api_token_file.empty()) {
-    std::ifstream in(o.api_token_file);
-    if (!in) return InvalidArgument("--api-token-file " + o.api_token_file + ": cannot be read");
-    std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    const auto first = token.find_first_not_of(" \t\r\n");
-    if (first == std::string::npos) return InvalidArgument("--api-token-file " + o.api_token_file + " is empty");
-    token = token.substr(first, token.find_last_not_of(" \t\r\n") - first + 1);
-    return token;
-  }
-  unsigned char bytes[24];
-  std::ifstream random("/dev/urandom", std::ios::binary);
-  if (!random.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) return IoError("cannot read /dev/urandom");
-  std::string token;
-  char hex[3];
-  for (unsigned char b : bytes) {
-    std::snprintf(hex, sizeof(hex), "%02x", b);
-    token += hex;
-  }
-  return token;
-}
-
-// Writes a generated token where only this user can read it.
-Status WriteTokenFile(const std::string& path, const std::string& token) {
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) return IoError("cannot write the API token to " + path + ": " + std::strerror(errno));
-  ::fchmod(fd, 0600);
-  const std::string line = token + "\n";
-  const bool ok = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  ::close(fd);
-  return ok ? Status::Ok() : IoError("cannot write the API token to " + path);
 }
 
 // An agent this process starts next to its controller.
@@ -195,20 +158,36 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   // Nodes that share this host must not measure each other.
   if (o.diag_parallel < 0 && pick_local_nodes) config.diag_parallelism = 1;
   std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
+  // The job's secret: agents show it when they register, API actions take
+  // it as their token. From --secret-file, or new (written to the run dir
+  // once the job is recorded). Agents are checked when the secret came from
+  // a file, or when `run` starts every node itself.
+  std::string secret, secret_path = o.secret_file;
+  if (!o.secret_file.empty()) {
+    auto read = ReadJobSecret(o.secret_file);
+    if (!read.ok()) {
+      std::fprintf(stderr, "trainguard: error: --secret-file: %s\n", read.status().message().c_str());
+      return 2;
+    }
+    secret = *read;
+  } else {
+    auto made = NewJobSecret();
+    if (!made.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", made.status().message().c_str());
+      return 2;
+    }
+    secret = *made;
+    secret_path = run_dir + "/job-secret";
+  }
+  const bool agents_checked = !o.secret_file.empty() || pick_local_nodes;
+  if (agents_checked) config.agent_secret = secret;
   // --http: bound before the controller exists, so that the job's record
   // says where its API is; it serves once the job is recorded.
   std::unique_ptr<HttpApi> api;
-  std::string api_token;
   if (o.http != "off") {
-    auto token = ApiToken(o);
-    if (!token.ok()) {
-      std::fprintf(stderr, "trainguard: error: %s\n", token.status().message().c_str());
-      return 2;
-    }
-    api_token = *token;
     HttpApiOptions api_options;
     api_options.listen = o.http;
-    api_options.token = api_token;
+    api_options.token = secret;
     api = std::make_unique<HttpApi>(store->get(), api_options);
     if (Status bound = api->Bind(); !bound.ok()) {
       std::fprintf(stderr, "trainguard: error: %s\n", bound.message().c_str());
@@ -273,9 +252,9 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   // must leave no job behind. Agents that register before Start() are
   // welcomed by it.
   GrpcControllerServer server(&controller);
-  Status listening = server.Start(listen_on);
+  Status listening = server.Start(listen_on, {o.tls_cert, o.tls_key});
   if (!listening.ok()) {
-    if (endpoint_may_be_taken) return kEndpointTaken;
+    if (endpoint_may_be_taken && listening.code() == StatusCode::kUnavailable) return kEndpointTaken;
     std::fprintf(stderr, "trainguard: error: %s\n", listening.message().c_str());
     return 2;
   }
@@ -284,18 +263,21 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     std::fprintf(stderr, "trainguard: error: %s\n", started.message().c_str());
     return 2;
   }
-  if (api) {
-    std::string token_path = o.api_token_file;
-    if (token_path.empty()) {
-      token_path = run_dir + "/api-token";
-      if (Status written = WriteTokenFile(token_path, api_token); !written.ok()) {
-        std::fprintf(stderr, "trainguard: warning: %s; API actions are refused\n", written.message().c_str());
-        token_path = "";
-      }
+  if (o.secret_file.empty()) {
+    if (Status written = WriteJobSecret(secret_path, secret); !written.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", written.message().c_str());
+      controller.Cancel("the job secret could not be written");
+      return 2;
     }
+  }
+  if (!agents_checked) {
+    std::fprintf(stderr, "trainguard: note: agents are not authenticated; give the controller and every agent "
+                         "--secret-file FILE (the same secret) to refuse strangers\n");
+  }
+  if (api) {
     api->Serve(&controller);
-    std::fprintf(stderr, "trainguard: job %s: API and metrics at %s (actions need the token in %s)\n",
-                 job_id.c_str(), api->url().c_str(), token_path.empty() ? "(none)" : token_path.c_str());
+    std::fprintf(stderr, "trainguard: job %s: API and metrics at %s (actions need the job secret in %s)\n",
+                 job_id.c_str(), api->url().c_str(), secret_path.c_str());
   }
   std::atomic<bool> ticking{true};
   std::thread ticker([&] {
@@ -308,7 +290,11 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
                job_id.c_str(), server.port(), o.nnodes, o.nproc_per_node, o.store.c_str());
   if (!local_nodes.empty()) {
     std::vector<std::string> args = {"--controller", controller_host + ":" + std::to_string(server.port()),
-                                     "--run-dir-base", run_dir, "--connect-timeout", "30"};
+                                     "--run-dir-base", run_dir, "--connect-timeout", "30",
+                                     "--secret-file", secret_path};
+    // With TLS, its own agents trust --tls-ca, else the certificate itself (self-signed).
+    const std::string trust = !o.tls_ca.empty() ? o.tls_ca : o.tls_cert;
+    if (!trust.empty()) args.insert(args.end(), {"--tls-ca", trust});
     if (o.native_stacks) args.push_back("--native-stacks");
     launcher = std::make_unique<LocalLauncher>(SelfExe(), args);
     const int per_rack = o.nodes_per_rack;
@@ -500,6 +486,8 @@ int RunOneHostOfSeveral(const JobOptions& o) {
   a.connect_timeout_s = o.rendezvous_timeout_s;
   a.native_stacks = o.native_stacks;
   a.exit_with_job = true;
+  a.secret_file = o.secret_file;
+  a.tls_ca = !o.tls_ca.empty() ? o.tls_ca : o.tls_cert;
   return RunAgent(a);
 }
 
@@ -565,6 +553,18 @@ int RunAgent(const AgentOptions& o) {
   config.rack = !o.rack.empty() ? o.rack : std::getenv("TRAINGUARD_RACK") != nullptr ? std::getenv("TRAINGUARD_RACK") : "";
   config.native_stacks = o.native_stacks;
   config.preferred_group_rank = o.group_rank;
+  // The job's secret, shown when registering: --secret-file, else $TRAINGUARD_SECRET_FILE.
+  const char* secret_env = std::getenv("TRAINGUARD_SECRET_FILE");
+  const std::string secret_file = !o.secret_file.empty() ? o.secret_file : secret_env != nullptr ? secret_env : "";
+  if (!secret_file.empty()) {
+    auto secret = ReadJobSecret(secret_file);
+    if (!secret.ok()) {
+      std::fprintf(stderr, "trainguard agent %s: error: --secret-file: %s\n", config.node_id.c_str(),
+                   secret.status().message().c_str());
+      return 2;
+    }
+    config.job_secret = *secret;
+  }
   config.stream_output = !o.quiet;
   if (o.protocol_version != 0) config.protocol_version = o.protocol_version;
   // The shipped rules' fatal and warning patterns, scanned on every line.
@@ -592,7 +592,7 @@ int RunAgent(const AgentOptions& o) {
                o.group_rank >= 0 ? (", node rank " + std::to_string(o.group_rank)).c_str() : "",
                o.controller.c_str());
   Status connected = link.Connect(o.controller, static_cast<int>(o.connect_timeout_s * 1000),
-                                  [&] { return interrupted_by.load() != 0; });
+                                  [&] { return interrupted_by.load() != 0; }, o.tls_ca);
   if (interrupted_by.load() != 0) return 128 + interrupted_by.load();
   if (!connected.ok()) {
     std::fprintf(stderr, "trainguard agent %s: error: %s\n", config.node_id.c_str(),

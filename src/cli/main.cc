@@ -65,13 +65,21 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
                   "URL that gets a JSON POST for each incident, attribution, decision, eviction, straggler and the "
                   "job's end (retried with backoff, never holding up the job; repeat for several; docs/alerts.md)");
   cmd->add_option("--http", o->http,
-                  "HOST:PORT where the controller serves its HTTP API, /metrics and (later) the dashboard "
-                  "(port 0: any free one; `off`: none). Reading needs nothing; actions need the API token "
+                  "HOST:PORT where the controller serves its HTTP API and /metrics "
+                  "(port 0: any free one; `off`: none). Reading needs nothing; actions need the job's secret "
                   "(docs/api.md)")
       ->capture_default_str();
-  cmd->add_option("--api-token-file", o->api_token_file,
-                  "file whose content is the API token for actions (cancel, cordon); default: a new random "
-                  "token in RUN_DIR/api-token, readable by you only");
+  cmd->add_option("--secret-file", o->secret_file,
+                  "file holding the job's secret: agents must show it to register, API actions (cancel, cordon) "
+                  "take it as their token. Default: a new random one in RUN_DIR/job-secret, readable by you only "
+                  "(agents on other hosts are then not checked)");
+  cmd->add_option("--tls-cert", o->tls_cert,
+                  "PEM certificate (chain) the controller serves the agents' stream with; with --tls-key")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--tls-key", o->tls_key, "PEM private key of --tls-cert")->check(CLI::ExistingFile);
+  cmd->add_option("--tls-ca", o->tls_ca,
+                  "PEM certificates this host's agents trust (default: --tls-cert itself, if self-signed)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--straggler-action", o->straggler_action,
                   "what a straggler node gets: report (an event) or evict (taken out like a failed node, a "
                   "spare takes its place) once it has been slow for --straggler-evict-windows windows")
@@ -227,6 +235,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   agent_cmd->add_flag("--native-stacks", agent.native_stacks, "capture gdb backtraces");
   agent_cmd->add_flag("--quiet", agent.quiet, "do not copy rank output to stdout");
+  agent_cmd->add_option("--tls-ca", agent.tls_ca,
+                        "connect over TLS, trusting these PEM certificates (the controller's --tls-cert or its CA)")
+      ->check(CLI::ExistingFile);
+  agent_cmd->add_option("--secret-file", agent.secret_file,
+                        "file holding the job's secret, shown when registering (default: $TRAINGUARD_SECRET_FILE)");
   agent_cmd->add_option("--protocol-version", agent.protocol_version)->group("");
 
   trainguard::EventsOptions events;

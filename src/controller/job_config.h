@@ -26,6 +26,8 @@ struct JobConfig {
   // Where the controller's HTTP API serves the job (http://HOST:PORT), "" if
   // off: kept with the job so that `trainguard status` finds it.
   std::string api_url;
+  // Agents must register with this secret ("" = agents are not checked).
+  std::string agent_secret;
   std::map<std::string, std::string> env;  // extra environment for every rank
   // Restarts allowed after the first launch; the job fails on the failure after that.
   int max_restarts = 3;

@@ -1,5 +1,7 @@
 #include "controller/job_controller.h"
 
+#include "common/job_secret.h"
+
 #include "common/json_text.h"
 #include "common/utf8.h"
 
@@ -181,10 +183,17 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     link->Send(welcome);
     link->Close();
     Emit("agent_refused", reg.node_id(), -1, -1, "agent " + reg.node_id() + " refused: " + why);
+    std::fprintf(stderr, "trainguard: agent %s (%s) refused: %s\n", reg.node_id().c_str(), reg.hostname().c_str(),
+                 why.c_str());
   };
   if (reg.protocol_version() != kProtocolVersion) {
     refuse("protocol version mismatch: agent speaks " + std::to_string(reg.protocol_version()) +
            ", controller speaks " + std::to_string(kProtocolVersion));
+    return;
+  }
+  if (!config_.agent_secret.empty() && !SecretMatches(config_.agent_secret, reg.job_secret())) {
+    refuse(std::string(reg.job_secret().empty() ? "it showed no job secret" : "its job secret is wrong") +
+           ": start it with --secret-file naming a file that holds the job's secret");
     return;
   }
   if (reg.node_id().empty()) {

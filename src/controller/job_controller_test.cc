@@ -229,6 +229,39 @@ TEST_F(JobControllerTest, RefusesAProtocolVersionMismatch) {
   EXPECT_EQ(EventsOf("agent_refused").size(), 1u);
 }
 
+TEST_F(JobControllerTest, WithAJobSecretAnAgentMustShowIt) {
+  config_.agent_secret = "0123456789abcdef";
+  Make();
+  auto attempt = [&](int conn, const std::string& secret) {
+    auto link = std::make_shared<FakeAgentLink>();
+    links_.push_back(link);
+    controller_->OnConnect(conn, link);
+    v1::AgentMessage m;
+    m.mutable_register_()->set_protocol_version(kProtocolVersion);
+    m.mutable_register_()->set_node_id("node" + std::to_string(conn - 1));
+    m.mutable_register_()->set_address("10.0.0.1");
+    m.mutable_register_()->set_job_secret(secret);
+    controller_->OnMessage(conn, m);
+    return link.get();
+  };
+  FakeAgentLink* none = attempt(1, "");
+  ASSERT_NE(none->Last(Kind::kWelcome), nullptr);
+  EXPECT_NE(none->Last(Kind::kWelcome)->welcome().error().find("it showed no job secret: start it with --secret-file"),
+            std::string::npos)
+      << none->Last(Kind::kWelcome)->welcome().error();
+  EXPECT_TRUE(none->closed);
+  FakeAgentLink* wrong = attempt(2, "0123456789abcdeF");
+  EXPECT_NE(wrong->Last(Kind::kWelcome)->welcome().error().find("its job secret is wrong"), std::string::npos);
+  EXPECT_TRUE(wrong->closed);
+  auto refused = EventsOf("agent_refused");
+  ASSERT_EQ(refused.size(), 2u);
+  EXPECT_EQ(refused[0].message.find("0123456789abcdef"), std::string::npos);  // never written down
+  FakeAgentLink* right = attempt(3, "0123456789abcdef");
+  ASSERT_NE(right->Last(Kind::kWelcome), nullptr);
+  EXPECT_TRUE(right->Last(Kind::kWelcome)->welcome().error().empty());
+  EXPECT_FALSE(right->closed);
+}
+
 TEST_F(JobControllerTest, AnotherHostWithTheSameNodeIdIsRefusedNotTakenForARestart) {
   Make(2, 1);
   auto reg = [&](int conn, const std::string& address) {

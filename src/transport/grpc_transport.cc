@@ -3,6 +3,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <fstream>
+#include <iterator>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -119,12 +121,37 @@ GrpcControllerServer::GrpcControllerServer(JobController* controller)
 
 GrpcControllerServer::~GrpcControllerServer() { Shutdown(1000); }
 
-Status GrpcControllerServer::Start(const std::string& address) {
+namespace {
+
+StatusOr<std::string> ReadPem(const char* what, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return InvalidArgument(std::string(what) + " " + path + " cannot be read");
+  std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (pem.find("-----BEGIN ") == std::string::npos) {
+    return InvalidArgument(std::string(what) + " " + path + " is not a PEM file");
+  }
+  return pem;
+}
+
+}  // namespace
+
+Status GrpcControllerServer::Start(const std::string& address, const TlsServerFiles& tls) {
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!tls.cert.empty() || !tls.key.empty()) {
+    if (tls.cert.empty() || tls.key.empty()) return InvalidArgument("TLS needs both --tls-cert and --tls-key");
+    auto cert = ReadPem("--tls-cert", tls.cert);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadPem("--tls-key", tls.key);
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions options;
+    options.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(options);
+  }
   grpc::ServerBuilder builder;
   // One controller per port: without this, gRPC sets SO_REUSEPORT and a
   // second controller could share the port and take half of the agents.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
+  builder.AddListeningPort(address, credentials, &impl_->port);
   builder.RegisterService(&impl_->service);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -132,6 +159,10 @@ Status GrpcControllerServer::Start(const std::string& address) {
   impl_->server = builder.BuildAndStart();
   if (impl_->server == nullptr || impl_->port == 0) {
     impl_->server.reset();
+    if (!tls.cert.empty()) {
+      return InvalidArgument("cannot serve " + address + " with TLS: is --tls-key " + tls.key +
+                             " the key of --tls-cert " + tls.cert + "? (or the address is in use)");
+    }
     return Unavailable("cannot listen on " + address + " (address in use or not local?)");
   }
   return Status::Ok();
@@ -165,7 +196,15 @@ GrpcControllerLink::GrpcControllerLink() : impl_(std::make_unique<Impl>()) {}
 GrpcControllerLink::~GrpcControllerLink() { Close(); }
 
 Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms,
-                                   const std::function<bool()>& cancelled) {
+                                   const std::function<bool()>& cancelled, const std::string& tls_ca) {
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!tls_ca.empty()) {
+    auto ca = ReadPem("--tls-ca", tls_ca);
+    if (!ca.ok()) return ca.status();
+    grpc::SslCredentialsOptions options;
+    options.pem_root_certs = *ca;
+    credentials = grpc::SslCredentials(options);
+  }
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -175,7 +214,7 @@ Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  impl_->channel = grpc::CreateCustomChannel(address, credentials, args);
   auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     auto slice = std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(200));
@@ -183,7 +222,10 @@ Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms,
     if (cancelled && cancelled()) return Unavailable("stopped waiting for the controller at " + address + ": interrupted");
     if (std::chrono::system_clock::now() >= deadline) {
       return Unavailable("cannot reach the controller at " + address + " within " +
-                         std::to_string(timeout_ms / 1000.0).substr(0, 4) + " s");
+                         std::to_string(timeout_ms / 1000.0).substr(0, 4) + " s" +
+                         (tls_ca.empty() ? " (if it serves TLS, give --tls-ca)"
+                                         : " over TLS (does it serve TLS, with a certificate signed by " + tls_ca +
+                                               " that names this host?)"));
     }
   }
   impl_->stub = v1::Controller::NewStub(impl_->channel);

@@ -14,14 +14,22 @@
 
 namespace trainguard {
 
+// TLS for the stream: the controller's certificate chain and key (PEM
+// files). Empty: no TLS.
+struct TlsServerFiles {
+  std::string cert;
+  std::string key;
+};
+
 // Serves the Controller service and feeds a JobController.
 // Thread safety: Start/Shutdown from one thread; sessions run on gRPC's threads.
 class GrpcControllerServer {
  public:
   explicit GrpcControllerServer(JobController* controller);
   ~GrpcControllerServer();
-  // Listens on `address` ("HOST:PORT", port 0 = any free port).
-  Status Start(const std::string& address);
+  // Listens on `address` ("HOST:PORT", port 0 = any free port), with TLS
+  // when `tls` names files (errors name them).
+  Status Start(const std::string& address, const TlsServerFiles& tls = {});
   int port() const;
   // Ends all sessions and stops serving, waiting at most `deadline_ms`.
   void Shutdown(int deadline_ms);
@@ -39,8 +47,11 @@ class GrpcControllerLink final : public ControllerLink {
   ~GrpcControllerLink() override;
   // Connects to `address` within `timeout_ms`; errors name the address.
   // `cancelled`, if given, is asked every 200 ms and ends the wait when true.
+  // With `tls_ca` (a PEM file of the certificates that signed the
+  // controller's), over TLS; the controller's certificate must name the
+  // host of `address`.
   Status Connect(const std::string& address, int timeout_ms,
-                 const std::function<bool()>& cancelled = nullptr);
+                 const std::function<bool()>& cancelled = nullptr, const std::string& tls_ca = "");
   // Starts delivering messages to `agent` (OnCommand / OnLinkLost).
   void Attach(Agent* agent);
   bool Send(const v1::AgentMessage& msg) override;
