@@ -25,6 +25,11 @@ void TimingAppend(TimingRing* ring, int name_index, TimingKind kind, std::int64_
     return;
   }
   std::uint64_t head = ring->written.load(std::memory_order_relaxed);
+  // The slot still holds record head - kTimingRecords, which a reader may be
+  // copying: the publication of head (the previous append's store) must be
+  // visible to any reader that sees one of the stores below (it then drops
+  // that record; see Drain).
+  std::atomic_thread_fence(std::memory_order_release);
   TimingRecord& r = ring->records[head % kTimingRecords];
   r.start_mono_ns.store(start_mono_ns, std::memory_order_relaxed);
   r.duration_ns.store(duration_ns, std::memory_order_relaxed);
@@ -39,9 +44,12 @@ std::vector<TimingSample> TimingCursor::Drain(const TimingRing& ring) {
   std::vector<TimingSample> out;
   std::uint64_t head = ring.written.load(std::memory_order_acquire);
   if (head < next_) next_ = head;  // a new writer (the page was reset): start over
-  if (head - next_ > static_cast<std::uint64_t>(kTimingRecords)) {
-    dropped_ += static_cast<std::int64_t>(head - next_ - kTimingRecords);
-    next_ = head - kTimingRecords;
+  // The oldest slot may be in the middle of its next rewrite: a reader keeps
+  // at most kTimingRecords - 1 records behind the head.
+  constexpr std::uint64_t kReadable = kTimingRecords - 1;
+  if (head - next_ > kReadable) {
+    dropped_ += static_cast<std::int64_t>(head - next_ - kReadable);
+    next_ = head - kReadable;
   }
   int names = std::clamp(ring.names_used.load(std::memory_order_acquire), 0, kTimingNames);
   struct Raw {
@@ -66,8 +74,10 @@ std::vector<TimingSample> TimingCursor::Drain(const TimingRing& ring) {
   }
   std::atomic_thread_fence(std::memory_order_acquire);
   std::uint64_t after = ring.written.load(std::memory_order_relaxed);
-  // Records below after - kTimingRecords may have been rewritten while read.
-  std::uint64_t safe_from = after > static_cast<std::uint64_t>(kTimingRecords) ? after - kTimingRecords : 0;
+  // The writer may be rewriting the slot of record `after` (not published
+  // yet), which held record after - kTimingRecords: that record and older
+  // ones may have been read half-rewritten.
+  std::uint64_t safe_from = after + 1 > static_cast<std::uint64_t>(kTimingRecords) ? after + 1 - kTimingRecords : 0;
   for (Raw& x : raw) {
     if (x.index < safe_from) {
       ++dropped_;
