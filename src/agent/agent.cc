@@ -143,7 +143,11 @@ void Agent::SendAlerts() {
   }
 }
 
-Agent::~Agent() { StopRanks(generation_, {}, 0, false); }
+Agent::~Agent() {
+  quitting_ = true;
+  if (reconnector_.joinable()) reconnector_.join();
+  StopRanks(generation_, {}, 0, false);
+}
 
 void Agent::OnCommand(const v1::ControllerMessage& msg) {
   if (msg.has_clock_probe()) {
@@ -181,24 +185,39 @@ std::vector<int> Agent::RankPids() const {
   return pids_;
 }
 
+namespace {
+
+// Messages a controller must get even when it was away while they happened.
+bool KeptWhileAway(const v1::AgentMessage& m) {
+  return m.has_rank_exited() || m.has_started() || m.has_stopped() || m.has_log_alert() ||
+         m.has_diagnostics();
+}
+
+constexpr std::size_t kOutboxSize = 1000;
+
+}  // namespace
+
 void Agent::Send(const v1::AgentMessage& msg) {
   // Rank output, kernel lines, error files and stacks are bytes; the wire
   // wants UTF-8 (a bad string would end the session: "node lost").
   v1::AgentMessage clean = msg;
   SanitizeStrings(&clean);
-  link_->Send(clean);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (away_) {
+      if (KeptWhileAway(clean) && outbox_.size() < kOutboxSize) outbox_.push_back(std::move(clean));
+      return;
+    }
+  }
+  // A session that broke before the loop heard of it: what must not be lost
+  // waits for the next one.
+  if (!link_->Send(clean) && KeptWhileAway(clean)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (outbox_.size() < kOutboxSize) outbox_.push_back(std::move(clean));
+  }
 }
 
-int Agent::Run() {
-  std::error_code ec;
-  fs::create_directories(config_.run_dir + "/logs", ec);
-  fs::create_directories(config_.run_dir + "/stacks", ec);
-  fs::create_directories(config_.run_dir + "/errors", ec);
-  if (ec) {
-    std::lock_guard<std::mutex> lock(mu_);
-    error_ = "cannot create run directory " + config_.run_dir + ": " + ec.message();
-    return 1;
-  }
+v1::AgentMessage Agent::MakeRegister(bool resume) {
   v1::AgentMessage reg;
   v1::Register* r = reg.mutable_register_();
   r->set_protocol_version(config_.protocol_version);
@@ -210,14 +229,79 @@ int Agent::Run() {
   r->set_pid(getpid());
   r->set_runs_diagnostics(true);
   r->set_rack(config_.rack);
+  if (peer_server_ != nullptr && peer_server_->port() > 0) r->set_diag_port(peer_server_->port());
+  if (config_.preferred_group_rank >= 0) r->set_preferred_group_rank(config_.preferred_group_rank);
+  if (resume && generation_ >= 0 && !ranks_.empty()) {
+    r->set_resume_generation(generation_);
+    r->set_resume_group_rank(group_rank_);
+    for (const auto& rank : ranks_) *r->add_resume_ranks() = Describe(*rank);
+  }
+  return reg;
+}
+
+bool Agent::StartReconnecting(const std::string& why) {
+  if (config_.reconnect_window <= 0 || quitting_.load()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (away_) return true;  // already trying
+    away_ = true;
+  }
+  if (reconnector_.joinable()) reconnector_.join();
+  std::fprintf(stderr,
+               "trainguard agent %s: lost the controller (%s); its ranks keep running while it tries to "
+               "reconnect for up to %.0f s\n",
+               config_.node_id.c_str(), why.c_str(), static_cast<double>(config_.reconnect_window) / kSecond);
+  const Nanos deadline = clock_->MonotonicNanos() + config_.reconnect_window;
+  reconnector_ = std::thread([this, deadline, why] {
+    while (!quitting_.load()) {
+      const Nanos left = deadline - clock_->MonotonicNanos();
+      if (left <= 0) break;
+      const Nanos tried = clock_->MonotonicNanos();
+      if (link_->Reconnect(std::min<Nanos>(left, 1 * kSecond))) {
+        std::lock_guard<std::mutex> lock(mu_);
+        commands_.push_back(Command{std::nullopt, "", true, false});
+        cv_.notify_all();
+        return;
+      }
+      // A link that refuses at once is not asked in a tight loop.
+      if (clock_->MonotonicNanos() - tried < 100 * kMillisecond) usleep(200000);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    commands_.push_back(Command{std::nullopt, why + "; it did not come back within " +
+                                                  std::to_string(config_.reconnect_window / kSecond) + " s",
+                                false, true});
+    cv_.notify_all();
+  });
+  return true;
+}
+
+void Agent::Interrupt(const std::string& why) {
+  quitting_ = true;
+  OnLinkLost(why);
+}
+
+int Agent::Run() {
+  int rc = RunLoop();
+  quitting_ = true;
+  if (reconnector_.joinable()) reconnector_.join();
+  return rc;
+}
+
+int Agent::RunLoop() {
+  std::error_code ec;
+  fs::create_directories(config_.run_dir + "/logs", ec);
+  fs::create_directories(config_.run_dir + "/stacks", ec);
+  fs::create_directories(config_.run_dir + "/errors", ec);
+  if (ec) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = "cannot create run directory " + config_.run_dir + ": " + ec.message();
+    return 1;
+  }
   peer_server_ = std::make_unique<PeerServer>();
-  if (Status s = peer_server_->Start(config_.address); s.ok()) {
-    r->set_diag_port(peer_server_->port());
-  } else {
+  if (Status s = peer_server_->Start(config_.address); !s.ok()) {
     std::fprintf(stderr, "trainguard agent: warning: %s; this node's network is not probed\n", s.message().c_str());
   }
-  if (config_.preferred_group_rank >= 0) r->set_preferred_group_rank(config_.preferred_group_rank);
-  Send(reg);
+  Send(MakeRegister(false));
 
   bool welcomed = false;
   for (;;) {
@@ -229,7 +313,25 @@ int Agent::Run() {
       batch.swap(commands_);
     }
     for (auto& cmd : batch) {
+      if (cmd.reconnected) {
+        // Register again, asking to keep the ranks, then what the
+        // controller missed, in order.
+        std::deque<v1::AgentMessage> missed;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          away_ = false;
+          missed.swap(outbox_);
+        }
+        std::fprintf(stderr, "trainguard agent %s: reconnected to the controller\n", config_.node_id.c_str());
+        Send(MakeRegister(true));
+        for (const auto& m : missed) Send(m);
+        next_heartbeat_ = 0;
+        continue;
+      }
       if (!cmd.msg) {
+        // A controller that goes away may come back (restarted on the same
+        // address): the ranks keep running meanwhile.
+        if (welcomed && !cmd.gave_up && StartReconnecting(cmd.link_lost)) continue;
         StopRanks(generation_, {}, 0, false);
         std::lock_guard<std::mutex> lock(mu_);
         if (error_.empty()) error_ = "lost the controller: " + cmd.link_lost;
@@ -238,10 +340,14 @@ int Agent::Run() {
       const v1::ControllerMessage& m = *cmd.msg;
       if (m.has_welcome()) {
         if (!m.welcome().error().empty()) {
+          StopRanks(generation_, {}, 0, false);
           std::lock_guard<std::mutex> lock(mu_);
           error_ = "controller refused registration: " + m.welcome().error();
           return 1;
         }
+        // A controller that does not continue our generation: its ranks
+        // are stale, and a Start will come when they are wanted.
+        if (!m.welcome().resumed() && !ranks_.empty()) StopRanks(generation_, {}, 0, false);
         welcomed = true;
         UseControllerScanRules(m.welcome().scan_rules());
         if (m.welcome().heartbeat_interval_ms() > 0) {
@@ -346,6 +452,7 @@ void Agent::MaybeSendDiagnostics() {
 
 void Agent::StartRanks(const v1::Start& start) {
   generation_ = start.generation();
+  group_rank_ = start.group_rank();
   std::map<std::string, std::string> base = CurrentEnvironment();
   for (const auto& [k, v] : start.env()) base[k] = v;
   base["WORLD_SIZE"] = std::to_string(start.world_size());

@@ -11,6 +11,7 @@
 // and stderr (OutputPump).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -20,6 +21,7 @@
 #include <set>
 #include <tuple>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "agent/kernel_log.h"
@@ -39,6 +41,10 @@ struct AgentConfig {
   std::string python_dir;             // prepended to PYTHONPATH ("" = none); the collective probe is there
   std::string rack;                   // the node's rack (top-of-rack switch), "" = none given
   std::string job_secret;             // shown when registering ("" = none)
+  // After losing its controller, how long the agent keeps its ranks running
+  // and tries to reconnect (a restarted controller takes them back); 0: it
+  // stops its ranks and exits at once.
+  Nanos reconnect_window = 60 * kSecond;
   bool stream_output = true;          // copy rank output to stdout/stderr with a "[rankN]: " prefix
   bool native_stacks = false;         // also capture gdb backtraces of hung ranks
   Nanos stack_timeout = 3 * kSecond;  // per rank, for the Python dump
@@ -57,6 +63,11 @@ class ControllerLink {
  public:
   virtual ~ControllerLink() = default;
   virtual bool Send(const v1::AgentMessage& msg) = 0;
+  // After the session was lost: opens a new one with the same controller
+  // address, waiting at most `timeout`. Its messages go where the old
+  // session's went. False if it could not (a link that cannot reconnect
+  // always says false).
+  virtual bool Reconnect(Nanos timeout) { return false; }
 };
 
 class Agent {
@@ -66,6 +77,8 @@ class Agent {
 
   void OnCommand(const v1::ControllerMessage& msg);
   void OnLinkLost(const std::string& why);
+  // Ends Run (a signal): the ranks are stopped, no reconnecting.
+  void Interrupt(const std::string& why);
 
   // Registers and runs until the controller says Shutdown (returns 0) or
   // refuses us / the session is lost (returns 1; error() says why). All ranks
@@ -83,7 +96,9 @@ class Agent {
   struct Rank;
   struct Command {
     std::optional<v1::ControllerMessage> msg;
-    std::string link_lost;  // non-empty: the session ended
+    std::string link_lost;     // non-empty: the session ended
+    bool reconnected = false;  // a new session is open (no msg)
+    bool gave_up = false;      // the reconnect window passed (with link_lost)
   };
 
   struct Alert {
@@ -121,6 +136,12 @@ class Agent {
   // processes outside `ours`, at most kKernelLines.
   std::vector<std::string> KernelLines(const std::set<int>& ours) const;
   void Send(const v1::AgentMessage& msg);
+  int RunLoop();
+  // The Register message; with `resume`, it asks to keep the running ranks.
+  v1::AgentMessage MakeRegister(bool resume);
+  // The session was lost: keep the ranks and reconnect on a thread of its
+  // own (a Command says how it went). False if the agent must not wait.
+  bool StartReconnecting(const std::string& why);
 
   const AgentConfig config_;
   Clock* const clock_;
@@ -132,6 +153,12 @@ class Agent {
   std::string error_;
   std::vector<int> pids_;
   int job_exit_status_ = 0;
+  // While the controller is away: what must reach it once back (rank exits,
+  // stops, starts, alerts, diagnostics), oldest first, at most kOutboxSize.
+  bool away_ = false;
+  std::deque<v1::AgentMessage> outbox_;
+  std::thread reconnector_;
+  std::atomic<bool> quitting_{false};
   // Replaces scan_rules_ with the scan rules the controller sent in its Welcome.
   void UseControllerScanRules(const std::string& rule_file);
   std::shared_ptr<const RuleSet> scan_rules_;  // ScanRules() of config_.scan_rules, or the controller's
@@ -142,6 +169,7 @@ class Agent {
   KernelLog kernel_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::int64_t generation_ = -1;
+  int group_rank_ = -1;  // of the running generation
   Nanos heartbeat_interval_ = 1 * kSecond;
   Nanos next_heartbeat_ = 0;
   struct DiagnosticsRun;

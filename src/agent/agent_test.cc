@@ -53,6 +53,8 @@ class AgentTest : public testing::Test {
     config.shm_dir = dir_;
     config.stream_output = false;
     config.kernel_log = "";
+    config.reconnect_window = 0;  // losing the fake controller ends the agent
+    Configure(&config);
     agent_ = std::make_unique<Agent>(config, RealClock::Get(), &link_);
     thread_ = std::thread([this] { rc_ = agent_->Run(); });
     v1::ControllerMessage welcome;
@@ -60,9 +62,10 @@ class AgentTest : public testing::Test {
     welcome.mutable_welcome()->set_heartbeat_interval_ms(100);
     agent_->OnCommand(welcome);
   }
+  virtual void Configure(AgentConfig* config) {}
   void TearDown() override {
     if (thread_.joinable()) {
-      agent_->OnLinkLost("test over");
+      agent_->Interrupt("test over");
       thread_.join();
     }
     std::filesystem::remove_all(dir_);
@@ -242,6 +245,66 @@ TEST_F(AgentTest, LosingTheControllerStopsRanks) {
   EXPECT_EQ(rc_, 1);
   EXPECT_NE(agent_->error().find("connection reset"), std::string::npos);
   for (int pid : pids) EXPECT_FALSE(Alive(pid));
+}
+
+// An agent whose controller may come back (a restart on the same address).
+class AgentReconnectTest : public AgentTest {
+ protected:
+  void Configure(AgentConfig* config) override { config->reconnect_window = 2 * kSecond; }
+};
+
+TEST_F(AgentReconnectTest, RanksKeepRunningAndARestartedControllerGetsThemBackWithWhatItMissed) {
+  StartRanks({"/bin/sh", "-c", "sleep 300"}, 2);
+  ASSERT_TRUE(WaitKind(v1::AgentMessage::kStarted));
+  std::vector<int> pids = agent_->RankPids();
+  ASSERT_EQ(pids.size(), 2u);
+  link_.SetDown(true);
+  agent_->OnLinkLost("connection reset");
+  kill(pids[1], SIGKILL);  // a rank dies while the controller is away
+  for (int i = 0; i < 100 && link_.reconnect_calls() < 2; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_TRUE(Alive(pids[0]));
+  link_.SetReconnectable(true);
+  link_.SetDown(false);
+  auto again = link_.WaitFor([](const v1::AgentMessage& m) { return m.has_register_() && m.register_().has_resume_generation(); },
+                             10s);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->register_().resume_generation(), 0);
+  EXPECT_EQ(again->register_().resume_group_rank(), 1);
+  ASSERT_EQ(again->register_().resume_ranks_size(), 2);
+  EXPECT_EQ(again->register_().resume_ranks(0).pid(), pids[0]);
+  EXPECT_TRUE(again->register_().resume_ranks(0).running());
+  // The exit that happened while away is sent after the new Register.
+  auto exited = WaitKind(v1::AgentMessage::kRankExited);
+  ASSERT_TRUE(exited);
+  EXPECT_EQ(exited->rank_exited().rank().term_signal(), SIGKILL);
+  EXPECT_TRUE(Alive(pids[0]));
+  EXPECT_TRUE(thread_.joinable());
+  // A controller that continues the generation says so; the rank goes on.
+  v1::ControllerMessage welcome;
+  welcome.mutable_welcome()->set_protocol_version(kProtocolVersion);
+  welcome.mutable_welcome()->set_resumed(true);
+  agent_->OnCommand(welcome);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_TRUE(Alive(pids[0]));
+  // One that does not: the stale rank is stopped.
+  welcome.mutable_welcome()->set_resumed(false);
+  agent_->OnCommand(welcome);
+  for (int i = 0; i < 200 && Alive(pids[0]); ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(Alive(pids[0]));
+}
+
+TEST_F(AgentReconnectTest, AControllerThatDoesNotComeBackInTheWindowEndsTheAgentAndItsRanks) {
+  StartRanks({"/bin/sh", "-c", "sleep 300"}, 1);
+  ASSERT_TRUE(WaitKind(v1::AgentMessage::kStarted));
+  std::vector<int> pids = agent_->RankPids();
+  link_.SetDown(true);
+  agent_->OnLinkLost("connection reset");
+  thread_.join();  // after the 2 s window
+  EXPECT_EQ(rc_, 1);
+  EXPECT_NE(agent_->error().find("connection reset; it did not come back within 2 s"), std::string::npos)
+      << agent_->error();
+  for (int pid : pids) EXPECT_FALSE(Alive(pid));
+  EXPECT_GE(link_.reconnect_calls(), 2);
 }
 
 TEST_F(AgentTest, ACommandThatCannotRunIsReportedAsExit127) {

@@ -15,9 +15,28 @@ class FakeControllerLink final : public ControllerLink {
  public:
   bool Send(const v1::AgentMessage& msg) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (down_) return false;
     sent_.push_back(msg);
     cv_.notify_all();
     return true;
+  }
+  // While down, sends fail and Reconnect says no; Reconnect succeeds once up.
+  void SetDown(bool down) {
+    std::lock_guard<std::mutex> lock(mu_);
+    down_ = down;
+  }
+  bool Reconnect(Nanos timeout) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++reconnect_calls_;
+    return reconnectable_ && !down_;
+  }
+  void SetReconnectable(bool r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    reconnectable_ = r;
+  }
+  int reconnect_calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reconnect_calls_;
   }
   // Waits (bounded) for a sent message matching `pred`; returns it or nullopt.
   std::optional<v1::AgentMessage> WaitFor(std::function<bool(const v1::AgentMessage&)> pred,
@@ -38,6 +57,9 @@ class FakeControllerLink final : public ControllerLink {
 
  private:
   std::mutex mu_;
+  bool down_ = false;
+  bool reconnectable_ = false;
+  int reconnect_calls_ = 0;
   std::condition_variable cv_;
   std::vector<v1::AgentMessage> sent_;
 };

@@ -23,6 +23,7 @@ struct JobOptions {
   std::string secret_file;          // the job's secret for agents and API actions; "" = a new one in <run_dir>/job-secret
   std::string tls_cert, tls_key;    // TLS for the agents' stream (PEM files); "" = none
   std::string tls_ca;               // what this host's agents trust; "" = tls_cert (self-signed)
+  double reconnect_window_s = 60;   // agents keep their ranks this long when the controller is gone
   std::vector<std::string> alert_webhooks;  // JSON POSTs of incidents, decisions, evictions, the end (docs/alerts.md)
   std::string straggler_action = "report";  // report or evict (controller/straggler_detector.h)
   double straggler_threshold = 0.07;        // a node this much slower than the median is slow
@@ -80,6 +81,7 @@ struct AgentOptions {
   bool quiet = false;
   std::string secret_file;        // the job's secret ("" = $TRAINGUARD_SECRET_FILE, else none)
   std::string tls_ca;             // connect over TLS, trusting these certificates (PEM); "" = no TLS
+  double reconnect_window_s = 60; // when the controller is gone: keep the ranks and reconnect this long; 0 = exit
   unsigned protocol_version = 0;  // 0 = ours; tests set another to check refusal
   bool exit_with_job = false;     // exit with the job's exit status, not 0, when it ends
 };

@@ -71,6 +71,7 @@ JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
   c.stop_timeout = Seconds(o.stop_timeout_s);
   c.rendezvous_timeout = Seconds(o.rendezvous_timeout_s);
   c.no_progress_restarts = o.no_progress_restarts;
+  c.reconnect_window = Seconds(o.reconnect_window_s);
   c.straggler_action = o.straggler_action;
   c.straggler.min_slowdown = o.straggler_threshold;
   c.straggler.window_steps = o.straggler_window;
@@ -258,7 +259,22 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     std::fprintf(stderr, "trainguard: error: %s\n", listening.message().c_str());
     return 2;
   }
-  Status started = controller.Start();
+  // `controller` on the store of a job that has not ended takes it back
+  // (its controller died): agents that kept their ranks reconnect.
+  bool resume = false;
+  if (!pick_local_nodes && local_nodes.empty() && !o.job_id.empty()) {
+    if (auto jobs = store->get()->Jobs(); jobs.ok()) {
+      for (const auto& j : *jobs) {
+        if (j.job_id == job_id && j.state != "SUCCEEDED" && j.state != "FAILED") resume = true;
+      }
+    }
+  }
+  if (resume) {
+    std::fprintf(stderr, "trainguard: job %s is in %s and has not ended: taking it back (its agents have %.0f s "
+                         "to reconnect)\n",
+                 job_id.c_str(), o.store.c_str(), o.reconnect_window_s);
+  }
+  Status started = resume ? controller.Resume() : controller.Start();
   if (!started.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", started.message().c_str());
     return 2;
@@ -291,7 +307,8 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   if (!local_nodes.empty()) {
     std::vector<std::string> args = {"--controller", controller_host + ":" + std::to_string(server.port()),
                                      "--run-dir-base", run_dir, "--connect-timeout", "30",
-                                     "--secret-file", secret_path};
+                                     "--secret-file", secret_path,
+                                     "--reconnect-window", std::to_string(o.reconnect_window_s)};
     // With TLS, its own agents trust --tls-ca, else the certificate itself (self-signed).
     const std::string trust = !o.tls_ca.empty() ? o.tls_ca : o.tls_cert;
     if (!trust.empty()) args.insert(args.end(), {"--tls-ca", trust});
@@ -487,6 +504,7 @@ int RunOneHostOfSeveral(const JobOptions& o) {
   a.native_stacks = o.native_stacks;
   a.exit_with_job = true;
   a.secret_file = o.secret_file;
+  a.reconnect_window_s = o.reconnect_window_s;
   a.tls_ca = !o.tls_ca.empty() ? o.tls_ca : o.tls_cert;
   return RunAgent(a);
 }
@@ -553,6 +571,7 @@ int RunAgent(const AgentOptions& o) {
   config.rack = !o.rack.empty() ? o.rack : std::getenv("TRAINGUARD_RACK") != nullptr ? std::getenv("TRAINGUARD_RACK") : "";
   config.native_stacks = o.native_stacks;
   config.preferred_group_rank = o.group_rank;
+  config.reconnect_window = static_cast<Nanos>(o.reconnect_window_s * kSecond);
   // The job's secret, shown when registering: --secret-file, else $TRAINGUARD_SECRET_FILE.
   const char* secret_env = std::getenv("TRAINGUARD_SECRET_FILE");
   const std::string secret_file = !o.secret_file.empty() ? o.secret_file : secret_env != nullptr ? secret_env : "";
@@ -580,7 +599,7 @@ int RunAgent(const AgentOptions& o) {
   std::atomic<Agent*> running{nullptr};
   SignalWatcher signals([&](int sig) {
     interrupted_by = sig;
-    if (Agent* a = running.load()) a->OnLinkLost(std::string("agent interrupted by signal ") + strsignal(sig));
+    if (Agent* a = running.load()) a->Interrupt(std::string("agent interrupted by signal ") + strsignal(sig));
   });
   GrpcControllerLink link;
   Agent agent(config, RealClock::Get(), &link);

@@ -73,6 +73,11 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
                   "file holding the job's secret: agents must show it to register, API actions (cancel, cordon) "
                   "take it as their token. Default: a new random one in RUN_DIR/job-secret, readable by you only "
                   "(agents on other hosts are then not checked)");
+  cmd->add_option("--reconnect-window", o->reconnect_window_s,
+                  "seconds agents keep their ranks running and try to reconnect when the controller is gone; a "
+                  "controller started again on the job's store within it takes the job back (0: agents exit)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   cmd->add_option("--tls-cert", o->tls_cert,
                   "PEM certificate (chain) the controller serves the agents' stream with; with --tls-key")
       ->check(CLI::ExistingFile);
@@ -235,6 +240,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   agent_cmd->add_flag("--native-stacks", agent.native_stacks, "capture gdb backtraces");
   agent_cmd->add_flag("--quiet", agent.quiet, "do not copy rank output to stdout");
+  agent_cmd->add_option("--reconnect-window", agent.reconnect_window_s,
+                        "seconds the ranks keep running while the agent tries to reconnect to a controller that "
+                        "went away (0: stop them and exit at once)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   agent_cmd->add_option("--tls-ca", agent.tls_ca,
                         "connect over TLS, trusting these PEM certificates (the controller's --tls-cert or its CA)")
       ->check(CLI::ExistingFile);

@@ -26,6 +26,9 @@ struct JobConfig {
   // Where the controller's HTTP API serves the job (http://HOST:PORT), "" if
   // off: kept with the job so that `trainguard status` finds it.
   std::string api_url;
+  // After a restart of the controller (Resume): how long it waits for the
+  // running generation's agents to come back with their ranks.
+  Nanos reconnect_window = 60 * kSecond;
   // Agents must register with this secret ("" = agents are not checked).
   std::string agent_secret;
   std::map<std::string, std::string> env;  // extra environment for every rank

@@ -204,6 +204,9 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     refuse(std::string("job already ") + JobStateName(state_));
     return;
   }
+  // After a restart of the controller: a node of the running generation
+  // that is back with its ranks (job_controller_resume.cc).
+  if (ResumeNode(conn, link, reg, &welcome)) return;
   if (auto health = store_->GetNodeHealth(reg.node_id()); health.ok() && health->status == "cordoned") {
     refuse("node " + reg.node_id() + " is cordoned (" + health->reason +
            (health->job_id.empty() ? "" : ", by job " + health->job_id) +
@@ -429,7 +432,8 @@ void JobController::HandleStarted(Node* node, const v1::RanksStarted& started) {
   Emit("ranks_started", node->node_id, -1, -1,
        "node " + node->node_id + " started " + std::to_string(started.ranks_size()) +
            " rank(s) of generation " + std::to_string(generation_),
-       json{{"pids", pids}, {"generation", started.generation()}}.dump(-1, ' ', false, kReplaceBadUtf8));
+       json{{"pids", pids}, {"generation", started.generation()}, {"group_rank", node->group_rank}}
+           .dump(-1, ' ', false, kReplaceBadUtf8));
 }
 
 void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
@@ -602,6 +606,7 @@ void JobController::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   Nanos now = clock_->MonotonicNanos();
   ProbeClocks();
+  CheckResumeDeadline();
   switch (state_) {
     case JobState::kRunning:
       CheckHeartbeats();

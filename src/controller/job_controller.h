@@ -115,6 +115,13 @@ class JobController {
   // Records the job in the store. Call once. Agents that register before it
   // (a listening server may accept them first) are welcomed by Start.
   Status Start();
+  // Instead of Start, for a job the store has and that has not ended (its
+  // controller died): rebuilds the job from its events and, if it was
+  // running, waits reconnect_window for its agents to come back with their
+  // ranks; those that do not are lost nodes. A job that died mid-recovery
+  // restarts once its nodes are back. Records "controller_restarted".
+  // NotFound / FailedPrecondition if there is nothing to resume.
+  Status Resume();
 
   void OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> link);
   void OnMessage(std::uint64_t conn, const v1::AgentMessage& msg);
@@ -161,6 +168,13 @@ class JobController {
   Node* NodeByConn(std::uint64_t conn);
   Node* NodeById(const std::string& id);
   void HandleRegister(std::uint64_t conn, const v1::Register& reg);
+  // While resuming: takes back a node of the running generation that
+  // reconnected with its ranks (true: welcomed). A node of it that came back
+  // without them is lost (false: it registers as a new one).
+  bool ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLink>& link, const v1::Register& reg,
+                  v1::ControllerMessage* welcome);
+  // Nodes of the running generation not back by the deadline are lost.
+  void CheckResumeDeadline();
   void HandleHeartbeat(Node* node, const v1::Heartbeat& hb);
   void HandleStarted(Node* node, const v1::RanksStarted& started);
   void HandleRankExited(Node* node, const v1::RankExited& exited);
@@ -290,6 +304,9 @@ class JobController {
   std::int64_t timing_rows_this_generation_ = 0;
   std::int64_t layout_generation_ = -1;  // the generation whose layout was recorded
   std::int64_t layout_next_try_rows_ = 0;
+  bool resuming_ = false;               // after Resume, until every node is back or the deadline
+  Nanos resume_deadline_mono_ = 0;
+  JobState resumed_from_ = JobState::kStarting;
 };
 
 }  // namespace trainguard

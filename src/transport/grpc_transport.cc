@@ -184,11 +184,48 @@ class GrpcControllerLink::Impl {
  public:
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::Controller::Stub> stub;
-  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientContext> ctx;  // one per session
   std::unique_ptr<grpc::ClientReaderWriter<v1::AgentMessage, v1::ControllerMessage>> stream;
-  std::mutex write_mu;
+  std::mutex write_mu;  // guards stream (its writes and its replacement), ctx and broken
   bool broken = false;
+  bool closed = false;
   std::thread reader;
+  Agent* agent = nullptr;
+  std::string address;
+
+  // Waits for the channel, at most until `deadline`; false if not connected.
+  bool WaitConnected(std::chrono::system_clock::time_point deadline, const std::function<bool()>& cancelled) {
+    for (;;) {
+      auto slice = std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+      if (channel->WaitForConnected(slice)) return true;
+      if ((cancelled && cancelled()) || std::chrono::system_clock::now() >= deadline) return false;
+    }
+  }
+  // Opens a session on the connected channel.
+  bool OpenSession() {
+    auto context = std::make_unique<grpc::ClientContext>();
+    auto session = stub->Session(context.get());
+    if (session == nullptr) return false;
+    std::lock_guard<std::mutex> lock(write_mu);
+    if (closed) return false;
+    stream = std::move(session);  // the old stream goes before the context it used
+    ctx = std::move(context);
+    broken = false;
+    return true;
+  }
+  void StartReader() {
+    reader = std::thread([this] {
+      v1::ControllerMessage msg;
+      while (stream->Read(&msg)) agent->OnCommand(msg);
+      grpc::Status st = stream->Finish();
+      {
+        std::lock_guard<std::mutex> lock(write_mu);
+        broken = true;
+      }
+      agent->OnLinkLost(st.ok() ? "the controller ended the session"
+                                : "the controller session failed: " + st.error_message());
+    });
+  }
 };
 
 GrpcControllerLink::GrpcControllerLink() : impl_(std::make_unique<Impl>()) {}
@@ -215,33 +252,34 @@ Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms,
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   impl_->channel = grpc::CreateCustomChannel(address, credentials, args);
+  impl_->address = address;
   auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (;;) {
-    auto slice = std::min(deadline, std::chrono::system_clock::now() + std::chrono::milliseconds(200));
-    if (impl_->channel->WaitForConnected(slice)) break;
+  if (!impl_->WaitConnected(deadline, cancelled)) {
     if (cancelled && cancelled()) return Unavailable("stopped waiting for the controller at " + address + ": interrupted");
-    if (std::chrono::system_clock::now() >= deadline) {
-      return Unavailable("cannot reach the controller at " + address + " within " +
-                         std::to_string(timeout_ms / 1000.0).substr(0, 4) + " s" +
-                         (tls_ca.empty() ? " (if it serves TLS, give --tls-ca)"
-                                         : " over TLS (does it serve TLS, with a certificate signed by " + tls_ca +
-                                               " that names this host?)"));
-    }
+    return Unavailable("cannot reach the controller at " + address + " within " +
+                       std::to_string(timeout_ms / 1000.0).substr(0, 4) + " s" +
+                       (tls_ca.empty() ? " (if it serves TLS, give --tls-ca)"
+                                       : " over TLS (does it serve TLS, with a certificate signed by " + tls_ca +
+                                             " that names this host?)"));
   }
   impl_->stub = v1::Controller::NewStub(impl_->channel);
-  impl_->stream = impl_->stub->Session(&impl_->ctx);
-  if (impl_->stream == nullptr) return Unavailable("cannot open a session with " + address);
+  if (!impl_->OpenSession()) return Unavailable("cannot open a session with " + address);
   return Status::Ok();
 }
 
 void GrpcControllerLink::Attach(Agent* agent) {
-  impl_->reader = std::thread([this, agent] {
-    v1::ControllerMessage msg;
-    while (impl_->stream->Read(&msg)) agent->OnCommand(msg);
-    grpc::Status st = impl_->stream->Finish();
-    agent->OnLinkLost(st.ok() ? "the controller ended the session"
-                              : "the controller session failed: " + st.error_message());
-  });
+  impl_->agent = agent;
+  impl_->StartReader();
+}
+
+bool GrpcControllerLink::Reconnect(Nanos timeout) {
+  if (impl_->stub == nullptr || impl_->agent == nullptr) return false;
+  // The old session's reader reported the loss and ends.
+  if (impl_->reader.joinable()) impl_->reader.join();
+  auto deadline = std::chrono::system_clock::now() + std::chrono::nanoseconds(timeout);
+  if (!impl_->WaitConnected(deadline, nullptr) || !impl_->OpenSession()) return false;
+  impl_->StartReader();
+  return true;
 }
 
 bool GrpcControllerLink::Send(const v1::AgentMessage& msg) {
@@ -252,8 +290,10 @@ bool GrpcControllerLink::Send(const v1::AgentMessage& msg) {
 }
 
 void GrpcControllerLink::Close() {
-  if (impl_->stream != nullptr) {
-    impl_->ctx.TryCancel();
+  {
+    std::lock_guard<std::mutex> lock(impl_->write_mu);
+    impl_->closed = true;
+    if (impl_->ctx != nullptr) impl_->ctx->TryCancel();
   }
   if (impl_->reader.joinable()) impl_->reader.join();
 }

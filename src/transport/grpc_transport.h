@@ -55,6 +55,9 @@ class GrpcControllerLink final : public ControllerLink {
   // Starts delivering messages to `agent` (OnCommand / OnLinkLost).
   void Attach(Agent* agent);
   bool Send(const v1::AgentMessage& msg) override;
+  // A new session on the same channel (gRPC reconnects it), read into the
+  // same agent. Called by the agent after it was told the session was lost.
+  bool Reconnect(Nanos timeout) override;
   void Close();
 
  private:

@@ -1,0 +1,202 @@
+// JobController::Resume: a controller started again on the store of a job
+// whose controller died (kill -9, a crash, its host's reboot) rebuilds the
+// job from its recorded events and takes back the agents that reconnect
+// with their ranks still running. docs/events.md ("controller restarts").
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "common/json_text.h"
+#include "controller/job_controller.h"
+
+namespace trainguard {
+
+using nlohmann::json;
+
+namespace {
+
+std::optional<JobState> JobStateFromName(const std::string& name) {
+  for (JobState s : {JobState::kStarting, JobState::kRunning, JobState::kStopping, JobState::kDiagnosing,
+                     JobState::kRestarting, JobState::kSucceeded, JobState::kFailed}) {
+    if (name == JobStateName(s)) return s;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Status JobController::Resume() {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto events = store_->Events(config_.job_id);
+  if (!events.ok()) return events.status();
+  if (events->empty() || events->front().kind != "job_created") {
+    return NotFound("job " + config_.job_id + " is not in the store: nothing to resume");
+  }
+  JobState last = JobState::kStarting;
+  Nanos last_wall = 0;
+  std::map<std::string, int> slot_of;  // the running generation's nodes, by their registrations
+  std::map<std::string, int> registered_as;
+  for (const Event& e : *events) {
+    last_wall = std::max(last_wall, e.wall_ns);
+    json d = json::parse(e.detail_json, nullptr, false);
+    if (!d.is_object()) d = json::object();
+    if (e.kind == "state") {
+      if (auto s = JobStateFromName(d.value("to", ""))) last = *s;
+    } else if (e.kind == "generation_started") {
+      generation_ = e.generation;
+      restart_count_ = d.value("restart_count", restart_count_);
+      active_nnodes_ = d.value("nnodes", active_nnodes_);
+      generation_start_wall_ = e.wall_ns;
+      first_step_seen_ = false;
+      slot_of.clear();
+    } else if (e.kind == "first_step" && e.generation == generation_) {
+      first_step_seen_ = true;
+    } else if (e.kind == "checkpoint_committed") {
+      checkpoint_step_ = std::max(checkpoint_step_, e.step);
+    } else if (e.kind == "failure") {
+      incident_count_ = std::max(incident_count_ + 1, d.value("incident", 0));
+    } else if (e.kind == "layout") {
+      layout_generation_ = d.value("generation", layout_generation_);
+    } else if (e.kind == "diagnosis" || e.kind == "diagnosis_started") {
+      preflight_done_ = true;
+    } else if (e.kind == "node_registered" || e.kind == "node_reconnected" || e.kind == "spare_promoted" ||
+               e.kind == "node_reassigned") {
+      if (d.contains("group_rank")) registered_as[e.node] = d.value("group_rank", -1);
+    } else if (e.kind == "ranks_started" && e.generation == generation_) {
+      // The group rank is in the event since controller restarts exist;
+      // before, it is the one the node registered with (or moved to).
+      int slot = d.value("group_rank", registered_as.count(e.node) ? registered_as[e.node] : -1);
+      if (slot >= 0) slot_of[e.node] = slot;
+    } else if (e.kind == "group_ranks_renumbered") {
+      for (const auto& [node, ranks] : d.value("moved", json::object()).items()) {
+        if (ranks.is_array() && ranks.size() == 2) registered_as[node] = ranks[1].get<int>();
+      }
+    }
+  }
+  if (last == JobState::kSucceeded || last == JobState::kFailed) {
+    return FailedPrecondition("job " + config_.job_id + " has ended (" + JobStateName(last) + "): nothing to resume");
+  }
+  started_ = true;
+  preflight_done_ = preflight_done_ || generation_ >= 0;
+  const Nanos now = clock_->MonotonicNanos();
+  waiting_since_mono_ = now;
+  resumed_from_ = last;
+  std::string plan;
+  if (last == JobState::kRunning && generation_ >= 0) {
+    // The ranks may still run: their agents get reconnect_window to come back.
+    state_ = JobState::kRunning;
+    resuming_ = true;
+    resume_deadline_mono_ = now + config_.reconnect_window;
+    stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
+    for (const auto& [node_id, slot] : slot_of) {
+      Node n;
+      n.node_id = node_id;
+      n.group_rank = slot;
+      n.stopped_generation = -1;
+      nodes_.push_back(n);
+    }
+    plan = "waiting up to " + std::to_string(config_.reconnect_window / kSecond) + " s for the agents of generation " +
+           std::to_string(generation_) + " to reconnect with their ranks";
+  } else if (generation_ < 0) {
+    state_ = JobState::kStarting;  // nothing ran yet: agents register as at a first start
+    plan = "no ranks ran yet: the job starts when its nodes register";
+  } else {
+    // It died mid-recovery: the ranks were being stopped or restarted. The
+    // restart is finished once the nodes are back.
+    state_ = JobState::kRestarting;
+    restart_count_ = std::max(restart_count_, static_cast<int>(generation_) + 1);
+    plan = std::string("it was ") + JobStateName(last) + ": generation " + std::to_string(generation_) +
+           " is stopped and the job restarts when its nodes are back";
+  }
+  Emit("controller_restarted", "", -1, -1,
+       "the controller restarted (its job was " + std::string(JobStateName(last)) + ", last event " +
+           std::to_string((clock_->WallNanos() - last_wall) / kMillisecond) + " ms ago): " + plan,
+       json{{"previous_state", JobStateName(last)},
+            {"generation", generation_},
+            {"restart_count", restart_count_},
+            {"last_event_unix_ms", last_wall / kMillisecond},
+            {"reconnect_window_ms", config_.reconnect_window / kMillisecond},
+            {"nodes", slot_of}}
+           .dump(-1, ' ', false, kReplaceBadUtf8));
+  if (state_ == JobState::kRestarting && restart_count_ > config_.max_restarts) {
+    Finish(JobState::kFailed, "job " + config_.job_id + " FAILED: the controller restarted during a restart that "
+                                  "exceeds --max-restarts " + std::to_string(config_.max_restarts));
+  }
+  for (const auto& [conn, reg] : early_registrations_) HandleRegister(conn, reg);
+  early_registrations_.clear();
+  return Status::Ok();
+}
+
+bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLink>& link, const v1::Register& reg,
+                               v1::ControllerMessage* welcome) {
+  if (!resuming_ || state_ != JobState::kRunning) return false;
+  auto placeholder = std::find_if(nodes_.begin(), nodes_.end(), [&](const Node& n) {
+    return n.node_id == reg.node_id() && n.conn == 0 && n.group_rank >= 0;
+  });
+  if (placeholder == nodes_.end()) return false;
+  if (!reg.has_resume_generation() || reg.resume_generation() != generation_ ||
+      reg.resume_group_rank() != placeholder->group_rank) {
+    // It is back without the ranks it ran (its agent restarted too): they
+    // are lost, and so is the generation.
+    NodeLost(&*placeholder,
+             "its agent came back after the controller restarted without the ranks of generation " +
+                 std::to_string(generation_),
+             clock_->WallNanos());
+    return false;
+  }
+  Node& node = *placeholder;
+  node.conn = conn;
+  node.link = link;
+  node.runs_diagnostics = reg.runs_diagnostics();
+  node.diag_port = reg.diag_port();
+  node.rack = reg.rack();
+  node.address = reg.address();
+  node.free_port = reg.free_port();
+  node.last_heartbeat_mono = clock_->MonotonicNanos();
+  node.last_heartbeat_wall = clock_->WallNanos();
+  node.ranks.clear();
+  json pids = json::object();
+  for (const auto& status : reg.resume_ranks()) {
+    RankView& view = node.ranks[status.global_rank()];
+    view.status = status;
+    view.received_mono = clock_->MonotonicNanos();
+    pids[std::to_string(status.global_rank())] = status.pid();
+  }
+  welcome->mutable_welcome()->set_resumed(true);
+  if (rules_ != nullptr) welcome->mutable_welcome()->set_scan_rules(scan_rules_json_);
+  link->Send(*welcome);
+  Emit("node_reconnected", node.node_id, -1, -1,
+       "node " + node.node_id + " (" + reg.hostname() + ", " + reg.address() + ") reconnected with its " +
+           std::to_string(reg.resume_ranks_size()) + " rank(s) of generation " + std::to_string(generation_),
+       json{{"hostname", reg.hostname()}, {"address", reg.address()}, {"agent_pid", reg.pid()},
+            {"group_rank", node.group_rank}, {"pids", pids}}
+           .dump(-1, ' ', false, kReplaceBadUtf8));
+  // Ranks that exited while the controller was away are reported by the
+  // agent right after this (RankExited), and handled as any exit.
+  bool all_back = true;
+  for (const auto& n : nodes_) all_back &= n.group_rank < 0 || n.conn != 0;
+  if (all_back) {
+    resuming_ = false;
+    Emit("job_resumed", "", -1, -1,
+         "every node of generation " + std::to_string(generation_) + " is back: the job goes on without a restart",
+         json{{"generation", generation_}}.dump(-1, ' ', false, kReplaceBadUtf8));
+  }
+  return true;
+}
+
+void JobController::CheckResumeDeadline() {
+  if (!resuming_ || clock_->MonotonicNanos() < resume_deadline_mono_) return;
+  resuming_ = false;
+  std::vector<std::string> missing;
+  for (const auto& n : nodes_) {
+    if (n.group_rank >= 0 && n.conn == 0) missing.push_back(n.node_id);
+  }
+  for (const auto& id : missing) {
+    if (Node* n = NodeById(id); n != nullptr && n->group_rank >= 0 && n->conn == 0) {
+      NodeLost(n, "its agent did not reconnect within " + std::to_string(config_.reconnect_window / kSecond) +
+                      " s of the controller's restart",
+               clock_->WallNanos());
+    }
+  }
+}
+
+}  // namespace trainguard
