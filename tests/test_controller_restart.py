@@ -1,0 +1,147 @@
+"""The controller survives its own restart: `kill -9` of the controller of a
+running 2x2 job, then the same `trainguard controller` line again. The
+agents keep their ranks running (same PIDs) and reconnect, the job goes on
+and completes, and the store has every event once, with the restart in it.
+A rank that dies while the controller is away is handled once it is back.
+Real processes, a DDP script that does not import trainguard."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+
+from conftest import PYTHON, ROOT, TRAINGUARD, events, free_port, status_page_step, wait_for
+
+PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
+
+
+class Cluster:
+    """A controller and two agents started by hand, as on two hosts."""
+
+    def __init__(self, tmp_path, job_id, steps):
+        self.tmp = str(tmp_path)
+        self.job_id = job_id
+        self.port = free_port()
+        self.store = os.path.join(self.tmp, "ctl.db")
+        secret = os.path.join(self.tmp, "secret")
+        with open(secret, "w") as f:
+            f.write("a job secret\n")
+        self.controller_argv = [
+            TRAINGUARD, "controller", "--listen", "127.0.0.1:%d" % self.port, "--nnodes", "2",
+            "--nproc-per-node", "2", "--store", self.store, "--job-id", job_id, "--secret-file", secret,
+            "--reconnect-window", "30", "--max-restarts", "2", "--run-dir", os.path.join(self.tmp, "ctl"), "--",
+            PYTHON, PLAIN_DDP, "--steps", str(steps), "--step-delay", "0.05", "--ckpt-every", "10",
+            "--ckpt", os.path.join(self.tmp, "ck.pt"), "--out", os.path.join(self.tmp, "out")]
+        self.controllers = []
+        self.start_controller()
+        self.agents = []
+        for i in range(2):
+            log = open(os.path.join(self.tmp, "agent%d.log" % i), "w")
+            self.agents.append(subprocess.Popen(
+                [TRAINGUARD, "agent", "--controller", "127.0.0.1:%d" % self.port, "--node-id", "host%d" % i, "--group-rank", str(i),
+                 "--run-dir", os.path.join(self.tmp, "host%d" % i), "--secret-file", secret,
+                 "--reconnect-window", "30", "--quiet"],
+                stdout=log, stderr=subprocess.STDOUT))
+
+    def start_controller(self):
+        log = open(os.path.join(self.tmp, "controller%d.log" % len(self.controllers)), "w")
+        self.controllers.append(subprocess.Popen(self.controller_argv, stdout=log, stderr=subprocess.STDOUT))
+
+    def log(self, name):
+        with open(os.path.join(self.tmp, name)) as f:
+            return f.read()
+
+    def step(self, node, rank):
+        return status_page_step(self.job_id, node, rank) or -1
+
+    def rank_pids(self):
+        pids = {}
+        for e in events(self.store, self.job_id):
+            if e["kind"] == "ranks_started" and e["generation"] == 0:
+                pids.update({int(r): p for r, p in e["detail"]["pids"].items()})
+        return pids
+
+    def stored(self):
+        with sqlite3.connect(self.store) as db:
+            return db.execute("SELECT id, kind, node, rank, step, message FROM events WHERE job_id=? ORDER BY id",
+                              (self.job_id,)).fetchall()
+
+    def kill_all(self):
+        for p in self.controllers + self.agents:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
+def test_kill_9_of_the_controller_and_a_restart_leave_the_ranks_running_and_the_job_completes(tmp_path, no_leftovers):
+    c = Cluster(tmp_path, "survivor", steps=200)
+    try:
+        wait_for(lambda: c.step("host1", 3) >= 20, 120, "20 steps on every rank")
+        pids = c.rank_pids()
+        assert sorted(pids) == [0, 1, 2, 3]
+        before = c.stored()
+        c.controllers[0].send_signal(signal.SIGKILL)
+        c.controllers[0].wait()
+        # Without a controller the ranks train on.
+        stepped = c.step("host0", 0)
+        wait_for(lambda: c.step("host0", 0) >= stepped + 10, 60, "steps while the controller is away")
+        assert all(alive(p) for p in pids.values())
+        c.start_controller()
+        assert c.controllers[1].wait(timeout=240) == 0, c.log("controller1.log")[-3000:]
+        for a in c.agents:
+            assert a.wait(timeout=60) == 0
+    finally:
+        c.kill_all()
+    after = c.stored()
+    # Nothing recorded before the kill is lost or changed; nothing is recorded twice.
+    assert after[:len(before)] == before
+    kinds = [row[1] for row in after]
+    for once in ["job_created", "generation_started", "first_step", "controller_restarted", "job_resumed",
+                 "job_succeeded"]:
+        assert kinds.count(once) == 1, (once, kinds)
+    assert kinds.count("ranks_started") == 2 and kinds.count("node_reconnected") == 2, kinds
+    assert "failure" not in kinds and "restarting" not in kinds, kinds
+    committed = [row[4] for row in after if row[1] == "checkpoint_committed"]
+    assert committed == sorted(set(committed)), committed
+    # The same rank processes ran the job to its end.
+    reconnected = {}
+    for e in events(c.store, "survivor"):
+        if e["kind"] == "node_reconnected":
+            reconnected.update({int(r): p for r, p in e["detail"]["pids"].items()})
+    assert reconnected == pids
+    log = c.log("controller1.log")
+    assert "taking it back" in log and "SUCCEEDED: all 4 ranks exited 0 at step 199 after 0 restart(s)" in log, log[-3000:]
+    assert "reconnected to the controller" in c.log("agent0.log")
+
+
+def test_a_rank_that_dies_while_the_controller_is_away_is_handled_when_it_is_back(tmp_path, no_leftovers):
+    c = Cluster(tmp_path, "orphaned", steps=120)
+    try:
+        wait_for(lambda: c.step("host1", 3) >= 15, 120, "15 steps on every rank")
+        pids = c.rank_pids()
+        c.controllers[0].send_signal(signal.SIGKILL)
+        c.controllers[0].wait()
+        os.kill(pids[3], signal.SIGKILL)
+        wait_for(lambda: not alive(pids[3]), 10, "rank 3 to die")
+        c.start_controller()
+        assert c.controllers[1].wait(timeout=240) == 0, c.log("controller1.log")[-3000:]
+        for a in c.agents:
+            assert a.wait(timeout=60) == 0
+    finally:
+        c.kill_all()
+    evs = events(c.store, "orphaned")
+    kinds = [e["kind"] for e in evs]
+    restarted = kinds.index("controller_restarted")
+    failures = [e for e in evs if e["kind"] == "failure"]
+    assert len(failures) == 1 and failures[0]["rank"] == 3, failures
+    assert kinds.index("failure") > restarted
+    assert "killed by SIGKILL" in failures[0]["message"] or "signal 9" in failures[0]["message"], failures[0]
+    assert kinds.count("generation_started") == 2 and kinds[-1] == "job_succeeded", kinds
