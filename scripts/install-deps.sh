@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-prometheus-client
   procps iproute2 gdb
+  chromium chromium-driver python3-selenium
 )
 missing=()
 for p in "${packages[@]}"; do

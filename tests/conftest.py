@@ -4,6 +4,7 @@ wait polls a condition with a deadline."""
 
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -130,6 +131,16 @@ class Job:
     def output(self):
         with open(self.log) as f:
             return f.read()
+
+
+def api_url(job, timeout=60):
+    """The controller's HTTP API address, from the line `run` prints at start."""
+    pattern = r"API and metrics at (http://\S+)"
+    wait_for(lambda: re.search(pattern, job.output()) or job.proc.poll() is not None, timeout,
+             "the API's address in the job's output")
+    found = re.search(pattern, job.output())
+    assert found, job.output()[-3000:]
+    return found.group(1)
 
 
 @pytest.fixture

@@ -17,17 +17,9 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import PYTHON, ROOT, TRAINGUARD, Job, wait_for
+from conftest import PYTHON, ROOT, TRAINGUARD, Job, api_url, wait_for
 
 PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
-
-
-def api_url(job):
-    wait_for(lambda: re.search(r"API and metrics at (http://\S+)", job.output()) or job.proc.poll() is not None,
-             60, "the API's address in the job's output")
-    found = re.search(r"API and metrics at (http://\S+)", job.output())
-    assert found, job.output()[-3000:]
-    return found.group(1)
 
 
 def get(url, path):

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "api/api_views.h"
+#include "api/dashboard_assets.h"
 #include "api/job_metrics.h"
 #include "api/prometheus_text.h"
 #include "common/job_secret.h"
@@ -189,6 +190,16 @@ void HttpApi::Route() {
 
   s.Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
 
+  // The dashboard (web/dashboard): one page over this API.
+  for (const DashboardAsset& asset : DashboardAssets()) {
+    auto serve = [&asset](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(reinterpret_cast<const char*>(asset.data), asset.size, asset.content_type);
+    };
+    s.Get(asset.path, serve);
+    if (std::string(asset.path) == "/index.html") s.Get("/", serve);
+  }
+
   s.Get("/api/v1", [](const httplib::Request&, httplib::Response& res) {
     Reply(res, {{"endpoints",
                  {"GET /api/v1/job", "GET /api/v1/nodes", "GET /api/v1/ranks", "GET /api/v1/incidents",
@@ -263,17 +274,20 @@ void HttpApi::Route() {
       return ReplyError(res, 503, "too many live streams (" + std::to_string(options_.max_streams) + ")");
     }
     res.set_header("Cache-Control", "no-cache");
+    // plain=1: events without their kind as the SSE type (a browser's
+    // EventSource then gets every one as a "message").
+    const bool typed = !(req.has_param("plain") && req.get_param_value("plain") != "0");
     auto cursor = std::make_shared<std::int64_t>(after);
     auto quiet_since = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, job_id, cursor, quiet_since](std::size_t, httplib::DataSink& sink) {
+        [this, job_id, cursor, quiet_since, typed](std::size_t, httplib::DataSink& sink) {
           // Read before the store: once stopping, nothing is recorded after.
           const bool stopping = stopping_.load();
           auto events = store_->EventsAfter(job_id, *cursor, 500);
           if (!events.ok()) return false;
           for (const Event& e : *events) {
-            std::string frame = "id: " + std::to_string(e.id) + "\nevent: " + e.kind + "\ndata: " +
+            std::string frame = "id: " + std::to_string(e.id) + (typed ? "\nevent: " + e.kind : std::string()) + "\ndata: " +
                                 EventJson(e).dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
             if (!sink.write(frame.data(), frame.size())) return false;
             *cursor = e.id;
@@ -336,7 +350,9 @@ void HttpApi::Route() {
     if (!events.ok()) return ReplyError(res, 500, events.status().message());
     auto hang = FindHang(job_id, *events, static_cast<int>(incident));
     if (!hang.ok()) return ReplyError(res, HttpStatusOf(hang.status()), hang.status().message());
-    Reply(res, *hang);
+    json found = *hang;
+    found["text"] = HangText(*hang);  // as `trainguard hang` prints it
+    Reply(res, found);
   });
 
   // Steps A:B; by default the newest 20. At most 1000 steps at once.

@@ -240,6 +240,22 @@ TEST_F(HttpApiTest, ActionsNeedTheTokenAndCordonAndCancelWork) {
   EXPECT_EQ(again->status, 409);
 }
 
+TEST_F(HttpApiTest, ServesTheDashboardWithItsTypes) {
+  auto page = client_->Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_EQ(page->get_header_value("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_NE(page->body.find("<script src=\"/dashboard.js\">"), std::string::npos);
+  for (const auto& [path, type] : std::vector<std::pair<std::string, std::string>>{
+           {"/dashboard.js", "text/javascript; charset=utf-8"}, {"/dashboard.css", "text/css; charset=utf-8"}}) {
+    auto asset = client_->Get(path.c_str());
+    ASSERT_TRUE(asset) << path;
+    EXPECT_EQ(asset->status, 200) << path;
+    EXPECT_EQ(asset->get_header_value("Content-Type"), type) << path;
+    EXPECT_GT(asset->body.size(), 1000u) << path;
+  }
+}
+
 TEST_F(HttpApiTest, BadQueriesAreClearErrors) {
   EXPECT_EQ(Get("/api/v1/events?after=abc", 400)["error"], "query parameter after='abc' is not an integer");
   EXPECT_EQ(Get("/api/v1/events?limit=0", 400)["error"], "limit must be 1..10000");

@@ -1,0 +1,135 @@
+"""The dashboard in a real browser: Debian's headless Chromium, driven by
+Selenium through chromedriver, opens the page a running job's controller
+serves. It waits for an injected failure to appear with its category and
+culprit, checks the downtime breakdown and the node list, and cordons a node
+through the page (a wrong secret is refused first). Screenshots go to
+$TRAINGUARD_ARTIFACTS/dashboard (default build/artifacts/dashboard)."""
+
+import json
+import os
+import signal
+import sqlite3
+import urllib.request
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from conftest import BUILD, PYTHON, ROOT, Job, api_url, wait_for
+
+PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
+ARTIFACTS = os.path.join(os.environ.get("TRAINGUARD_ARTIFACTS", os.path.join(BUILD, "artifacts")), "dashboard")
+
+
+def get(url, path):
+    with urllib.request.urlopen(url + path, timeout=10) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture
+def browser():
+    options = Options()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,2400"]:
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+# The page redraws itself from the API every 2 s: it is read and clicked in
+# one script each, never through element handles that a redraw makes stale.
+def text_of(driver, selector):
+    return driver.execute_script("const e = document.querySelector(arguments[0]); return e ? e.textContent : '';",
+                                 selector)
+
+
+def all_of(driver, selector, attribute):
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => e.getAttribute(arguments[1]));",
+        selector, attribute)
+
+
+def click(driver, selector):
+    assert driver.execute_script("const e = document.querySelector(arguments[0]); if (e) e.click(); return !!e;",
+                                 selector), selector
+
+
+def shot(driver, name):
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    path = os.path.join(ARTIFACTS, name)
+    driver.save_screenshot(path)
+    assert os.path.getsize(path) > 10000, path  # a rendered page, not a blank one
+
+
+def test_the_dashboard_follows_a_failure_and_cordons_a_node(tmp_path, no_leftovers, browser):
+    job = Job(tmp_path, "watched", [PYTHON, PLAIN_DDP, "--steps", "100000", "--step-delay", "0.03",
+                                    "--ckpt", str(tmp_path / "ckpt.pt"), "--out", str(tmp_path / "out")],
+              nnodes=2, nproc=1, flags=["--max-restarts", "3", "--http", "127.0.0.1:0"])
+    try:
+        url = api_url(job)
+        browser.get(url + "/")
+        wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+        wait.until(lambda d: text_of(d, "#job-state") == "RUNNING" and text_of(d, "#step").isdigit()
+                   and int(text_of(d, "#step")) >= 5)
+        assert text_of(browser, "#job-id") == "watched"
+        wait.until(lambda d: "live" in text_of(d, "#live"))
+        assert "No incidents." in text_of(browser, "#incidents")
+        shot(browser, "1-running.png")
+
+        # A rank dies: the page shows the incident as the API has it.
+        victim = get(url, "/api/v1/ranks")["ranks"][1]
+        os.kill(victim["pid"], signal.SIGKILL)
+        wait.until(lambda d: text_of(d, ".incident .category") not in ("", "not attributed yet")
+                   and "pending" not in text_of(d, ".incident .decision"))
+        incident = get(url, "/api/v1/incidents")["incidents"][0]
+        assert text_of(browser, ".incident .category") == incident["category"]
+        assert "rank 1" in text_of(browser, ".incident .culprit") and victim["node"] in text_of(browser, ".incident .culprit")
+        assert text_of(browser, ".incident .decision").startswith("decision: " + incident["decision"])
+        assert text_of(browser, ".incident .evidence")
+        # The downtime breakdown has every term, in seconds.
+        terms = dict(browser.execute_script(
+            "return [...document.querySelectorAll('#downtime tbody tr[data-term]')]"
+            ".map(r => [r.dataset.term, parseFloat(r.children[1].textContent)]);"))
+        for term in ["productive", "detection", "shutdown", "restart", "lost work", "checkpoint overhead"]:
+            assert any(name.startswith(term) for name in terms), (term, terms)
+        assert all(v >= 0 for v in terms.values())
+        # The node list.
+        wait.until(lambda d: text_of(d, "#restarts").startswith("1 /"))
+        nodes = all_of(browser, "#nodes tbody tr", "data-node")
+        assert nodes == ["node0", "node1"], nodes
+        assert "member" in text_of(browser, '#nodes tr[data-node="node1"]')
+        shot(browser, "2-incident.png")
+
+        # Cordon node1 through the page: a wrong secret is refused, the right one works.
+        browser.find_element(By.ID, "secret").send_keys("not-the-secret")
+        browser.find_element(By.ID, "reason").send_keys("cordoned from the dashboard test")
+        click(browser, 'button[data-node="node1"]')
+        wait.until(lambda d: "refused" in text_of(d, "#action-result"))
+        assert "the job's secret is wrong" in text_of(browser, "#action-result")
+        secret = open(tmp_path / "run" / "job-secret").read().strip()
+        field = browser.find_element(By.ID, "secret")
+        field.clear()
+        field.send_keys(secret)
+        click(browser, 'button[data-node="node1"]')
+        wait.until(lambda d: "node node1: cordoned" in text_of(d, "#action-result"))
+        with sqlite3.connect(job.store) as db:
+            status, reason = db.execute("SELECT status, reason FROM node_health WHERE node='node1'").fetchone()
+        assert status == "cordoned" and reason == "cordoned from the dashboard test"
+        # The page shows it cordoned (the job lets it go at its next restart).
+        wait.until(lambda d: "cordoned: cordoned from the dashboard test" in text_of(d, '#nodes tr[data-node="node1"]'))
+        assert text_of(browser, 'button[data-node="node1"]') == "Uncordon"
+        shot(browser, "3-cordoned.png")
+        secret_header = {"Authorization": "Bearer " + secret, "Content-Type": "application/json"}
+        req = urllib.request.Request(url + "/api/v1/cancel", data=b"{}", headers=secret_header, method="POST")
+        urllib.request.urlopen(req, timeout=10).read()
+        job.wait(timeout=120)
+    finally:
+        if job.proc.poll() is None:
+            os.killpg(job.proc.pid, signal.SIGKILL)
+            job.proc.wait()
