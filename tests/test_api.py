@@ -122,7 +122,9 @@ def test_the_api_and_metrics_follow_a_real_failure_and_actions_need_the_token(tm
         assert incident["category"]
         assert "SIGKILL" in json.dumps(incident["evidence"]) or "signal 9" in json.dumps(incident), incident
 
-        # /metrics, read beside the API: the same job.
+        # /metrics, read between two reads of the API: the same job. (Steps
+        # arrive with heartbeats, tens at a time: moving figures are bracketed.)
+        before = get(url, "/api/v1/job")
         text, samples = metrics(url)
         job_json = get(url, "/api/v1/job")
         nodes = get(url, "/api/v1/nodes")["nodes"]
@@ -139,10 +141,11 @@ def test_the_api_and_metrics_follow_a_real_failure_and_actions_need_the_token(tm
         for term, key in [("startup", "startup_s"), ("detection", "detection_s"), ("shutdown", "shutdown_s"),
                           ("lost_work", "lost_work_s"), ("restart", "restart_s")]:
             assert abs(value(samples, "trainguard_job_downtime_seconds", term=term) - downtime["downtime"][key]) < 1e-6, term
-        assert abs(value(samples, "trainguard_job_ettr_ratio") - job_json["ettr"]) < 0.05
+        ettr = value(samples, "trainguard_job_ettr_ratio")
+        assert min(before["ettr"], job_json["ettr"]) - 0.02 <= ettr <= max(before["ettr"], job_json["ettr"]) + 0.02
         assert 0 < job_json["ettr"] < 1
         assert value(samples, "trainguard_job_lost_steps_total") == downtime["downtime"]["lost_steps"]
-        assert job_json["step"] - 5 <= value(samples, "trainguard_job_step") <= job_json["step"]
+        assert before["step"] <= value(samples, "trainguard_job_step") <= job_json["step"]
         phases = {l["phase"] for l, _ in samples["trainguard_node_phase_seconds"]}
         assert {"forward", "backward", "optimizer"} <= phases, phases
         assert 'trainguard_rank_step{job_id="observed",rank="3",node="node1"}' in text

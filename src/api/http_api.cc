@@ -139,6 +139,9 @@ Status HttpApi::Bind() {
 
 void HttpApi::Stop() {
   stopping_ = true;
+  // Live streams see `stopping_`, send what is left and end; httplib's
+  // stop() would cut them short (it stops calling their providers).
+  for (int i = 0; i < 300 && streams_.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   if (thread_.joinable()) {
     // httplib's stop() does nothing until its loop runs: a Stop right after
     // Serve waits for the loop to start (or to have failed).

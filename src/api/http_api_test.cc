@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <atomic>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -186,6 +187,33 @@ TEST_F(HttpApiTest, AnIncidentShowsWithItsAttributionAndTheEventsPageAndStream) 
   std::string category = incidents[0]["category"];
   EXPECT_NE(metrics->body.find("trainguard_job_incidents_total{job_id=\"job\",category=\"" + category + "\"} 1\n"),
             std::string::npos);
+}
+
+TEST_F(HttpApiTest, AStreamGetsEveryEventRecordedBeforeTheApiStopsThenItsEnd) {
+  std::string streamed;
+  std::atomic<bool> open{false};
+  std::thread reader([&] {
+    httplib::Client c("127.0.0.1", api_->port());
+    c.set_read_timeout(20, 0);
+    c.Get("/api/v1/events/stream?plain=1", [&](const char* data, size_t n) {
+      streamed.append(data, n);
+      open = true;
+      return true;
+    });
+  });
+  while (!open.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // job_created arrived
+  for (int i = 0; i < 50; ++i) {
+    Event e;
+    e.job_id = "job";
+    e.kind = "late";
+    e.message = "event " + std::to_string(i);
+    ASSERT_TRUE(store_.Append(e).ok());
+  }
+  api_->Stop();  // right after the last append
+  reader.join();
+  EXPECT_NE(streamed.find("\"message\":\"event 49\""), std::string::npos) << streamed.substr(streamed.size() - 300);
+  EXPECT_EQ(streamed.find("event: late"), std::string::npos);  // plain: no types but the end's
+  EXPECT_NE(streamed.rfind("event: end\n"), std::string::npos);
 }
 
 TEST_F(HttpApiTest, ActionsNeedTheTokenAndCordonAndCancelWork) {
