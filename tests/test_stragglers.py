@@ -61,9 +61,9 @@ def validate_trace(path):
 def slow_cpu():
     if os.geteuid() != 0:
         pytest.skip("a CPU quota needs root")
-    # 0.4 of a CPU in every 10 ms: with four ranks sharing this machine's two
-    # cores, the throttled rank computes 10-20 % slower than the others.
-    path = cpu_cgroup("trainguard-straggler-%d" % os.getpid(), 0.4, period=10000)
+    # 0.3 of a CPU in every 10 ms: with four ranks sharing this machine's two
+    # cores, the throttled rank computes 25-50 % slower than the others.
+    path = cpu_cgroup("trainguard-straggler-%d" % os.getpid(), 0.3, period=10000)
     if path is None:
         pytest.skip("no cpu cgroup controller")
     yield path
@@ -71,8 +71,12 @@ def slow_cpu():
 
 
 def test_a_throttled_node_is_named_the_compute_straggler_and_drawn_so(tmp_path, slow_cpu, no_leftovers):
+    # A threshold of 15 %: healthy nodes of this 2-core VM have had 3 windows
+    # up to 12 % slow in a run (CI); the default's margin is measured by
+    # bench/straggler_bench.py, not here.
     job = Job(tmp_path, "slow", [PYTHON, EXAMPLE, "--steps", "150", "--hidden", "512", "--batch", "128",
-                                 "--ckpt-dir", str(tmp_path / "ckpt")], nnodes=4, nproc=1)
+                                 "--ckpt-dir", str(tmp_path / "ckpt")], nnodes=4, nproc=1,
+              flags=["--straggler-threshold", "0.15"])
     wait_for(lambda: job.rank_pids(0).get(2), 60, "rank 2 to start")
     with open(os.path.join(slow_cpu, "cgroup.procs" if os.path.exists(os.path.join(slow_cpu, "cgroup.procs"))
                            else "tasks"), "w") as f:
@@ -84,7 +88,7 @@ def test_a_throttled_node_is_named_the_compute_straggler_and_drawn_so(tmp_path, 
     assert {e["node"] for e in found} == {"node2"}, [e["message"] for e in found]
     first = found[0]
     assert first["detail"]["signal"] == "compute", first
-    assert first["detail"]["slowdown"] >= 0.07, first
+    assert first["detail"]["slowdown"] >= 0.15, first
     print("named after step %d: %s" % (first["detail"]["last_step"], first["message"]))
 
     heatmap = tmp_path / "heatmap.svg"
