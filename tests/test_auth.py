@@ -23,6 +23,16 @@ def controller(tmp_path, port, job_id, *flags):
     return proc, store
 
 
+def finish(ctl):
+    """The controller's output once it ended (killed if it did not within 60 s)."""
+    try:
+        out, _ = ctl.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        ctl.kill()
+        out, _ = ctl.communicate()
+    return out
+
+
 def agent(tmp_path, port, node, *flags, env=None, timeout=60):
     return subprocess.run([TRAINGUARD, "agent", "--controller", "127.0.0.1:%d" % port, "--node-id", node,
                            "--run-dir", os.path.join(str(tmp_path), node), *flags],
@@ -48,11 +58,8 @@ def test_an_agent_without_the_job_secret_is_refused_and_one_with_it_joins(tmp_pa
         env = dict(os.environ, TRAINGUARD_SECRET_FILE=str(secret))
         good = agent(tmp_path, port, "member", env=env, timeout=120)
         assert good.returncode == 0, good.stderr
-        out, _ = ctl.communicate(timeout=60)
     finally:
-        if ctl.poll() is None:
-            ctl.kill()
-            ctl.wait()
+        out = finish(ctl)
     assert ctl.returncode == 0, out
     assert "agent intruder" in out and "refused: it showed no job secret" in out, out
     assert "agent impostor" in out and "refused: its job secret is wrong" in out
@@ -76,11 +83,8 @@ def test_tls_streams_need_an_agent_that_trusts_the_certificate(tmp_path, no_left
         assert "(if it serves TLS, give --tls-ca)" in plain.stderr, plain.stderr
         good = agent(tmp_path, port, "member", "--tls-ca", cert, timeout=120)
         assert good.returncode == 0, good.stderr
-        out, _ = ctl.communicate(timeout=60)
     finally:
-        if ctl.poll() is None:
-            ctl.kill()
-            ctl.wait()
+        out = finish(ctl)
     assert ctl.returncode == 0, out
     assert "agents are not authenticated" in out  # no --secret-file: said at start
     assert [e["node"] for e in events(store, "encrypted") if e["kind"] == "node_registered"] == ["member"]

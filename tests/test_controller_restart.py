@@ -47,6 +47,13 @@ class Cluster:
         log = open(os.path.join(self.tmp, "controller%d.log" % len(self.controllers)), "w")
         self.controllers.append(subprocess.Popen(self.controller_argv, stdout=log, stderr=subprocess.STDOUT))
 
+    def restart_controller_and_finish(self):
+        """The same controller line again; the job and its agents end well."""
+        self.start_controller()
+        assert self.controllers[-1].wait(timeout=240) == 0, self.log("controller1.log")[-3000:]
+        for a in self.agents:
+            assert a.wait(timeout=60) == 0
+
     def log(self, name):
         with open(os.path.join(self.tmp, name)) as f:
             return f.read()
@@ -94,10 +101,7 @@ def test_kill_9_of_the_controller_and_a_restart_leave_the_ranks_running_and_the_
         stepped = c.step("host0", 0)
         wait_for(lambda: c.step("host0", 0) >= stepped + 10, 60, "steps while the controller is away")
         assert all(alive(p) for p in pids.values())
-        c.start_controller()
-        assert c.controllers[1].wait(timeout=240) == 0, c.log("controller1.log")[-3000:]
-        for a in c.agents:
-            assert a.wait(timeout=60) == 0
+        c.restart_controller_and_finish()
     finally:
         c.kill_all()
     after = c.stored()
@@ -131,10 +135,7 @@ def test_a_rank_that_dies_while_the_controller_is_away_is_handled_when_it_is_bac
         c.controllers[0].wait()
         os.kill(pids[3], signal.SIGKILL)
         wait_for(lambda: not alive(pids[3]), 10, "rank 3 to die")
-        c.start_controller()
-        assert c.controllers[1].wait(timeout=240) == 0, c.log("controller1.log")[-3000:]
-        for a in c.agents:
-            assert a.wait(timeout=60) == 0
+        c.restart_controller_and_finish()
     finally:
         c.kill_all()
     evs = events(c.store, "orphaned")
