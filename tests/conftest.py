@@ -124,9 +124,14 @@ class Job:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
-            raise AssertionError("job %s did not finish in %d s:\n%s" % (self.job_id, timeout, self.output()[-3000:]))
+            raise AssertionError("job %s did not finish in %d s:\n%s\nits events:\n%s" % (
+                self.job_id, timeout, self.output()[-3000:], self.event_lines()[-6000:]))
         self._out.close()
         return rc
+
+    def event_lines(self):
+        """The job's event log, a line each, for a failure's message."""
+        return "\n".join("%s %s %s" % (e["kind"], e["node"], e["message"][:200]) for e in self.events())
 
     def output(self):
         with open(self.log) as f:
