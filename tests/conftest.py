@@ -5,12 +5,14 @@ wait polls a condition with a deadline."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import sqlite3
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -35,6 +37,14 @@ def wait_for(predicate, timeout, what):
 
 
 def events(store, job_id):
+    if store.startswith("postgresql://"):
+        done = subprocess.run([TRAINGUARD, "events", "--store", store, "--json", job_id],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            return []
+        return [dict(kind=e["kind"], node=e["node"], rank=e["rank"], generation=e["generation"], step=e["step"],
+                     message=e["message"], detail=e["detail"], wall_ns=e.get("wall_ns"))
+                for e in json.loads(done.stdout)]
     if not os.path.exists(store):
         return []
     con = sqlite3.connect(store, timeout=5)
@@ -92,10 +102,10 @@ def free_port():
 class Job:
     """A `trainguard run` of the example (or any command) in the background."""
 
-    def __init__(self, tmp_path, job_id, command, *, nnodes=2, nproc=2, flags=()):
+    def __init__(self, tmp_path, job_id, command, *, nnodes=2, nproc=2, flags=(), store=None):
         self.tmp = str(tmp_path)
         self.job_id = job_id
-        self.store = os.path.join(self.tmp, "trainguard.db")
+        self.store = store or os.path.join(self.tmp, "trainguard.db")
         self.log = os.path.join(self.tmp, "run.log")
         argv = [TRAINGUARD, "run", "--nnodes", str(nnodes), "--nproc-per-node", str(nproc),
                 "--store", self.store, "--job-id", job_id,
@@ -200,3 +210,66 @@ def _rmdir(path):
         return True
     except OSError:
         return False
+
+
+class PostgresServer:
+    """A real PostgreSQL server in a fresh directory, on 127.0.0.1 at a free
+    port; as root it runs as the `postgres` user (PostgreSQL refuses root)."""
+
+    def __init__(self):
+        bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
+        if not os.path.exists(os.path.join(bindir, "postgres")):
+            bindir = "/usr/lib/postgresql/15/bin"
+        self.dir = tempfile.mkdtemp(prefix="tgpg-")
+        self.port = free_port()
+        demote = None
+        if os.geteuid() == 0:
+            import pwd
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+
+            def demote():
+                os.setgid(pw.pw_gid)
+                os.setuid(pw.pw_uid)
+        log = open(os.path.join(self.dir, "server.log"), "ab")
+        subprocess.run([os.path.join(bindir, "initdb"), "-D", self.dir + "/data", "-U", "trainguard", "-A", "trust",
+                        "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], stdout=log, stderr=log, check=True,
+                       preexec_fn=demote)
+        self.proc = subprocess.Popen([os.path.join(bindir, "postgres"), "-D", self.dir + "/data", "-p",
+                                      str(self.port), "-k", self.dir, "-c", "listen_addresses=127.0.0.1",
+                                      "-c", "fsync=off"], stdout=log, stderr=log, preexec_fn=demote)
+        wait_for(lambda: self._ready(), 30, "the PostgreSQL test server")
+        self.databases = 0
+
+    def _ready(self):
+        if self.proc.poll() is not None:
+            with open(os.path.join(self.dir, "server.log")) as f:
+                raise AssertionError("the PostgreSQL test server exited:\n" + f.read()[-2000:])
+        return subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", str(self.port)]).returncode == 0
+
+    def url(self, database):
+        return "postgresql://trainguard@127.0.0.1:%d/%s" % (self.port, database)
+
+    def new_database(self):
+        """An empty database of its own; its URL."""
+        self.databases += 1
+        name = "fleet%d" % self.databases
+        subprocess.run(["psql", "-q", self.url("postgres"), "-c", "CREATE DATABASE %s" % name],
+                       check=True, capture_output=True)
+        return self.url(name)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)  # fast shutdown
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    server = PostgresServer()
+    yield server
+    server.stop()

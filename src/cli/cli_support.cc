@@ -82,11 +82,11 @@ StatusOr<RuleSet> LoadRulesFor(const std::vector<std::string>& extra) {
 }
 
 bool OpenJob(const EventsOptions& o, std::unique_ptr<EventStore>* store, std::string* job_id) {
-  if (!fs::exists(o.store)) {
-    std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", o.store.c_str());
+  if (!IsPostgresUrl(o.store) && !fs::exists(o.store)) {
+    std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", StoreDisplayName(o.store).c_str());
     return false;
   }
-  auto opened = OpenSqliteEventStore(o.store);
+  auto opened = OpenEventStore(o.store);
   if (!opened.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", opened.status().message().c_str());
     return false;
@@ -96,7 +96,7 @@ bool OpenJob(const EventsOptions& o, std::unique_ptr<EventStore>* store, std::st
   if (job_id->empty()) {
     auto jobs = (*store)->Jobs();
     if (!jobs.ok() || jobs->empty()) {
-      std::fprintf(stderr, "trainguard: error: the store %s holds no jobs\n", o.store.c_str());
+      std::fprintf(stderr, "trainguard: error: the store %s holds no jobs\n", StoreDisplayName(o.store).c_str());
       return false;
     }
     *job_id = jobs->back().job_id;
@@ -112,7 +112,8 @@ bool OpenJob(const EventsOptions& o, std::unique_ptr<EventStore>* store, std::st
     if (it->job_id == *job_id) return true;
     if (it - jobs->rbegin() < 3) newest += (newest.empty() ? "" : ", ") + it->job_id;
   }
-  std::fprintf(stderr, "trainguard: error: the store %s has no job %s (%s)\n", o.store.c_str(), job_id->c_str(),
+  std::fprintf(stderr, "trainguard: error: the store %s has no job %s (%s)\n", StoreDisplayName(o.store).c_str(),
+               job_id->c_str(),
                newest.empty() ? "it holds no jobs" : ("its newest: " + newest).c_str());
   return false;
 }

@@ -119,11 +119,11 @@ int DiagCommand(const DiagOptions& o) {
 
   std::unique_ptr<EventStore> store;
   if (!o.store.empty()) {
-    if (o.show && !std::filesystem::exists(o.store)) {
-      std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", o.store.c_str());
+    if (o.show && !IsPostgresUrl(o.store) && !std::filesystem::exists(o.store)) {
+      std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", StoreDisplayName(o.store).c_str());
       return 2;
     }
-    auto opened = OpenSqliteEventStore(o.store);
+    auto opened = OpenEventStore(o.store);
     if (!opened.ok()) {
       std::fprintf(stderr, "trainguard: error: %s\n", opened.status().message().c_str());
       return 2;
@@ -202,7 +202,7 @@ int DiagCommand(const DiagOptions& o) {
                      {"min_nodes_for_median", policy.min_nodes_for_median}};
     std::cout << out.dump(2, ' ', false, kReplaceBadUtf8) << "\n";
   } else {
-    if (o.show && verdicts.empty()) std::printf("no node has diagnostics in %s\n", o.store.c_str());
+    if (o.show && verdicts.empty()) std::printf("no node has diagnostics in %s\n", StoreDisplayName(o.store).c_str());
     std::printf("judged against %zu node(s)' newest diagnostics%s; a figure fails below its floor or, with %zu or "
                 "more nodes, below its fraction of their median\n",
                 verdicts.size(), stale > 0 ? (" (" + std::to_string(stale) + " older than --max-age ignored)").c_str() : "",

@@ -35,7 +35,7 @@ int ShowReport(const EventsOptions& o) {
   auto events = store->Events(job_id);
   if (!events.ok() || events->empty()) {
     std::fprintf(stderr, "trainguard: error: no events for job %s in %s\n", job_id.c_str(),
-                 o.store.c_str());
+                 StoreDisplayName(o.store).c_str());
     return 2;
   }
   auto report = ComputeReport(job_id, *events);
@@ -150,7 +150,7 @@ int ShowEvents(const EventsOptions& o) {
   }
   if (events->empty()) {
     std::fprintf(stderr, "trainguard: error: no events for job %s in %s\n", job_id.c_str(),
-                 o.store.c_str());
+                 StoreDisplayName(o.store).c_str());
     return 2;
   }
   if (o.json) {

@@ -113,8 +113,9 @@ std::vector<LocalNode> PickLocalNodes(EventStore* store, int nnodes, int spares)
     std::string id = "node" + std::to_string(i);
     auto health = store->GetNodeHealth(id);
     if (health.ok() && health->status == "cordoned") {
-      std::fprintf(stderr, "trainguard: node %s is cordoned (%s): not used; `trainguard uncordon %s` returns it\n",
-                   id.c_str(), health->reason.c_str(), id.c_str());
+      std::fprintf(stderr, "trainguard: node %s is cordoned (%s%s): not used; `trainguard uncordon %s` returns it\n",
+                   id.c_str(), health->reason.c_str(),
+                   health->job_id.empty() ? "" : (", by job " + health->job_id).c_str(), id.c_str());
       continue;
     }
     int position = static_cast<int>(nodes.size());
@@ -143,7 +144,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     std::error_code dir_error;
     fs::create_directories(fs::path(o.store).parent_path(), dir_error);
   }
-  auto store = OpenSqliteEventStore(o.store);
+  auto store = OpenEventStore(o.store);
   if (!store.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
     return 2;
@@ -272,7 +273,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   if (resume) {
     std::fprintf(stderr, "trainguard: job %s is in %s and has not ended: taking it back (its agents have %.0f s "
                          "to reconnect)\n",
-                 job_id.c_str(), o.store.c_str(), o.reconnect_window_s);
+                 job_id.c_str(), StoreDisplayName(o.store).c_str(), o.reconnect_window_s);
   }
   Status started = resume ? controller.Resume() : controller.Start();
   if (!started.ok()) {
@@ -303,7 +304,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     }
   });
   std::fprintf(stderr, "trainguard: job %s: controller on port %d, %d node(s) x %d rank(s), store %s\n",
-               job_id.c_str(), server.port(), o.nnodes, o.nproc_per_node, o.store.c_str());
+               job_id.c_str(), server.port(), o.nnodes, o.nproc_per_node, StoreDisplayName(o.store).c_str());
   if (!local_nodes.empty()) {
     std::vector<std::string> args = {"--controller", controller_host + ":" + std::to_string(server.port()),
                                      "--run-dir-base", run_dir, "--connect-timeout", "30",
@@ -401,7 +402,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
       }
     }
     std::fprintf(stderr, "trainguard: rank logs are in %s; events: trainguard events --store %s %s\n",
-                 run_dir.c_str(), o.store.c_str(), job_id.c_str());
+                 run_dir.c_str(), StoreDisplayName(o.store).c_str(), job_id.c_str());
   }
   if (ok) return 0;
   // A shell's convention for a run that a signal ended (130 for Ctrl-C);

@@ -10,6 +10,10 @@
 
 namespace {
 
+constexpr const char* kStoreHelp =
+    "event store: a SQLite file, or a postgresql:// URL that many jobs share (docs/store.md)";
+
+
 void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
   if (!torchrun) {
     cmd->add_option_function<std::string>(
@@ -144,7 +148,7 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
       ->capture_default_str();
   cmd->add_option("--rendezvous-timeout", o->rendezvous_timeout_s,
                   "seconds to wait for all nodes to join")->capture_default_str();
-  cmd->add_option("--store", o->store, "SQLite event store")->capture_default_str();
+  cmd->add_option("--store", o->store, kStoreHelp)->capture_default_str();
   cmd->add_option("--job-id", o->job_id, "job id (default: generated)");
   cmd->add_option("--run-dir", o->run_dir, "logs and stacks (default /tmp/trainguard/JOB)");
   cmd->add_flag("--native-stacks", o->native_stacks, "also capture gdb backtraces of hung ranks");
@@ -192,7 +196,7 @@ void AddTorchrunOptions(CLI::App* cmd, trainguard::TorchrunOptions* t, trainguar
 
 // Options of the commands that read one job from the store.
 void AddStoredJobOptions(CLI::App* cmd, trainguard::EventsOptions* o) {
-  cmd->add_option("--store", o->store, "SQLite event store")->capture_default_str();
+  cmd->add_option("--store", o->store, kStoreHelp)->capture_default_str();
   cmd->add_option("job", o->job_id, "job id (default: the newest)");
   cmd->add_flag("--json", o->json, "JSON output");
 }
@@ -293,7 +297,7 @@ int main(int argc, char** argv) {
   trace.stored.store = trainguard::DefaultStorePath();
   CLI::App* trace_cmd = app.add_subcommand(
       "trace", "one merged timeline of every rank (Chrome trace-event JSON: open in Perfetto or chrome://tracing)");
-  trace_cmd->add_option("--store", trace.stored.store, "SQLite event store")->capture_default_str();
+  trace_cmd->add_option("--store", trace.stored.store, kStoreHelp)->capture_default_str();
   trace_cmd->add_option("job", trace.stored.job_id, "job id (default: the newest)");
   trace_cmd->add_option("--steps", trace.steps, "A:B, A: or :B (default: every step the store kept in detail)");
   trace_cmd->add_option("-o,--output", trace.out, "FILE.json")->required();
@@ -302,7 +306,7 @@ int main(int argc, char** argv) {
   heatmap.stored.store = trainguard::DefaultStorePath();
   CLI::App* heatmap_cmd = app.add_subcommand(
       "heatmap", "nodes (or ranks) x phases, or x windows of steps of one phase, coloured against the median");
-  heatmap_cmd->add_option("--store", heatmap.stored.store, "SQLite event store")->capture_default_str();
+  heatmap_cmd->add_option("--store", heatmap.stored.store, kStoreHelp)->capture_default_str();
   heatmap_cmd->add_option("job", heatmap.stored.job_id, "job id (default: the newest)");
   heatmap_cmd->add_option("--phase", heatmap.phase,
                           "one phase (forward, gc, comm:all_reduce, gpu:forward, step) over windows of steps");
@@ -314,17 +318,17 @@ int main(int argc, char** argv) {
   nodes.store = trainguard::DefaultStorePath();
   CLI::App* nodes_cmd = app.add_subcommand(
       "nodes", "each node across jobs: cordoned, suspect or ok, incidents, newest diagnostics, history");
-  nodes_cmd->add_option("--store", nodes.store, "SQLite event store")->capture_default_str();
+  nodes_cmd->add_option("--store", nodes.store, kStoreHelp)->capture_default_str();
   nodes_cmd->add_flag("--json", nodes.json, "JSON output");
   std::string cordon_store = trainguard::DefaultStorePath(), cordon_node, cordon_reason;
   CLI::App* cordon_cmd = app.add_subcommand("cordon", "take a node out of every job until it is uncordoned");
-  cordon_cmd->add_option("--store", cordon_store, "SQLite event store")->capture_default_str();
+  cordon_cmd->add_option("--store", cordon_store, kStoreHelp)->capture_default_str();
   cordon_cmd->add_option("node", cordon_node, "node id")->required();
   cordon_cmd->add_option("--reason", cordon_reason, "why (kept with the node and shown by `trainguard nodes`)")
       ->required();
   std::string uncordon_store = trainguard::DefaultStorePath(), uncordon_node, uncordon_reason;
   CLI::App* uncordon_cmd = app.add_subcommand("uncordon", "return a cordoned node to jobs and clear its suspicion");
-  uncordon_cmd->add_option("--store", uncordon_store, "SQLite event store")->capture_default_str();
+  uncordon_cmd->add_option("--store", uncordon_store, kStoreHelp)->capture_default_str();
   uncordon_cmd->add_option("node", uncordon_node, "node id")->required();
   uncordon_cmd->add_option("--reason", uncordon_reason, "why (kept with the node)");
 
@@ -334,7 +338,8 @@ int main(int argc, char** argv) {
   CLI::App* diag_cmd = app.add_subcommand(
       "diag", "run the node diagnostics suite here (compute, memory, disks), record it, and judge it "
               "against floors and the other nodes' newest figures");
-  diag_cmd->add_option("--store", diag.store, "SQLite event store the figures go to")->capture_default_str();
+  diag_cmd->add_option("--store", diag.store, "event store the figures go to: a SQLite file or a postgresql:// URL")
+      ->capture_default_str();
   diag_cmd->add_flag("--no-store", diag_no_store, "record nothing; judge by floors only");
   diag_cmd->add_option("--node-id", diag.node_id, "this node's id (default: the hostname)");
   diag_cmd->add_option("--path", diag.paths,

@@ -30,11 +30,11 @@ using nlohmann::json;
 namespace {
 
 std::unique_ptr<EventStore> OpenExisting(const std::string& path) {
-  if (!std::filesystem::exists(path)) {
-    std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", path.c_str());
+  if (!IsPostgresUrl(path) && !std::filesystem::exists(path)) {
+    std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", StoreDisplayName(path).c_str());
     return nullptr;
   }
-  auto store = OpenSqliteEventStore(path);
+  auto store = OpenEventStore(path);
   if (!store.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
     return nullptr;
@@ -140,7 +140,7 @@ int ShowNodes(const EventsOptions& o) {
     return 0;
   }
   if (rows.empty()) {
-    std::printf("no node has a record in %s\n", o.store.c_str());
+    std::printf("no node has a record in %s\n", StoreDisplayName(o.store).c_str());
     return 0;
   }
   std::printf("%-20s %-8s %-17s %9s %9s  %s\n", "NODE", "STATUS", "SINCE", "INCIDENTS",
@@ -167,7 +167,7 @@ int CordonNode(const std::string& store_path, const std::string& node, const std
   if (reason.find_first_not_of(" \t") == std::string::npos) {
     return Fail(InvalidArgument("cordon: say why with --reason (it is kept with the node)"));
   }
-  auto opened = OpenSqliteEventStore(store_path);
+  auto opened = OpenEventStore(store_path);
   if (!opened.ok()) return Fail(opened.status());
   const std::string by = OperatorName();
   auto was = CordonNodeInStore(opened->get(), node, by, reason, WallNowNanos());
@@ -185,7 +185,7 @@ int UncordonNode(const std::string& store_path, const std::string& node, const s
   auto was = UncordonNodeInStore(store.get(), node, by, reason, WallNowNanos());
   if (was.status().code() == StatusCode::kNotFound) {
     std::fprintf(stderr, "trainguard: error: node %s has no record in %s (see trainguard nodes)\n",
-                 node.c_str(), store_path.c_str());
+                 node.c_str(), StoreDisplayName(store_path).c_str());
     return 1;
   }
   if (!was.ok()) return Fail(was.status());

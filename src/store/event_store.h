@@ -2,9 +2,11 @@
 //
 // The controller appends every state change, failure and recovery step here
 // as it happens; `trainguard events` and the downtime accounting read it back.
-// Implementations: SqliteEventStore (WAL mode; an append is durable against a
-// crash of the controller process once Append returns) and InMemoryEventStore
-// (tests, simulator). Thread safety: all methods may be called concurrently.
+// Implementations: SqliteEventStore (the embedded default, one file; WAL mode:
+// an append is durable against a crash of the controller process once Append
+// returns), PostgresEventStore (the fleet store that many controllers share;
+// docs/store.md) and InMemoryEventStore (tests, simulator). Thread safety: all
+// methods may be called concurrently, from several processes too.
 #pragma once
 
 #include <cstdint>
@@ -149,9 +151,22 @@ class EventStore {
   virtual Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) = 0;
 };
 
-class SqliteEventStore;
+// Opens the store `where` names: a libpq URL ("postgresql://..." or
+// "postgres://...") opens PostgreSQL, anything else is a SQLite file.
+StatusOr<std::unique_ptr<EventStore>> OpenEventStore(const std::string& where);
+
 // Opens (creating if needed) a SQLite store at `path`. Errors name the path.
 StatusOr<std::unique_ptr<EventStore>> OpenSqliteEventStore(const std::string& path);
+
+// Connects to PostgreSQL (`url` as libpq takes it) and creates the tables if
+// they are missing. Errors name the server, never the password.
+StatusOr<std::unique_ptr<EventStore>> OpenPostgresEventStore(const std::string& url);
+
+// Whether `where` is a PostgreSQL URL.
+bool IsPostgresUrl(const std::string& where);
+
+// `where` for messages: a URL's password removed.
+std::string StoreDisplayName(const std::string& where);
 
 class InMemoryEventStore final : public EventStore {
  public:

@@ -1,0 +1,171 @@
+// InMemoryEventStore: the store of tests and the simulator; nothing survives
+// the process.
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "store/event_store.h"
+
+namespace trainguard {
+
+Status InMemoryEventStore::CreateJob(const JobRecord& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& j : jobs_) {
+    if (j.job_id == job.job_id) return InvalidArgument("job " + job.job_id + " already exists");
+  }
+  jobs_.push_back(job);
+  return Status::Ok();
+}
+
+Status InMemoryEventStore::UpdateJob(const std::string& job_id, const std::string& state,
+                                     const std::string& summary) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& j : jobs_) {
+    if (j.job_id == job_id) {
+      j.state = state;
+      j.summary = summary;
+      return Status::Ok();
+    }
+  }
+  return NotFound("job " + job_id);
+}
+
+Status InMemoryEventStore::Append(const Event& event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  events_.push_back(event);
+  events_.back().id = static_cast<std::int64_t>(events_.size());
+  return Status::Ok();
+}
+
+StatusOr<std::vector<Event>> InMemoryEventStore::EventsAfter(const std::string& job_id, std::int64_t after_id,
+                                                             int limit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Event> out;
+  for (const auto& e : events_) {
+    if (limit >= 0 && static_cast<int>(out.size()) >= limit) break;
+    if (e.job_id == job_id && e.id > after_id) out.push_back(e);
+  }
+  return out;
+}
+
+StatusOr<std::vector<JobRecord>> InMemoryEventStore::Jobs() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_;
+}
+
+Status InMemoryEventStore::RecordIncident(const IncidentRecord& incident) {
+  std::lock_guard<std::mutex> lock(mu_);
+  incidents_.push_back(incident);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<IncidentRecord>> InMemoryEventStore::IncidentsOnNode(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<IncidentRecord> out;
+  for (const auto& i : incidents_) {
+    if (node.empty() || i.node == node) out.push_back(i);
+  }
+  return out;
+}
+
+Status InMemoryEventStore::SetNodeHealth(const NodeHealth& health) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& h : health_) {
+    if (h.node == health.node) {
+      h = health;
+      return Status::Ok();
+    }
+  }
+  health_.push_back(health);
+  return Status::Ok();
+}
+
+StatusOr<NodeHealth> InMemoryEventStore::GetNodeHealth(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& h : health_) {
+    if (h.node == node) return h;
+  }
+  return NodeHealth{node, "", "", "", 0};
+}
+
+StatusOr<std::vector<NodeHealth>> InMemoryEventStore::ListNodeHealth() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<NodeHealth> out = health_;
+  std::sort(out.begin(), out.end(), [](const NodeHealth& a, const NodeHealth& b) { return a.node < b.node; });
+  return out;
+}
+
+Status InMemoryEventStore::RecordNodeAction(const NodeAction& action) {
+  std::lock_guard<std::mutex> lock(mu_);
+  actions_.push_back(action);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<NodeAction>> InMemoryEventStore::NodeActions(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<NodeAction> out;
+  for (const auto& a : actions_) {
+    if (node.empty() || a.node == node) out.push_back(a);
+  }
+  return out;
+}
+
+Status InMemoryEventStore::RecordDiagnostics(const DiagnosticsRecord& record) {
+  std::lock_guard<std::mutex> lock(mu_);
+  diagnostics_.push_back(record);
+  return Status::Ok();
+}
+
+StatusOr<std::vector<DiagnosticsRecord>> InMemoryEventStore::LatestDiagnostics() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, DiagnosticsRecord> newest;  // later records replace earlier ones
+  for (const auto& d : diagnostics_) newest[d.node] = d;
+  std::vector<DiagnosticsRecord> out;
+  for (auto& [node, d] : newest) out.push_back(std::move(d));
+  return out;
+}
+
+Status InMemoryEventStore::AppendStepTimings(const std::vector<StepTimingRecord>& rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const StepTimingRecord& r : rows) {
+    auto same = std::find_if(timings_.begin(), timings_.end(), [&](const StepTimingRecord& t) {
+      return t.job_id == r.job_id && t.generation == r.generation && t.rank == r.rank && t.step == r.step;
+    });
+    if (same != timings_.end()) {
+      *same = r;
+    } else {
+      timings_.push_back(r);
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<StepTimingRecord>> InMemoryEventStore::StepTimings(const std::string& job_id,
+                                                                        std::int64_t from, std::int64_t to) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<StepTimingRecord> out;
+  for (const auto& t : timings_) {
+    if (t.job_id == job_id && t.step >= from && t.step <= to) out.push_back(t);
+  }
+  std::sort(out.begin(), out.end(), [](const StepTimingRecord& a, const StepTimingRecord& b) {
+    return std::tie(a.step, a.generation, a.rank) < std::tie(b.step, b.generation, b.rank);
+  });
+  return out;
+}
+
+Status InMemoryEventStore::CompactStepTimings(const std::string& job_id, std::int64_t before_step,
+                                              int keep_every) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::int64_t every = std::max(keep_every, 1);
+  timings_.erase(std::remove_if(timings_.begin(), timings_.end(),
+                                [&](const StepTimingRecord& t) {
+                                  return t.job_id == job_id && t.step < before_step && t.step % every != 0;
+                                }),
+                 timings_.end());
+  for (auto& t : timings_) {
+    if (t.job_id == job_id && t.step < before_step) t.intervals.clear();
+  }
+  return Status::Ok();
+}
+
+}  // namespace trainguard

@@ -1,0 +1,529 @@
+// PostgresEventStore: the fleet store. Many controllers, on many machines,
+// share one database: node health, cordons, incidents and diagnostics are
+// seen by every job (docs/store.md).
+//
+// One connection per store, used under a mutex. A statement that fails
+// because the connection broke is sent once more on a fresh connection
+// (PQreset): what the controller records is not lost to a restarted server
+// or a dropped link. Should the server have committed it before the link
+// broke, an append can be there twice; a lost one cannot be told apart.
+// PostgreSQL keeps text as UTF-8 without NUL bytes: such bytes are repaired
+// (U+FFFD) rather than refused.
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <charconv>
+#include <functional>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "common/utf8.h"
+#include "store/event_store.h"
+
+namespace trainguard {
+
+namespace {
+
+// Tables as in SQLite (sqlite_event_store.cc); ids are BIGSERIAL, jobs keep
+// their insertion order in `seq`. Two controllers creating the schema at once
+// take turns on an advisory lock (CREATE ... IF NOT EXISTS alone races).
+constexpr const char* kSchema = R"sql(
+BEGIN;
+SELECT pg_advisory_xact_lock(7346298104);
+CREATE TABLE IF NOT EXISTS jobs (
+  job_id TEXT PRIMARY KEY,
+  seq BIGSERIAL,
+  created_wall_ns BIGINT NOT NULL,
+  command TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  state TEXT NOT NULL,
+  summary TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS events (
+  id BIGSERIAL PRIMARY KEY,
+  job_id TEXT NOT NULL,
+  wall_ns BIGINT NOT NULL,
+  kind TEXT NOT NULL,
+  node TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  generation BIGINT NOT NULL,
+  step BIGINT NOT NULL,
+  message TEXT NOT NULL,
+  detail_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
+CREATE TABLE IF NOT EXISTS incidents (
+  id BIGSERIAL PRIMARY KEY,
+  job_id TEXT NOT NULL,
+  incident INTEGER NOT NULL,
+  wall_ns BIGINT NOT NULL,
+  node TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  category TEXT NOT NULL,
+  rule TEXT NOT NULL,
+  action TEXT NOT NULL,
+  failure_step BIGINT NOT NULL,
+  detail_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS incidents_by_node ON incidents(node, id);
+CREATE TABLE IF NOT EXISTS node_health (
+  node TEXT PRIMARY KEY,
+  status TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  wall_ns BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS node_actions (
+  id BIGSERIAL PRIMARY KEY,
+  node TEXT NOT NULL,
+  wall_ns BIGINT NOT NULL,
+  action TEXT NOT NULL,
+  "by" TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  evidence_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS node_actions_by_node ON node_actions(node, id);
+CREATE TABLE IF NOT EXISTS node_diagnostics (
+  id BIGSERIAL PRIMARY KEY,
+  node TEXT NOT NULL,
+  wall_ns BIGINT NOT NULL,
+  mode TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  figures_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS node_diagnostics_by_node ON node_diagnostics(node, id);
+CREATE TABLE IF NOT EXISTS step_timings (
+  job_id TEXT NOT NULL,
+  generation BIGINT NOT NULL,
+  rank INTEGER NOT NULL,
+  step BIGINT NOT NULL,
+  node TEXT NOT NULL,
+  start_us BIGINT NOT NULL,
+  duration_us BIGINT NOT NULL,
+  clock_error_us BIGINT NOT NULL,
+  totals TEXT NOT NULL,
+  intervals TEXT NOT NULL,
+  PRIMARY KEY (job_id, step, generation, rank)
+);
+COMMIT;
+)sql";
+
+// A statement's parameter: text, or NULL.
+using Param = std::optional<std::string>;
+
+Param Text(const std::string& s) {
+  std::string t = ValidUtf8(s);
+  for (std::size_t at; (at = t.find('\0')) != std::string::npos;) t.replace(at, 1, "\xEF\xBF\xBD");
+  return t;
+}
+Param Int(std::int64_t v) { return std::to_string(v); }
+Param Json(const std::string& s, const char* empty) { return Text(s.empty() ? std::string(empty) : s); }
+
+// An owned PGresult.
+class Result {
+ public:
+  explicit Result(PGresult* r = nullptr) : r_(r) {}
+  Result(Result&& o) noexcept : r_(std::exchange(o.r_, nullptr)) {}
+  Result& operator=(Result&& o) noexcept {
+    if (this != &o) {
+      PQclear(r_);
+      r_ = std::exchange(o.r_, nullptr);
+    }
+    return *this;
+  }
+  ~Result() { PQclear(r_); }
+  PGresult* raw() const { return r_; }
+  int rows() const { return PQntuples(r_); }
+  std::string Str(int row, int col) const { return PQgetvalue(r_, row, col); }
+  std::int64_t I64(int row, int col) const {
+    const char* v = PQgetvalue(r_, row, col);
+    std::int64_t out = 0;
+    std::from_chars(v, v + std::char_traits<char>::length(v), out);
+    return out;
+  }
+  int I32(int row, int col) const { return static_cast<int>(I64(row, col)); }
+  std::int64_t affected() const {
+    const char* n = PQcmdTuples(r_);
+    return *n == '\0' ? 0 : std::stoll(n);
+  }
+
+ private:
+  PGresult* r_;
+};
+
+// Rows of step timings per INSERT (10 parameters each; PostgreSQL takes at
+// most 65535 parameters in one statement).
+constexpr std::size_t kTimingRowsPerStatement = 500;
+
+}  // namespace
+
+class PostgresEventStore final : public EventStore {
+ public:
+  PostgresEventStore(PGconn* conn, std::string name) : conn_(conn), name_(std::move(name)) {}
+  ~PostgresEventStore() override { PQfinish(conn_); }
+
+  Status Init() {
+    std::lock_guard<std::mutex> lock(mu_);
+    Result r(PQexec(conn_, kSchema));
+    if (PQresultStatus(r.raw()) != PGRES_COMMAND_OK) {
+      std::string msg = PQerrorMessage(conn_);
+      Result rollback(PQexec(conn_, "ROLLBACK"));
+      return IoError("store " + name_ + ": create the schema: " + Trim(msg));
+    }
+    return Status::Ok();
+  }
+
+  Status CreateJob(const JobRecord& job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = Run("insert job " + job.job_id,
+                 "INSERT INTO jobs(job_id, created_wall_ns, command, config_json, state, summary) "
+                 "VALUES($1,$2,$3,$4,$5,$6)",
+                 {Text(job.job_id), Int(job.created_wall_ns), Text(job.command), Text(job.config_json),
+                  Text(job.state), Text(job.summary)});
+    return r.status();
+  }
+
+  Status UpdateJob(const std::string& job_id, const std::string& state, const std::string& summary) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = Run("update job " + job_id, "UPDATE jobs SET state=$1, summary=$2 WHERE job_id=$3",
+                 {Text(state), Text(summary), Text(job_id)});
+    if (!r.ok()) return r.status();
+    if (r->affected() == 0) return NotFound("job " + job_id + " in " + name_);
+    return Status::Ok();
+  }
+
+  Status Append(const Event& e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Run("insert event " + e.kind,
+               "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json) "
+               "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+               {Text(e.job_id), Int(e.wall_ns), Text(e.kind), Text(e.node), Int(e.rank), Int(e.generation),
+                Int(e.step), Text(e.message), Json(e.detail_json, "{}")})
+        .status();
+  }
+
+  StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id, int limit) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = Run("read events of " + job_id,
+                 "SELECT id, job_id, wall_ns, kind, node, rank, generation, step, message, detail_json "
+                 "FROM events WHERE job_id=$1 AND id>$2 ORDER BY id LIMIT $3",
+                 {Text(job_id), Int(after_id), limit < 0 ? Param() : Int(limit)});
+    if (!r.ok()) return r.status();
+    std::vector<Event> out;
+    for (int i = 0; i < r->rows(); ++i) {
+      Event e;
+      e.id = r->I64(i, 0);
+      e.job_id = r->Str(i, 1);
+      e.wall_ns = r->I64(i, 2);
+      e.kind = r->Str(i, 3);
+      e.node = r->Str(i, 4);
+      e.rank = r->I32(i, 5);
+      e.generation = r->I64(i, 6);
+      e.step = r->I64(i, 7);
+      e.message = r->Str(i, 8);
+      e.detail_json = r->Str(i, 9);
+      out.push_back(std::move(e));
+    }
+    return out;
+  }
+
+  StatusOr<std::vector<JobRecord>> Jobs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = Run("read jobs",
+                 "SELECT job_id, created_wall_ns, command, config_json, state, summary FROM jobs "
+                 "ORDER BY created_wall_ns, seq",
+                 {});
+    if (!r.ok()) return r.status();
+    std::vector<JobRecord> out;
+    for (int i = 0; i < r->rows(); ++i) {
+      out.push_back({r->Str(i, 0), r->I64(i, 1), r->Str(i, 2), r->Str(i, 3), r->Str(i, 4), r->Str(i, 5)});
+    }
+    return out;
+  }
+
+  Status RecordIncident(const IncidentRecord& i) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Run("insert incident",
+               "INSERT INTO incidents(job_id, incident, wall_ns, node, rank, category, rule, action, "
+               "failure_step, detail_json) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)",
+               {Text(i.job_id), Int(i.incident), Int(i.wall_ns), Text(i.node), Int(i.rank), Text(i.category),
+                Text(i.rule), Text(i.action), Int(i.failure_step), Json(i.detail_json, "{}")})
+        .status();
+  }
+
+  StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = Run("read incidents",
+                 "SELECT job_id, incident, wall_ns, node, rank, category, rule, action, failure_step, "
+                 "detail_json FROM incidents WHERE $1='' OR node=$1 ORDER BY id",
+                 {Text(node)});
+    if (!r.ok()) return r.status();
+    std::vector<IncidentRecord> out;
+    for (int i = 0; i < r->rows(); ++i) {
+      out.push_back({r->Str(i, 0), r->I32(i, 1), r->I64(i, 2), r->Str(i, 3), r->I32(i, 4), r->Str(i, 5),
+                     r->Str(i, 6), r->Str(i, 7), r->I64(i, 8), r->Str(i, 9)});
+    }
+    return out;
+  }
+
+  Status SetNodeHealth(const NodeHealth& h) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Run("write node health of " + h.node,
+               "INSERT INTO node_health(node, status, reason, job_id, wall_ns) VALUES($1,$2,$3,$4,$5) "
+               "ON CONFLICT(node) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
+               "job_id=excluded.job_id, wall_ns=excluded.wall_ns",
+               {Text(h.node), Text(h.status), Text(h.reason), Text(h.job_id), Int(h.wall_ns)})
+        .status();
+  }
+
+  StatusOr<NodeHealth> GetNodeHealth(const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = Run("read node health of " + node,
+                 "SELECT status, reason, job_id, wall_ns FROM node_health WHERE node=$1", {Text(node)});
+    if (!r.ok()) return r.status();
+    if (r->rows() == 0) return NodeHealth{node, "", "", "", 0};
+    return NodeHealth{node, r->Str(0, 0), r->Str(0, 1), r->Str(0, 2), r->I64(0, 3)};
+  }
+
+  StatusOr<std::vector<NodeHealth>> ListNodeHealth() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Byte order, as SQLite sorts, whatever the database's locale.
+    auto r = Run("read node health",
+                 "SELECT node, status, reason, job_id, wall_ns FROM node_health ORDER BY node COLLATE \"C\"", {});
+    if (!r.ok()) return r.status();
+    std::vector<NodeHealth> out;
+    for (int i = 0; i < r->rows(); ++i) {
+      out.push_back({r->Str(i, 0), r->Str(i, 1), r->Str(i, 2), r->Str(i, 3), r->I64(i, 4)});
+    }
+    return out;
+  }
+
+  Status RecordNodeAction(const NodeAction& a) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Run("insert node action on " + a.node,
+               "INSERT INTO node_actions(node, wall_ns, action, \"by\", reason, job_id, evidence_json) "
+               "VALUES($1,$2,$3,$4,$5,$6,$7)",
+               {Text(a.node), Int(a.wall_ns), Text(a.action), Text(a.by), Text(a.reason), Text(a.job_id),
+                Json(a.evidence_json, "{}")})
+        .status();
+  }
+
+  StatusOr<std::vector<NodeAction>> NodeActions(const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = Run("read node actions",
+                 "SELECT node, wall_ns, action, \"by\", reason, job_id, evidence_json FROM node_actions "
+                 "WHERE $1='' OR node=$1 ORDER BY id",
+                 {Text(node)});
+    if (!r.ok()) return r.status();
+    std::vector<NodeAction> out;
+    for (int i = 0; i < r->rows(); ++i) {
+      out.push_back({r->Str(i, 0), r->I64(i, 1), r->Str(i, 2), r->Str(i, 3), r->Str(i, 4), r->Str(i, 5),
+                     r->Str(i, 6)});
+    }
+    return out;
+  }
+
+  Status RecordDiagnostics(const DiagnosticsRecord& d) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Run("insert diagnostics of " + d.node,
+               "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json) VALUES($1,$2,$3,$4,$5)",
+               {Text(d.node), Int(d.wall_ns), Text(d.mode), Text(d.job_id), Json(d.figures_json, "[]")})
+        .status();
+  }
+
+  StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = Run("read diagnostics",
+                 "SELECT node, wall_ns, mode, job_id, figures_json FROM node_diagnostics "
+                 "WHERE id IN (SELECT MAX(id) FROM node_diagnostics GROUP BY node) ORDER BY node COLLATE \"C\"",
+                 {});
+    if (!r.ok()) return r.status();
+    std::vector<DiagnosticsRecord> out;
+    for (int i = 0; i < r->rows(); ++i) {
+      out.push_back({r->Str(i, 0), r->I64(i, 1), r->Str(i, 2), r->Str(i, 3), r->Str(i, 4)});
+    }
+    return out;
+  }
+
+  Status AppendStepTimings(const std::vector<StepTimingRecord>& rows) override {
+    // One statement may not touch a row twice (ON CONFLICT): a repeat in
+    // the batch replaces the earlier one here, as it would in the table.
+    std::map<std::tuple<std::string, std::int64_t, int, std::int64_t>, const StepTimingRecord*> unique;
+    for (const StepTimingRecord& r : rows) unique[{r.job_id, r.step, r.rank, r.generation}] = &r;
+    std::vector<const StepTimingRecord*> batch;
+    for (const auto& [key, r] : unique) batch.push_back(r);
+    std::lock_guard<std::mutex> lock(mu_);
+    return InTransaction("insert step timings", [&]() -> Status {
+      for (std::size_t from = 0; from < batch.size(); from += kTimingRowsPerStatement) {
+        const std::size_t to = std::min(batch.size(), from + kTimingRowsPerStatement);
+        std::string sql =
+            "INSERT INTO step_timings(job_id, generation, rank, step, node, start_us, duration_us, "
+            "clock_error_us, totals, intervals) VALUES";
+        std::vector<Param> params;
+        for (std::size_t i = from; i < to; ++i) {
+          const StepTimingRecord& r = *batch[i];
+          sql += i == from ? "(" : ",(";
+          for (int c = 1; c <= 10; ++c) {
+            sql += "$" + std::to_string(params.size() + c) + (c < 10 ? "," : ")");
+          }
+          for (Param p : {Text(r.job_id), Int(r.generation), Int(r.rank), Int(r.step), Text(r.node),
+                          Int(r.start_us), Int(r.duration_us), Int(r.clock_error_us), Text(r.totals),
+                          Text(r.intervals)}) {
+            params.push_back(std::move(p));
+          }
+        }
+        sql += " ON CONFLICT(job_id, step, generation, rank) DO UPDATE SET node=excluded.node, "
+               "start_us=excluded.start_us, duration_us=excluded.duration_us, "
+               "clock_error_us=excluded.clock_error_us, totals=excluded.totals, intervals=excluded.intervals";
+        auto r = Once("insert step timings", sql.c_str(), params);
+        if (!r.ok()) return r.status();
+      }
+      return Status::Ok();
+    });
+  }
+
+  StatusOr<std::vector<StepTimingRecord>> StepTimings(const std::string& job_id, std::int64_t from,
+                                                      std::int64_t to) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = Run("read step timings of " + job_id,
+                 "SELECT generation, rank, step, node, start_us, duration_us, clock_error_us, totals, intervals "
+                 "FROM step_timings WHERE job_id=$1 AND step>=$2 AND step<=$3 ORDER BY step, generation, rank",
+                 {Text(job_id), Int(from), Int(to)});
+    if (!r.ok()) return r.status();
+    std::vector<StepTimingRecord> out;
+    for (int i = 0; i < r->rows(); ++i) {
+      StepTimingRecord t;
+      t.job_id = job_id;
+      t.generation = r->I64(i, 0);
+      t.rank = r->I32(i, 1);
+      t.step = r->I64(i, 2);
+      t.node = r->Str(i, 3);
+      t.start_us = r->I64(i, 4);
+      t.duration_us = r->I64(i, 5);
+      t.clock_error_us = r->I64(i, 6);
+      t.totals = r->Str(i, 7);
+      t.intervals = r->Str(i, 8);
+      out.push_back(std::move(t));
+    }
+    return out;
+  }
+
+  Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return InTransaction("compact step timings of " + job_id, [&]() -> Status {
+      auto thin = Once("thin step timings of " + job_id,
+                       "DELETE FROM step_timings WHERE job_id=$1 AND step<$2 AND step % $3 != 0",
+                       {Text(job_id), Int(before_step), Int(std::max(keep_every, 1))});
+      if (!thin.ok()) return thin.status();
+      return Once("strip step timings of " + job_id,
+                  "UPDATE step_timings SET intervals='' WHERE job_id=$1 AND step<$2 AND intervals!=''",
+                  {Text(job_id), Int(before_step)})
+          .status();
+    });
+  }
+
+ private:
+  static std::string Trim(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  }
+
+  bool Reconnected() {
+    if (PQstatus(conn_) == CONNECTION_OK) return true;
+    PQreset(conn_);
+    return PQstatus(conn_) == CONNECTION_OK;
+  }
+
+  // One statement, once. mu_ is held.
+  StatusOr<Result> Once(const std::string& what, const char* sql, const std::vector<Param>& params) {
+    std::vector<const char*> values;
+    for (const Param& p : params) values.push_back(p ? p->c_str() : nullptr);
+    Result r(PQexecParams(conn_, sql, static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr,
+                          0));
+    const ExecStatusType st = PQresultStatus(r.raw());
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) return r;
+    return IoError("store " + name_ + ": " + what + ": " + Trim(PQerrorMessage(conn_)));
+  }
+
+  // One statement; sent again on a fresh connection if the link broke.
+  StatusOr<Result> Run(const std::string& what, const char* sql, const std::vector<Param>& params) {
+    for (int attempt = 0;; ++attempt) {
+      if (!Reconnected()) {
+        return Unavailable("store " + name_ + ": " + what + ": cannot reach the server: " +
+                           Trim(PQerrorMessage(conn_)));
+      }
+      auto r = Once(what, sql, params);
+      if (r.ok() || attempt > 0 || PQstatus(conn_) == CONNECTION_OK) return r;
+    }
+  }
+
+  // `body` between BEGIN and COMMIT; all of it again on a fresh connection
+  // if the link broke. Nothing of a failed body stays.
+  Status InTransaction(const std::string& what, const std::function<Status()>& body) {
+    for (int attempt = 0;; ++attempt) {
+      if (!Reconnected()) {
+        return Unavailable("store " + name_ + ": " + what + ": cannot reach the server: " +
+                           Trim(PQerrorMessage(conn_)));
+      }
+      Status s = Once(what, "BEGIN", {}).status();
+      if (s.ok()) s = body();
+      if (s.ok()) s = Once(what, "COMMIT", {}).status();
+      if (s.ok()) return s;
+      if (PQstatus(conn_) == CONNECTION_OK) {
+        Result rollback(PQexec(conn_, "ROLLBACK"));
+        return s;
+      }
+      if (attempt > 0) return s;
+    }
+  }
+
+  std::mutex mu_;
+  PGconn* conn_;
+  std::string name_;
+};
+
+bool IsPostgresUrl(const std::string& where) {
+  return where.rfind("postgresql://", 0) == 0 || where.rfind("postgres://", 0) == 0;
+}
+
+std::string StoreDisplayName(const std::string& where) {
+  if (!IsPostgresUrl(where)) return where;
+  // postgresql://user:secret@host/db?password=secret -> postgresql://user@host/db
+  std::string out = where;
+  const std::size_t scheme = out.find("://") + 3;
+  const std::size_t at = out.find('@', scheme);
+  const std::size_t slash = out.find('/', scheme);
+  if (at != std::string::npos && (slash == std::string::npos || at < slash)) {
+    const std::size_t colon = out.find(':', scheme);
+    if (colon != std::string::npos && colon < at) out.erase(colon, at - colon);
+  }
+  for (std::size_t p = 0; (p = out.find("password=", p)) != std::string::npos; p += 12) {
+    const std::size_t end = out.find('&', p);
+    out.replace(p + 9, (end == std::string::npos ? out.size() : end) - (p + 9), "...");
+  }
+  return out;
+}
+
+StatusOr<std::unique_ptr<EventStore>> OpenPostgresEventStore(const std::string& url) {
+  const std::string name = StoreDisplayName(url);
+  // The URL's own settings win over these defaults (they come later).
+  const char* keys[] = {"connect_timeout", "application_name", "options", "dbname", nullptr};
+  const char* values[] = {"10", "trainguard", "-c statement_timeout=30000 -c client_min_messages=warning",
+                          url.c_str(), nullptr};
+  PGconn* conn = PQconnectdbParams(keys, values, 1);
+  if (conn == nullptr) return IoError("cannot open store " + name + ": out of memory");
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string msg = PQerrorMessage(conn);
+    PQfinish(conn);
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    return Unavailable("cannot open store " + name + ": " + msg);
+  }
+  auto store = std::make_unique<PostgresEventStore>(conn, name);
+  TG_RETURN_IF_ERROR(store->Init());
+  return std::unique_ptr<EventStore>(std::move(store));
+}
+
+}  // namespace trainguard

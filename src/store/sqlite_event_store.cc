@@ -1,0 +1,463 @@
+// SqliteEventStore: the embedded default, one file per machine (WAL mode; an
+// append is durable against a crash of the controller process once Append
+// returns). Several processes may share the file (busy timeout 5 s).
+#include <algorithm>
+#include <sqlite3.h>
+
+#include "store/event_store.h"
+
+namespace trainguard {
+
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  job_id TEXT PRIMARY KEY,
+  created_wall_ns INTEGER NOT NULL,
+  command TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  state TEXT NOT NULL,
+  summary TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL,
+  wall_ns INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  node TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  generation INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  message TEXT NOT NULL,
+  detail_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
+CREATE TABLE IF NOT EXISTS incidents (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  job_id TEXT NOT NULL,
+  incident INTEGER NOT NULL,
+  wall_ns INTEGER NOT NULL,
+  node TEXT NOT NULL,
+  rank INTEGER NOT NULL,
+  category TEXT NOT NULL,
+  rule TEXT NOT NULL,
+  action TEXT NOT NULL,
+  failure_step INTEGER NOT NULL,
+  detail_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS incidents_by_node ON incidents(node, id);
+CREATE TABLE IF NOT EXISTS node_health (
+  node TEXT PRIMARY KEY,
+  status TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  wall_ns INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS node_actions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  node TEXT NOT NULL,
+  wall_ns INTEGER NOT NULL,
+  action TEXT NOT NULL,
+  by TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  evidence_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS node_actions_by_node ON node_actions(node, id);
+CREATE TABLE IF NOT EXISTS node_diagnostics (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  node TEXT NOT NULL,
+  wall_ns INTEGER NOT NULL,
+  mode TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  figures_json TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS node_diagnostics_by_node ON node_diagnostics(node, id);
+CREATE TABLE IF NOT EXISTS step_timings (
+  job_id TEXT NOT NULL,
+  generation INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  node TEXT NOT NULL,
+  start_us INTEGER NOT NULL,
+  duration_us INTEGER NOT NULL,
+  clock_error_us INTEGER NOT NULL,
+  totals TEXT NOT NULL,
+  intervals TEXT NOT NULL,
+  PRIMARY KEY (job_id, step, generation, rank)
+) WITHOUT ROWID;
+)sql";
+
+// RAII prepared statement.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { rc_ = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr); }
+  ~Stmt() { sqlite3_finalize(stmt_); }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  sqlite3_stmt* get() { return stmt_; }
+  void Bind(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void Bind(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  std::string Text(int i) {
+    const unsigned char* t = sqlite3_column_text(stmt_, i);
+    // As many bytes as were stored: a NUL inside the text does not end it.
+    return t == nullptr ? std::string()
+                        : std::string(reinterpret_cast<const char*>(t),
+                                      static_cast<std::size_t>(sqlite3_column_bytes(stmt_, i)));
+  }
+  std::int64_t Int(int i) { return sqlite3_column_int64(stmt_, i); }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_;
+};
+
+}  // namespace
+
+class SqliteEventStore final : public EventStore {
+ public:
+  SqliteEventStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  ~SqliteEventStore() override { sqlite3_close_v2(db_); }
+
+  Status Init() {
+    TG_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
+    TG_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
+    return Exec(kSchema);
+  }
+
+  Status CreateJob(const JobRecord& job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO jobs(job_id, created_wall_ns, command, config_json, state, summary) "
+                "VALUES(?,?,?,?,?,?)");
+    if (!s.ok()) return Error("prepare insert job");
+    s.Bind(1, job.job_id);
+    s.Bind(2, job.created_wall_ns);
+    s.Bind(3, job.command);
+    s.Bind(4, job.config_json);
+    s.Bind(5, job.state);
+    s.Bind(6, job.summary);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert job " + job.job_id);
+    return Status::Ok();
+  }
+
+  Status UpdateJob(const std::string& job_id, const std::string& state,
+                   const std::string& summary) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "UPDATE jobs SET state=?, summary=? WHERE job_id=?");
+    if (!s.ok()) return Error("prepare update job");
+    s.Bind(1, state);
+    s.Bind(2, summary);
+    s.Bind(3, job_id);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("update job " + job_id);
+    if (sqlite3_changes(db_) == 0) return NotFound("job " + job_id + " in " + path_);
+    return Status::Ok();
+  }
+
+  Status Append(const Event& e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, "
+                "message, detail_json) VALUES(?,?,?,?,?,?,?,?,?)");
+    if (!s.ok()) return Error("prepare insert event");
+    s.Bind(1, e.job_id);
+    s.Bind(2, e.wall_ns);
+    s.Bind(3, e.kind);
+    s.Bind(4, e.node);
+    s.Bind(5, static_cast<std::int64_t>(e.rank));
+    s.Bind(6, e.generation);
+    s.Bind(7, e.step);
+    s.Bind(8, e.message);
+    s.Bind(9, e.detail_json.empty() ? std::string("{}") : e.detail_json);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert event " + e.kind);
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id,
+                                           int limit) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT id, job_id, wall_ns, kind, node, rank, generation, step, message, "
+                "detail_json FROM events WHERE job_id=? AND id>? ORDER BY id LIMIT ?");
+    if (!s.ok()) return Error("prepare select events");
+    s.Bind(1, job_id);
+    s.Bind(2, after_id);
+    s.Bind(3, static_cast<std::int64_t>(limit));
+    std::vector<Event> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      Event e;
+      e.id = s.Int(0);
+      e.job_id = s.Text(1);
+      e.wall_ns = s.Int(2);
+      e.kind = s.Text(3);
+      e.node = s.Text(4);
+      e.rank = static_cast<int>(s.Int(5));
+      e.generation = s.Int(6);
+      e.step = s.Int(7);
+      e.message = s.Text(8);
+      e.detail_json = s.Text(9);
+      out.push_back(std::move(e));
+    }
+    if (rc != SQLITE_DONE) return Error("read events of " + job_id);
+    return out;
+  }
+
+  Status RecordIncident(const IncidentRecord& i) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO incidents(job_id, incident, wall_ns, node, rank, category, rule, "
+                "action, failure_step, detail_json) VALUES(?,?,?,?,?,?,?,?,?,?)");
+    if (!s.ok()) return Error("prepare insert incident");
+    s.Bind(1, i.job_id);
+    s.Bind(2, static_cast<std::int64_t>(i.incident));
+    s.Bind(3, i.wall_ns);
+    s.Bind(4, i.node);
+    s.Bind(5, static_cast<std::int64_t>(i.rank));
+    s.Bind(6, i.category);
+    s.Bind(7, i.rule);
+    s.Bind(8, i.action);
+    s.Bind(9, i.failure_step);
+    s.Bind(10, i.detail_json.empty() ? std::string("{}") : i.detail_json);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert incident");
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT job_id, incident, wall_ns, node, rank, category, rule, action, "
+                "failure_step, detail_json FROM incidents WHERE ?='' OR node=? ORDER BY id");
+    if (!s.ok()) return Error("prepare select incidents");
+    s.Bind(1, node);
+    s.Bind(2, node);
+    std::vector<IncidentRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back({s.Text(0), static_cast<int>(s.Int(1)), s.Int(2), s.Text(3),
+                     static_cast<int>(s.Int(4)), s.Text(5), s.Text(6), s.Text(7), s.Int(8), s.Text(9)});
+    }
+    if (rc != SQLITE_DONE) return Error("read incidents");
+    return out;
+  }
+
+  Status SetNodeHealth(const NodeHealth& h) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO node_health(node, status, reason, job_id, wall_ns) VALUES(?,?,?,?,?) "
+                "ON CONFLICT(node) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
+                "job_id=excluded.job_id, wall_ns=excluded.wall_ns");
+    if (!s.ok()) return Error("prepare node health");
+    s.Bind(1, h.node);
+    s.Bind(2, h.status);
+    s.Bind(3, h.reason);
+    s.Bind(4, h.job_id);
+    s.Bind(5, h.wall_ns);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("write node health of " + h.node);
+    return Status::Ok();
+  }
+
+  StatusOr<NodeHealth> GetNodeHealth(const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT status, reason, job_id, wall_ns FROM node_health WHERE node=?");
+    if (!s.ok()) return Error("prepare node health");
+    s.Bind(1, node);
+    int rc = sqlite3_step(s.get());
+    if (rc == SQLITE_ROW) return NodeHealth{node, s.Text(0), s.Text(1), s.Text(2), s.Int(3)};
+    if (rc != SQLITE_DONE) return Error("read node health of " + node);
+    return NodeHealth{node, "", "", "", 0};
+  }
+
+  StatusOr<std::vector<NodeHealth>> ListNodeHealth() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT node, status, reason, job_id, wall_ns FROM node_health ORDER BY node");
+    if (!s.ok()) return Error("prepare node health");
+    std::vector<NodeHealth> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4)});
+    }
+    if (rc != SQLITE_DONE) return Error("read node health");
+    return out;
+  }
+
+  Status RecordNodeAction(const NodeAction& a) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO node_actions(node, wall_ns, action, by, reason, job_id, evidence_json) "
+                "VALUES(?,?,?,?,?,?,?)");
+    if (!s.ok()) return Error("prepare insert node action");
+    s.Bind(1, a.node);
+    s.Bind(2, a.wall_ns);
+    s.Bind(3, a.action);
+    s.Bind(4, a.by);
+    s.Bind(5, a.reason);
+    s.Bind(6, a.job_id);
+    s.Bind(7, a.evidence_json.empty() ? std::string("{}") : a.evidence_json);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert node action on " + a.node);
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<NodeAction>> NodeActions(const std::string& node) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT node, wall_ns, action, by, reason, job_id, evidence_json FROM node_actions "
+                "WHERE ?='' OR node=? ORDER BY id");
+    if (!s.ok()) return Error("prepare select node actions");
+    s.Bind(1, node);
+    s.Bind(2, node);
+    std::vector<NodeAction> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Int(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5), s.Text(6)});
+    }
+    if (rc != SQLITE_DONE) return Error("read node actions");
+    return out;
+  }
+
+  Status RecordDiagnostics(const DiagnosticsRecord& d) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json) VALUES(?,?,?,?,?)");
+    if (!s.ok()) return Error("prepare insert diagnostics");
+    s.Bind(1, d.node);
+    s.Bind(2, d.wall_ns);
+    s.Bind(3, d.mode);
+    s.Bind(4, d.job_id);
+    s.Bind(5, d.figures_json.empty() ? std::string("[]") : d.figures_json);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert diagnostics of " + d.node);
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT node, wall_ns, mode, job_id, figures_json FROM node_diagnostics "
+                "WHERE id IN (SELECT MAX(id) FROM node_diagnostics GROUP BY node) ORDER BY node");
+    if (!s.ok()) return Error("prepare select diagnostics");
+    std::vector<DiagnosticsRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Int(1), s.Text(2), s.Text(3), s.Text(4)});
+    }
+    if (rc != SQLITE_DONE) return Error("read diagnostics");
+    return out;
+  }
+
+  Status AppendStepTimings(const std::vector<StepTimingRecord>& rows) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TG_RETURN_IF_ERROR(Exec("BEGIN"));
+    Stmt s(db_, "INSERT OR REPLACE INTO step_timings(job_id, generation, rank, step, node, start_us, "
+                "duration_us, clock_error_us, totals, intervals) VALUES(?,?,?,?,?,?,?,?,?,?)");
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK");
+      return Error("prepare insert step timings");
+    }
+    for (const StepTimingRecord& r : rows) {
+      s.Bind(1, r.job_id);
+      s.Bind(2, r.generation);
+      s.Bind(3, static_cast<std::int64_t>(r.rank));
+      s.Bind(4, r.step);
+      s.Bind(5, r.node);
+      s.Bind(6, r.start_us);
+      s.Bind(7, r.duration_us);
+      s.Bind(8, r.clock_error_us);
+      s.Bind(9, r.totals);
+      s.Bind(10, r.intervals);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) {
+        Status e = Error("insert step timings");
+        (void)Exec("ROLLBACK");
+        return e;
+      }
+      sqlite3_reset(s.get());
+    }
+    return Exec("COMMIT");
+  }
+
+  StatusOr<std::vector<StepTimingRecord>> StepTimings(const std::string& job_id, std::int64_t from,
+                                                      std::int64_t to) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT generation, rank, step, node, start_us, duration_us, clock_error_us, totals, "
+                "intervals FROM step_timings WHERE job_id=? AND step>=? AND step<=? "
+                "ORDER BY step, generation, rank");
+    if (!s.ok()) return Error("prepare select step timings");
+    s.Bind(1, job_id);
+    s.Bind(2, from);
+    s.Bind(3, to);
+    std::vector<StepTimingRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      StepTimingRecord r;
+      r.job_id = job_id;
+      r.generation = s.Int(0);
+      r.rank = static_cast<int>(s.Int(1));
+      r.step = s.Int(2);
+      r.node = s.Text(3);
+      r.start_us = s.Int(4);
+      r.duration_us = s.Int(5);
+      r.clock_error_us = s.Int(6);
+      r.totals = s.Text(7);
+      r.intervals = s.Text(8);
+      out.push_back(std::move(r));
+    }
+    if (rc != SQLITE_DONE) return Error("read step timings of " + job_id);
+    return out;
+  }
+
+  Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt thin(db_, "DELETE FROM step_timings WHERE job_id=? AND step<? AND step % ? != 0");
+    Stmt strip(db_, "UPDATE step_timings SET intervals='' WHERE job_id=? AND step<? AND intervals!=''");
+    if (!thin.ok() || !strip.ok()) return Error("prepare compact step timings");
+    thin.Bind(1, job_id);
+    thin.Bind(2, before_step);
+    thin.Bind(3, static_cast<std::int64_t>(std::max(keep_every, 1)));
+    if (sqlite3_step(thin.get()) != SQLITE_DONE) return Error("thin step timings of " + job_id);
+    strip.Bind(1, job_id);
+    strip.Bind(2, before_step);
+    if (sqlite3_step(strip.get()) != SQLITE_DONE) return Error("strip step timings of " + job_id);
+    return Status::Ok();
+  }
+
+  StatusOr<std::vector<JobRecord>> Jobs() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT job_id, created_wall_ns, command, config_json, state, summary FROM jobs "
+                "ORDER BY created_wall_ns, rowid");
+    if (!s.ok()) return Error("prepare select jobs");
+    std::vector<JobRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      out.push_back({s.Text(0), s.Int(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5)});
+    }
+    if (rc != SQLITE_DONE) return Error("read jobs");
+    return out;
+  }
+
+ private:
+  Status Exec(const char* sql) {
+    char* err = nullptr;
+    if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+      std::string msg = err ? err : "unknown error";
+      sqlite3_free(err);
+      return IoError("store " + path_ + ": " + msg);
+    }
+    return Status::Ok();
+  }
+  Status Error(const std::string& what) {
+    return IoError("store " + path_ + ": " + what + ": " + sqlite3_errmsg(db_));
+  }
+
+  std::mutex mu_;
+  sqlite3* db_;
+  std::string path_;
+};
+
+StatusOr<std::unique_ptr<EventStore>> OpenSqliteEventStore(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db);
+    return IoError("cannot open store " + path + ": " + msg);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  auto store = std::make_unique<SqliteEventStore>(db, path);
+  Status s = store->Init();
+  if (!s.ok()) return s;
+  return std::unique_ptr<EventStore>(std::move(store));
+}
+
+}  // namespace trainguard
