@@ -65,3 +65,39 @@ def test_an_unreachable_store_is_a_clear_error_that_keeps_the_password_out(tmp_p
     assert "cannot open store postgresql://ops@127.0.0.1:1/fleet" in done.stderr, done.stderr
     assert "hunter2" not in done.stderr + done.stdout
     assert not os.path.exists(tmp_path / "run" / "logs")
+
+
+def test_the_same_program_failing_at_the_same_step_on_another_node_is_the_applications_fault(
+        tmp_path, postgres, no_leftovers):
+    """Issue 14, part 4: the same error at the same rank and step in two jobs of
+    one program, on different nodes, follows the program: the second job stops
+    at its first incident, naming the first job, instead of restarting."""
+    store = postgres.new_database()
+
+    def submit(name):
+        run = tmp_path / name
+        run.mkdir()
+        return Job(run, name, [PYTHON, EXAMPLE, "--steps", "30", "--ckpt-every", "10",
+                               "--ckpt-dir", str(run / "ckpt"), "--raise-at-step", "8", "--crash-rank", "1"],
+                   nnodes=2, nproc=1, store=store)
+
+    first = submit("monday")
+    assert first.wait() != 0, first.output()[-3000:]
+    assert len(first.events("generation_started")) == 2  # restarted once to rule out a transient cause
+    # The second submission lands on other nodes (node1 is taken out by an operator).
+    cordon = subprocess.run([TRAINGUARD, "cordon", "--store", store, "node1", "--reason", "maintenance"],
+                            capture_output=True, text=True)
+    assert cordon.returncode == 0, cordon.stderr
+    second = submit("tuesday")
+    assert second.wait() != 0, second.output()[-3000:]
+    assert len(second.events("generation_started")) == 1, [e["message"] for e in second.events("decision")]
+    decision = second.events("decision")[0]
+    assert decision["detail"]["decision"] == "stop", decision
+    assert "in job monday (node1)" in decision["message"] and "not the node" in decision["message"], decision
+    fleet = second.events("attribution")[0]["detail"]["fleet"]
+    attribution = second.events("attribution")[0]
+    assert attribution["node"] == "node2"
+    # Both of monday's incidents (the failure and its repeat after the restart) are the evidence.
+    assert [(p["job_id"], p["node"], p["rank"], p["step"]) for p in fleet["same_error_elsewhere"]] == \
+        [("monday", "node1", 1, attribution["step"])] * 2
+    assert decision["message"].count("job monday") == 1, decision["message"]

@@ -7,6 +7,7 @@
 
 #include "controller/crash_detector.h"
 #include "controller/describe.h"
+#include "controller/fleet_history.h"
 #include "controller/downtime.h"
 #include "controller/hang_detector.h"
 #include "controller/hang_locator.h"
@@ -801,21 +802,8 @@ std::string JobController::NodeOfRank(int rank) const {
 Verdict JobController::Decide() {
   const Incident& inc = *incident_;
   Blame b = AssignBlame(rules_, inc, [this](int rank) { return NodeOfRank(rank); });
-  // History: hardware incidents of the culprit nodes in earlier jobs, within
-  // the suspicion window and since an operator last cleared the node.
-  std::map<std::string, int> earlier;
-  Nanos now_wall = clock_->WallNanos();
-  for (const auto& n : b.culprit_nodes) {
-    auto past = store_->IncidentsOnNode(n);
-    if (!past.ok()) continue;
-    Nanos since = now_wall - config_.suspicion_window;
-    auto health = store_->GetNodeHealth(n);
-    if (health.ok() && health->status == "ok") since = std::max(since, health->wall_ns);
-    for (const auto& p : *past) {
-      earlier[n] += p.job_id != config_.job_id && IsHardwareCategory(p.category) && p.wall_ns > since;
-    }
-  }
-  Verdict v = policy_.Decide(b, inc, earlier);
+  const FleetFinding fleet = ReadFleet(b);
+  Verdict v = policy_.Decide(b, inc, fleet);
   const Attribution& a = b.attribution;
   const char* decision_name = DecisionName(v.decision);
   json evidence = json::array();
@@ -832,6 +820,7 @@ Verdict JobController::Decide() {
             {"recommended_action", a.action}, {"decision", decision_name},
             {"reason", v.why},                {"history", v.history},
             {"failure_step", b.step},         {"evidence", evidence},
+            {"fleet", json::parse(fleet.EvidenceJson())},
             {"first_in_time", b.first_in_time}};
   Emit("attribution", b.culprit_node, b.culprit_rank, b.step,
        "incident " + std::to_string(inc.number) + ": " + a.category + " (" +
@@ -851,6 +840,37 @@ Verdict JobController::Decide() {
                           .dump(-1, ' ', false, kReplaceBadUtf8);
   }
   return v;
+}
+
+FleetFinding JobController::ReadFleet(const Blame& b) {
+  // Other jobs' incidents in the shared store, within the suspicion window;
+  // on a node, only since an operator last cleared it.
+  FleetQuery q;
+  q.job_id = config_.job_id;
+  q.program = ProgramOf(config_.argv);
+  q.since = clock_->WallNanos() - config_.suspicion_window;
+  for (const auto& n : b.culprit_nodes) {
+    auto health = store_->GetNodeHealth(n);
+    if (health.ok() && health->status == "ok") q.node_since[n] = std::max(q.since, health->wall_ns);
+  }
+  if (auto jobs = store_->Jobs(); jobs.ok()) {
+    for (const auto& j : *jobs) {
+      json config = json::parse(j.config_json, nullptr, false);
+      if (config.is_object() && config.contains("argv") && config["argv"].is_array()) {
+        std::vector<std::string> argv;
+        for (const auto& arg : config["argv"]) argv.push_back(arg.is_string() ? arg.get<std::string>() : "");
+        q.program_of_job[j.job_id] = ProgramOf(argv);
+      }
+    }
+  } else {
+    ++store_errors_;
+  }
+  auto incidents = store_->IncidentsOnNode("");
+  if (!incidents.ok()) {
+    ++store_errors_;
+    return {};
+  }
+  return ReadFleetHistory(b, *incidents, q);
 }
 
 void JobController::RecordDowntime(Nanos first_step_wall) {

@@ -42,6 +42,7 @@
 #include "common/clock.h"
 #include "controller/clock_sync.h"
 #include "controller/diagnosis_round.h"
+#include "controller/fleet_history.h"
 #include "controller/finding.h"
 #include "controller/incident.h"
 #include "controller/job_config.h"
@@ -234,6 +235,8 @@ class JobController {
   // Blames the incident being recovered from and asks the policy what to do;
   // records both with their evidence.
   Verdict Decide();
+  // What other jobs' incidents in the store say of this one (fleet_history.h).
+  FleetFinding ReadFleet(const Blame& blame);
   // Takes the node out of the job and cordons it in the store (no job gives
   // it ranks until an operator uncordons it), with `evidence` (a JSON object).
   void Evict(const std::string& node_id, const std::string& why, const std::string& evidence = "{}");

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "controller/describe.h"
+#include "controller/fleet_history.h"
 
 namespace trainguard {
 
@@ -125,16 +126,12 @@ Blame AssignBlame(const RuleSet* rules, const Incident& inc,
   return b;
 }
 
-Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc,
-                               const std::map<std::string, int>& earlier_hardware_incidents) {
+Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetFinding& fleet) {
   const Attribution& a = b.attribution;
   Verdict v;
   bool suspect_history = false;
-  for (const auto& [node, count] : earlier_hardware_incidents) {
-    if (count <= 0) continue;
-    suspect_history = true;
-    v.history = "node " + node + " had " + std::to_string(count) + " hardware incident(s) in earlier jobs";
-  }
+  for (const auto& [node, count] : fleet.hardware_on_node) suspect_history = suspect_history || count > 0;
+  v.history = fleet.Summary();
   std::string signature = a.category + "|" + a.rule_id + "|" + std::to_string(b.culprit_rank) +
                           "|" + std::to_string(b.step);
   bool repeat = std::count(signatures_.begin(), signatures_.end(), signature) > 0;
@@ -146,7 +143,11 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc,
   no_progress_incidents_ = progress ? 0 : no_progress_incidents_ + 1;
 
   std::string culprit = b.CulpritText();
-  if (a.action == "stop" && repeat) {
+  if (fleet.PointsAtApplication()) {
+    v.decision = Decision::kStop;
+    v.why = a.category + " (" + a.rule_id + ") of " + culprit + AtStep(b.step) + ": " + v.history +
+            "; restarting or moving it cannot help: " + a.description;
+  } else if (a.action == "stop" && repeat) {
     v.decision = Decision::kStop;
     v.why = "the same " + a.category + " failure (" + a.rule_id + ") of " + culprit +
             AtStep(b.step) +
@@ -157,7 +158,7 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc,
     v.why = std::to_string(no_progress_incidents_) +
             " failures in a row without getting past step " + std::to_string(best_failure_step_) +
             ": stopping the restart loop; last: " + a.category + " (" + a.description + ")";
-  } else if (a.action == "evict_node" ||
+  } else if (a.action == "evict_node" || fleet.PointsAtNode() ||
              (suspect_history && (IsHardwareCategory(a.category) || a.category == "other" ||
                                   a.category == "comm_hang"))) {
     v.decision = Decision::kEvict;

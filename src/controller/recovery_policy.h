@@ -15,6 +15,8 @@
 
 namespace trainguard {
 
+struct FleetFinding;
+
 // Categories that point at the machine rather than the software.
 bool IsHardwareCategory(const std::string& category);
 
@@ -42,7 +44,7 @@ struct Verdict {
   Decision decision = Decision::kRestart;
   std::string why;                       // one line
   std::vector<std::string> evict_nodes;  // kEvict only
-  std::string history;                   // what earlier jobs said of the culprit nodes
+  std::string history;                   // what other jobs said of this failure (FleetFinding::Summary)
   std::string evidence_json = "{}";      // kEvict: what the eviction rests on, kept with the node
 };
 
@@ -52,10 +54,8 @@ class RecoveryPolicy {
  public:
   explicit RecoveryPolicy(int no_progress_restarts) : no_progress_restarts_(no_progress_restarts) {}
 
-  // `earlier_hardware_incidents`: for each culprit node, how many hardware
-  // incidents it had in earlier jobs.
-  Verdict Decide(const Blame& blame, const Incident& inc,
-                 const std::map<std::string, int>& earlier_hardware_incidents);
+  // `fleet`: what other jobs' incidents say of this one (fleet_history.h).
+  Verdict Decide(const Blame& blame, const Incident& inc, const FleetFinding& fleet);
 
  private:
   const int no_progress_restarts_;

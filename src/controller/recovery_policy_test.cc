@@ -3,10 +3,18 @@
 
 #include <gtest/gtest.h>
 
+#include "controller/fleet_history.h"
+
 namespace trainguard {
 namespace {
 
 std::string NodeOf(int rank) { return "node" + std::to_string(rank / 2); }
+
+FleetFinding HardwareHistory(std::map<std::string, int> counts) {
+  FleetFinding f;
+  f.hardware_on_node = std::move(counts);
+  return f;
+}
 
 Incident Hang(std::vector<int> hung, int first_rank) {
   Incident inc;
@@ -145,14 +153,14 @@ TEST(RecoveryPolicyTest, HardwareRulesEvictTheCulpritNodes) {
 TEST(RecoveryPolicyTest, ANodeWithHardwareHistoryIsEvictedOnAnUnexplainedFailure) {
   RecoveryPolicy policy(3);
   Blame b = Attributed("other", "", "restart", 3, 5);
-  EXPECT_EQ(policy.Decide(b, FailedAt(5), {{"node1", 0}}).decision, Decision::kRestart);
+  EXPECT_EQ(policy.Decide(b, FailedAt(5), HardwareHistory({{"node1", 0}})).decision, Decision::kRestart);
   RecoveryPolicy fresh(3);
-  Verdict v = fresh.Decide(b, FailedAt(5), {{"node1", 2}});
+  Verdict v = fresh.Decide(b, FailedAt(5), HardwareHistory({{"node1", 2}}));
   EXPECT_EQ(v.decision, Decision::kEvict);
   EXPECT_NE(v.history.find("node node1 had 2 hardware incident(s)"), std::string::npos);
   // A user-code failure is not the node's fault, whatever its history.
   RecoveryPolicy user(3);
-  EXPECT_EQ(user.Decide(Attributed("user_code", "x", "stop", 3, 5), FailedAt(5), {{"node1", 2}}).decision,
+  EXPECT_EQ(user.Decide(Attributed("user_code", "x", "stop", 3, 5), FailedAt(5), HardwareHistory({{"node1", 2}})).decision,
             Decision::kRestart);
 }
 
