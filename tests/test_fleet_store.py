@@ -101,3 +101,11 @@ def test_the_same_program_failing_at_the_same_step_on_another_node_is_the_applic
     assert [(p["job_id"], p["node"], p["rank"], p["step"]) for p in fleet["same_error_elsewhere"]] == \
         [("monday", "node1", 1, attribution["step"])] * 2
     assert decision["message"].count("job monday") == 1, decision["message"]
+    # The fleet report over both jobs shows the pattern.
+    done = subprocess.run([TRAINGUARD, "report", "--fleet", "--store", store, "--json"], capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["jobs"] == 2 and report["incidents"] == 3, report
+    assert [(p["points_to"], p["jobs"], p["nodes"]) for p in report["recurring"]] == \
+        [("program", ["monday", "tuesday"], ["node1", "node2"])], report["recurring"]

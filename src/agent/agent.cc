@@ -274,6 +274,9 @@ int Agent::RunLoop() {
       } else if (m.has_run_diagnostics() && welcomed) {
         StartDiagnostics(m.run_diagnostics());
       } else if (m.has_shutdown()) {
+        if (m.shutdown().reason().rfind("evicted", 0) == 0) {
+          std::fprintf(stderr, "trainguard agent %s: %s\n", config_.node_id.c_str(), m.shutdown().reason().c_str());
+        }
         StopRanks(generation_, {}, 0, false);
         std::lock_guard<std::mutex> lock(mu_);
         job_exit_status_ = m.shutdown().exit_status();

@@ -58,6 +58,9 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
     out.push_back(f);
   };
   single("trainguard_job_restarts_total", "counter", "Restarts of the job's ranks", job.restart_count);
+  single("trainguard_store_errors_total", "counter",
+         "Writes to the store that failed (events not stored are printed on the controller's stderr)",
+         static_cast<double>(job.store_errors));
   single("trainguard_job_max_restarts", "gauge", "Restarts allowed before the job fails", job.max_restarts);
   single("trainguard_job_nodes", "gauge", "Nodes of the running generation", job.active_nnodes);
   single("trainguard_job_nodes_desired", "gauge", "Nodes the job asks for (the most, if elastic)", job.nnodes);

@@ -16,6 +16,7 @@ struct JobOptions {
   int nproc_per_node = 1;
   int max_restarts = 3;
   int spares = 0;           // idle extra nodes that take an evicted or lost node's place
+  std::string scheduler = "local";  // run: "local" (every node on this host) or "slurm" (the allocation's nodes)
   bool netns = false;       // run: every node in a network namespace of its own (root)
   bool netns_fallback = false;  // run --netns without root or namespaces: shared network, with a note
   int nodes_per_rack = 0;   // run: node<N> is in rack<N / nodes_per_rack> (its own bridge with --netns); 0 = no racks
@@ -90,6 +91,7 @@ struct EventsOptions {
   std::string store = "trainguard.db";
   std::string job_id;       // "" = the newest job
   bool json = false;
+  bool fleet = false;       // report: every job in the store, not one
 };
 
 struct StatusCommandOptions {
@@ -140,6 +142,7 @@ struct DiagOptions {
   double max_age_s = 24 * 3600;        // older records are not compared
   std::vector<std::string> floors;     // KIND=VALUE over the default floors
   std::vector<std::string> fractions;  // KIND=FRACTION over the default fractions of the median
+  bool slurm_drain = false;            // a Slurm prolog/epilog: drain (and cordon) a failing or cordoned node
 };
 
 int RunJob(const JobOptions& options);

@@ -11,17 +11,32 @@
 
 #include "cli/cli_support.h"
 #include "cli/commands.h"
+#include "cli/slurm.h"
 #include "common/clock.h"
 #include "common/json_text.h"
 #include "diag/judge.h"
 #include "diag/suite.h"
 #include "store/event_store.h"
+#include "store/node_cordon.h"
 
 namespace trainguard {
 
 using nlohmann::json;
 
 namespace {
+
+// Drains `node` in Slurm with `reason`; 1 either way (the prolog fails, and
+// Slurm drains the node itself should our drain have been refused).
+int DrainInSlurm(const std::string& node, const std::string& reason) {
+  const std::string text = SlurmReason(reason);
+  Status drained = Slurm::Drain(node, text);
+  if (drained.ok()) {
+    std::fprintf(stderr, "trainguard: node %s drained in Slurm: %s\n", node.c_str(), text.c_str());
+  } else {
+    std::fprintf(stderr, "trainguard: error: %s\n", drained.message().c_str());
+  }
+  return 1;
+}
 
 const char* const kKinds[] = {"compute_gflops", "memory_gbps", "disk_write_mbps", "disk_read_mbps",
                               "disk_free_gib",  "net_tx_mbps", "net_rx_mbps"};
@@ -134,7 +149,18 @@ int DiagCommand(const DiagOptions& o) {
     return 2;
   }
 
-  const std::string node = o.node_id.empty() ? Hostname() : o.node_id;
+  const char* slurm_node = std::getenv("SLURMD_NODENAME");
+  const std::string node = !o.node_id.empty()                              ? o.node_id
+                           : o.slurm_drain && slurm_node != nullptr && *slurm_node ? std::string(slurm_node)
+                                                                                   : Hostname();
+  // As a Slurm prolog: a node cordoned in the store (by an operator, or
+  // evicted by any job) is drained in Slurm too, before a job lands on it.
+  if (o.slurm_drain && store) {
+    auto health = store->GetNodeHealth(node);
+    if (health.ok() && health->status == "cordoned") {
+      return DrainInSlurm(node, "trainguard: cordoned: " + health->reason);
+    }
+  }
 
   // The newest record of every other node (every node with --show), within --max-age.
   std::vector<NodeFigures> nodes;
@@ -214,6 +240,19 @@ int DiagCommand(const DiagOptions& o) {
       }
       std::printf("\n");
     }
+  }
+  if (failing > 0 && o.slurm_drain && !o.show) {
+    std::string why;
+    for (const auto& v : verdicts) {
+      if (v.node != node) continue;
+      for (const auto& f : v.failures) why += (why.empty() ? "" : "; ") + f;
+    }
+    if (store) {
+      auto cordoned = CordonNodeInStore(store.get(), node, "trainguard diag --slurm-drain",
+                                        "diagnostics failed: " + why, WallNowNanos());
+      if (!cordoned.ok()) std::fprintf(stderr, "trainguard: warning: %s\n", cordoned.status().message().c_str());
+    }
+    DrainInSlurm(node, "trainguard diag: " + why);
   }
   return failing > 0 ? 1 : 0;
 }

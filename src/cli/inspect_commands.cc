@@ -14,6 +14,7 @@
 #include "report/hang_view.h"
 #include "report/timing_views.h"
 #include "report/downtime_report.h"
+#include "report/fleet_report.h"
 #include "common/json_text.h"
 #include "store/event_store.h"
 #include "trainguard/checkpoint.h"
@@ -28,7 +29,41 @@ namespace {
 // Opens the store and resolves the job ("" = the newest); prints the error.
 }  // namespace
 
+namespace {
+
+int ShowFleetReport(const EventsOptions& o) {
+  if (!o.job_id.empty()) {
+    std::fprintf(stderr, "trainguard: error: report --fleet covers every job; it takes no job id\n");
+    return 2;
+  }
+  if (!IsPostgresUrl(o.store) && !fs::exists(o.store)) {
+    std::fprintf(stderr, "trainguard: error: no store at %s (use --store PATH)\n", StoreDisplayName(o.store).c_str());
+    return 2;
+  }
+  auto store = OpenEventStore(o.store);
+  if (!store.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
+    return 2;
+  }
+  auto jobs = (*store)->Jobs();
+  auto incidents = (*store)->IncidentsOnNode("");
+  if (!jobs.ok() || !incidents.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", (!jobs.ok() ? jobs.status() : incidents.status()).message().c_str());
+    return 2;
+  }
+  FleetReport report = ComputeFleetReport(*jobs, *incidents);
+  if (o.json) {
+    std::cout << FleetReportJson(report).dump(2, ' ', false, kReplaceBadUtf8) << "\n";
+  } else {
+    std::cout << FleetReportText(report);
+  }
+  return 0;
+}
+
+}  // namespace
+
 int ShowReport(const EventsOptions& o) {
+  if (o.fleet) return ShowFleetReport(o);
   std::unique_ptr<EventStore> store;
   std::string job_id;
   if (!OpenJob(o, &store, &job_id)) return 2;

@@ -22,6 +22,8 @@
 #include "alerts/alert_publisher.h"
 #include "alerts/webhook_sender.h"
 #include "cli/local_launcher.h"
+#include "cli/slurm.h"
+#include "cli/slurm_nodes.h"
 #include "cli/netns_fabric.h"
 #include "cli/root_cause.h"
 #include "common/job_secret.h"
@@ -124,8 +126,17 @@ std::vector<LocalNode> PickLocalNodes(EventStore* store, int nnodes, int spares)
   return nodes;
 }
 
+// The nodes of a Slurm allocation (`run --scheduler slurm`): every one of
+// them gets an agent, the first --nnodes hold the job, the rest are spares.
+struct SlurmSetup {
+  std::map<std::string, SlurmNodeInfo> nodes;  // by name
+  std::string controller_host;                 // this node's address
+};
+
 int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalNode> local_nodes,
-              bool endpoint_may_be_taken, bool pick_local_nodes = false) {
+              bool endpoint_may_be_taken, bool pick_local_nodes = false, const SlurmSetup* slurm = nullptr) {
+  // `run` starts every node itself: on this host, or as steps of a Slurm allocation.
+  const bool starts_nodes = pick_local_nodes || slurm != nullptr;
   std::string error = ValidateJob(o);
   if (!error.empty()) {
     std::fprintf(stderr, "trainguard: error: %s\n", error.c_str());
@@ -181,7 +192,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     secret = *made;
     secret_path = run_dir + "/job-secret";
   }
-  const bool agents_checked = !o.secret_file.empty() || pick_local_nodes;
+  const bool agents_checked = !o.secret_file.empty() || starts_nodes;
   if (agents_checked) config.agent_secret = secret;
   // --http: bound before the controller exists, so that the job's record
   // says where its API is; it serves once the job is recorded.
@@ -226,7 +237,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   // --netns: every local node in a network namespace of its own, behind one
   // bridge; made before the launcher so that it is removed after it.
   std::unique_ptr<NetnsFabric> fabric;
-  std::string listen_on = listen, controller_host = "127.0.0.1";
+  std::string listen_on = listen, controller_host = slurm != nullptr ? slurm->controller_host : "127.0.0.1";
   if (pick_local_nodes && o.netns) {
     if (!netns_unavailable.empty()) {
       std::fprintf(stderr, "trainguard: note: %s; the nodes share this host's network (--netns-fallback)\n",
@@ -242,6 +253,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     }
   }
   std::unique_ptr<LocalLauncher> launcher;
+  std::unique_ptr<SlurmNodes> slurm_nodes;  // goes before the launcher it drives
 
   // Before any thread exists (gRPC's included): the watcher blocks SIGINT and
   // SIGTERM in every thread created after it, so they reach only the watcher.
@@ -308,8 +320,10 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   if (!local_nodes.empty()) {
     std::vector<std::string> args = {"--controller", controller_host + ":" + std::to_string(server.port()),
                                      "--run-dir-base", run_dir, "--connect-timeout", "30",
-                                     "--secret-file", secret_path,
                                      "--reconnect-window", std::to_string(o.reconnect_window_s)};
+    // Agents on this host read the secret's file; steps on other nodes get
+    // it in their environment (never on a command line).
+    if (slurm == nullptr) args.insert(args.end(), {"--secret-file", secret_path});
     // With TLS, its own agents trust --tls-ca, else the certificate itself (self-signed).
     const std::string trust = !o.tls_ca.empty() ? o.tls_ca : o.tls_cert;
     if (!trust.empty()) args.insert(args.end(), {"--tls-ca", trust});
@@ -330,8 +344,23 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
       std::fprintf(stderr, "trainguard: --netns: nodes in their own network namespaces on %s.0/24, bridge %s\n",
                    f->gateway().substr(0, f->gateway().rfind('.')).c_str(), f->gateway().c_str());
     }
-    // The launcher is the controller's node provider from here on.
-    controller.SetNodeProvider(launcher.get());
+    if (slurm != nullptr) {
+      const std::map<std::string, std::string> step_env = {{"TRAINGUARD_JOB_SECRET", secret}};
+      const SlurmSetup* s = slurm;
+      launcher->PlaceNodesWith([s, step_env](const std::string& node_id) -> StatusOr<NodeHost> {
+        auto node = s->nodes.find(node_id);
+        if (node == s->nodes.end()) return NotFound("node " + node_id + " is not in the Slurm allocation");
+        return SlurmPlacement(node->second, step_env);
+      });
+      slurm_nodes = std::make_unique<SlurmNodes>(launcher.get(), job_id);
+    }
+    // The launcher (behind Slurm's, with --scheduler slurm) is the
+    // controller's node provider from here on.
+    if (slurm_nodes) {
+      controller.SetNodeProvider(slurm_nodes.get());
+    } else {
+      controller.SetNodeProvider(launcher.get());
+    }
     if (pick_local_nodes && o.spares == 0 && (o.min_nnodes == 0 || o.min_nnodes == o.nnodes)) {
       // No spares and a fixed size: an evicted node is replaced by a new
       // one, as a scheduler would allocate it. An elastic job (--nnodes
@@ -348,17 +377,17 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     }
     auto start = [&](const LocalNode& node) {
       std::vector<std::string> node_args = {"--address", node.address};
-      if (node.group_rank >= 0 || pick_local_nodes) {  // a spare asks for no group rank (-1)
+      if (node.group_rank >= 0 || starts_nodes) {  // a spare asks for no group rank (-1)
         node_args.insert(node_args.end(), {"--group-rank", std::to_string(node.group_rank)});
       }
       launcher->StartNode(node.node_id, node_args);
     };
     for (const LocalNode& node : local_nodes) {
-      if (!pick_local_nodes || node.group_rank >= 0) start(node);
+      if (!starts_nodes || node.group_rank >= 0) start(node);
     }
     // Spares join once the job's nodes have started generation 0: agents
     // race to register, and a spare must not take a job node's group rank.
-    if (pick_local_nodes && o.spares > 0) {
+    if (starts_nodes && o.spares > 0) {
       while (!controller.finished() && controller.state() == JobState::kStarting) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
@@ -377,6 +406,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   }
   if (launcher) {
     controller.SetNodeProvider(nullptr);
+    if (slurm_nodes) slurm_nodes->Flush(30000);  // the drains asked for are done before the job ends
     launcher->StopAll(static_cast<int>(o.stop_grace_s * 1000) + 15000);
     // Agents that were killed (lost nodes) could not remove their ranks'
     // status pages; every agent of this job is gone now.
@@ -409,6 +439,62 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   // otherwise what the failing rank exited with (FailureExitStatus).
   if (interrupted_by.load() != 0) return 128 + interrupted_by.load();
   return controller.FailureExitStatus();
+}
+
+}  // namespace
+
+namespace {
+
+int RunOnSlurm(JobOptions o) {
+  auto fail = [](const std::string& why) {
+    std::fprintf(stderr, "trainguard: error: %s\n", why.c_str());
+    return 2;
+  };
+  if (o.netns) return fail("--netns is for `run` on one machine; with --scheduler slurm the nodes are Slurm's");
+  auto allocation = SlurmAllocationFromEnv([](const char* name) { return std::getenv(name); });
+  if (!allocation.ok()) return fail(allocation.status().message());
+  auto names = Slurm::Hostnames(allocation->nodelist);
+  if (!names.ok()) return fail(names.status().message());
+  // Nodes cordoned in the store (by an operator, or evicted by any job on a
+  // shared store) get no agent.
+  auto store = OpenEventStore(o.store);
+  if (!store.ok()) return fail(store.status().message());
+  SlurmSetup setup;
+  std::vector<LocalNode> nodes;
+  std::vector<std::string> cordoned;
+  for (const std::string& name : *names) {
+    auto info = Slurm::Node(name);
+    if (!info.ok()) return fail(info.status().message());
+    setup.nodes[name] = *info;
+    if (name == allocation->this_node) setup.controller_host = info->address.empty() ? name : info->address;
+    auto health = (*store)->GetNodeHealth(name);
+    if (health.ok() && health->status == "cordoned") {
+      std::fprintf(stderr, "trainguard: node %s is cordoned (%s%s): not used; `trainguard uncordon %s` returns it\n",
+                   name.c_str(), health->reason.c_str(),
+                   health->job_id.empty() ? "" : (", by job " + health->job_id).c_str(), name.c_str());
+      cordoned.push_back(name);
+      continue;
+    }
+    const int position = static_cast<int>(nodes.size());
+    nodes.push_back({name, position < o.nnodes ? position : -1, info->address});
+  }
+  store->reset();
+  if (setup.controller_host.empty()) {
+    return fail("this node (" + allocation->this_node + ") is not in the allocation's node list " +
+                allocation->nodelist);
+  }
+  if (static_cast<int>(nodes.size()) < o.nnodes) {
+    return fail("the Slurm allocation of job " + allocation->job_id + " has " + std::to_string(names->size()) +
+                " node(s) (" + allocation->nodelist + ")" +
+                (cordoned.empty() ? "" : ", " + std::to_string(cordoned.size()) + " of them cordoned") +
+                ": the job needs " + std::to_string(o.nnodes) +
+                " (--nnodes); allocate more (sbatch --nodes) or give a smaller --nnodes");
+  }
+  // Every node of the allocation beyond --nnodes is a spare.
+  o.spares = static_cast<int>(nodes.size()) - o.nnodes;
+  std::fprintf(stderr, "trainguard: Slurm job %s: %d node(s) for the job, %d spare(s); the controller runs on %s\n",
+               allocation->job_id.c_str(), o.nnodes, o.spares, allocation->this_node.c_str());
+  return Supervise(o, "0.0.0.0:0", nodes, false, false, &setup);
 }
 
 }  // namespace
@@ -538,6 +624,7 @@ int RunJob(const JobOptions& options) {
     return 0;
   }
   if (!options.rendezvous.empty()) return RunOneHostOfSeveral(options);
+  if (options.scheduler == "slurm") return RunOnSlurm(options);
   return Supervise(options, "127.0.0.1:0", {}, false, /*pick_local_nodes=*/true);
 }
 
@@ -573,7 +660,13 @@ int RunAgent(const AgentOptions& o) {
   config.native_stacks = o.native_stacks;
   config.preferred_group_rank = o.group_rank;
   config.reconnect_window = static_cast<Nanos>(o.reconnect_window_s * kSecond);
-  // The job's secret, shown when registering: --secret-file, else $TRAINGUARD_SECRET_FILE.
+  // The job's secret, shown when registering: --secret-file, else
+  // $TRAINGUARD_SECRET_FILE, else $TRAINGUARD_JOB_SECRET (how `run
+  // --scheduler slurm` hands it to its steps; not passed on to the ranks).
+  if (const char* given = std::getenv("TRAINGUARD_JOB_SECRET")) {
+    config.job_secret = given;
+    unsetenv("TRAINGUARD_JOB_SECRET");
+  }
   const char* secret_env = std::getenv("TRAINGUARD_SECRET_FILE");
   const std::string secret_file = !o.secret_file.empty() ? o.secret_file : secret_env != nullptr ? secret_env : "";
   if (!secret_file.empty()) {

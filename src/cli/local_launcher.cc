@@ -53,6 +53,12 @@ void LocalLauncher::ReplaceEvictedNodesWith(std::function<std::string()> fresh_n
   fresh_node_id_ = std::move(fresh_node_id);
 }
 
+void LocalLauncher::StopAgentsWith(int sig, int grace_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_signal_ = sig;
+  stop_grace_ms_ = grace_ms;
+}
+
 bool LocalLauncher::EvictNode(const std::string& node_id, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_ || !node_args_.count(node_id)) return false;
@@ -217,8 +223,19 @@ void LocalLauncher::Loop() {
         ++it;
       }
     }
+    const auto now = std::chrono::steady_clock::now();
     for (auto it = dying_.begin(); it != dying_.end();) {
-      it = TryReap(*it) ? dying_.erase(it) : it + 1;
+      // One that a gentler signal did not end in time is killed.
+      if (auto soft = soft_kills_.find(*it); soft != soft_kills_.end() && now > soft->second) {
+        SignalGroup(*it, SIGKILL);
+        soft_kills_.erase(soft);
+      }
+      if (TryReap(*it)) {
+        soft_kills_.erase(*it);
+        it = dying_.erase(it);
+      } else {
+        ++it;
+      }
     }
   };
   while (!stopping_) {
@@ -230,7 +247,10 @@ void LocalLauncher::Loop() {
       auto it = agents_.find(r.node_id);
       if (it != agents_.end()) {
         if (!r.kill_first) continue;  // already running
-        SignalGroup(it->second, SIGKILL);
+        SignalGroup(it->second, stop_signal_);
+        if (stop_signal_ != SIGKILL) {
+          soft_kills_[it->second] = std::chrono::steady_clock::now() + std::chrono::milliseconds(stop_grace_ms_);
+        }
         dying_.push_back(it->second);
         agents_.erase(it);
       }

@@ -13,6 +13,8 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <csignal>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -51,6 +53,11 @@ class LocalLauncher final : public NodeProvider {
   // The rack of each node it starts (`agent --rack`; "" = none). Set before
   // the first StartNode.
   void PutNodesInRacks(std::function<std::string(const std::string& node_id)> rack_of);
+  // How an agent that is replaced or evicted is stopped: `sig` to its
+  // process group, SIGKILL after `grace_ms` (default: SIGKILL at once). An
+  // agent behind srun is stopped with SIGTERM, which srun passes on to the
+  // job step; SIGKILL would leave the step running.
+  void StopAgentsWith(int sig, int grace_ms);
   // The agent's exit status when its process has exited (this host is up:
   // it is the one running the launcher): a fault of the agent, not the node.
   std::string ExplainLoss(const std::string& node_id) override;
@@ -78,6 +85,9 @@ class LocalLauncher final : public NodeProvider {
   std::map<std::string, pid_t> agents_;  // live agents by node id
   std::map<std::string, ExitInfo> exits_; // how each node's last agent ended, once reaped
   std::vector<pid_t> dying_;              // killed, not yet reaped
+  std::map<pid_t, std::chrono::steady_clock::time_point> soft_kills_;  // SIGKILL at these times
+  int stop_signal_ = SIGKILL;
+  int stop_grace_ms_ = 0;
   bool stopping_ = false;
   int stop_timeout_ms_ = 0;
   int killed_ = 0;

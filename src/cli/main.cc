@@ -214,6 +214,12 @@ int main(int argc, char** argv) {
   trainguard::TorchrunOptions torchrun;
   AddJobOptions(run_cmd, &run, true);
   AddTorchrunOptions(run_cmd, &torchrun, &run);
+  run_cmd->add_option("--scheduler", run.scheduler,
+                      "local: every node an agent on this machine; slurm: inside an sbatch/salloc allocation, "
+                      "an agent on every allocated node (a job step), the nodes beyond --nnodes as spares, "
+                      "evicted nodes drained in Slurm (docs/slurm.md)")
+      ->check(CLI::IsMember({"local", "slurm"}))
+      ->capture_default_str();
   run_cmd->add_flag("--netns", run.netns,
                     "every node in a network namespace of its own, with its own address, behind one bridge "
                     "(needs root; docs/nodes.md)");
@@ -275,6 +281,9 @@ int main(int argc, char** argv) {
   report.store = trainguard::DefaultStorePath();
   CLI::App* report_cmd = app.add_subcommand("report", "a job's incidents and where its time went");
   AddStoredJobOptions(report_cmd, &report);
+  report_cmd->add_flag("--fleet", report.fleet,
+                       "every job in the store: incidents per category, node and job, and the failures that recur "
+                       "across jobs (the same error on one node; the same program failing at the same step)");
 
   trainguard::StatusCommandOptions status;
   status.stored.store = trainguard::DefaultStorePath();
@@ -353,6 +362,9 @@ int main(int argc, char** argv) {
   diag_cmd->add_option("--fraction", diag.fractions,
                        "KIND=F: a node below F x the nodes' median of KIND fails (see docs/diagnostics.md)");
   diag_cmd->add_flag("--json", diag.json, "JSON output");
+  diag_cmd->add_flag("--slurm-drain", diag.slurm_drain,
+                     "as a Slurm prolog or epilog (docs/slurm.md): a failing node, or one cordoned in the store, is "
+                     "drained in Slurm with the reason and cordoned; the node id defaults to $SLURMD_NODENAME");
 
   trainguard::AttributeOptions attr;
   CLI::App* attr_cmd = app.add_subcommand("attribute", "say why a failure happened, from its logs");

@@ -775,7 +775,10 @@ void JobController::MaybeAllStopped() {
 
 void JobController::Restart(const Verdict& verdict, bool diagnosed) {
   if (!diagnosed) {  // evictions first: an evicted node is not diagnosed
-    for (const auto& id : verdict.evict_nodes) Evict(id, verdict.why, verdict.evidence_json);
+    // The reason names the incident: it goes with the cordon, and to the
+    // scheduler (a Slurm drain reason), where an operator reads it.
+    const std::string incident = "incident " + std::to_string(incident_ ? incident_->number : incident_count_);
+    for (const auto& id : verdict.evict_nodes) Evict(id, incident + ": " + verdict.why, verdict.evidence_json);
     EvictCordonedNodes();
     if (config_.diagnose != "off") {
       pending_verdict_ = verdict;

@@ -119,9 +119,15 @@ void JobController::Evict(const std::string& node_id, const std::string& why, co
 
 void JobController::RemoveFromJob(Node* node, const std::string& why) {
   if (node->link) {
+    // Told why, the agent ends (instead of waiting for a controller that
+    // it would take for restarted).
+    v1::ControllerMessage bye;
+    bye.mutable_shutdown()->set_reason("evicted from job " + config_.job_id + ": " + why);
+    bye.mutable_shutdown()->set_exit_status(0);
     std::shared_ptr<AgentLink> link = node->link;
     node->conn = 0;
     node->link.reset();
+    link->Send(bye);
     link->Close();
   }
   const int slot = node->group_rank;

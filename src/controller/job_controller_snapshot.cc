@@ -42,6 +42,7 @@ JobSnapshot JobController::Snapshot() const {
   s.checkpoint_overhead_ms = CheckpointOverheadMs();
   s.incident_open = incident_.has_value();
   s.incidents = incident_count_;
+  s.store_errors = store_errors_;
   s.last_failure = last_failure_;
   s.summary = summary_;
   s.now_wall = clock_->WallNanos();

@@ -61,6 +61,7 @@ struct JobSnapshot {
   Nanos heartbeat_interval = 0;
   bool incident_open = false;
   int incidents = 0;
+  std::int64_t store_errors = 0;  // writes the store refused (events are then printed on stderr)
   std::string last_failure;  // one line, "" if none
   std::string summary;       // the final summary once finished
   Nanos now_wall = 0;
