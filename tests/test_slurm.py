@@ -8,6 +8,7 @@ reason and the spare takes over; a node whose whole namespace is killed (a
 power cut) is seen as failed by Slurm and by trainguard, and the job goes on
 without it."""
 
+import json
 import os
 import re
 import subprocess
@@ -162,19 +163,21 @@ exec %s diag --slurm-drain --store %s --path scratch=%s/$SLURMD_NODENAME
         reason = cluster.node_reasons()["sn2"]
         # The full scratch disk: its write fails and its free space is below the floor.
         assert reason.startswith("trainguard diag: disk_write_mbps:scratch: ") and "No space left" in reason, reason
-        # Slurm requeues a job whose prolog failed and holds it; released, it
-        # runs on the two healthy nodes, not on sn2.
+        # Slurm requeues a job whose prolog failed, holds it and delays it by
+        # two minutes; released and started now, it runs on the two healthy
+        # nodes, not on sn2.
         wait_for(lambda: "held" in cluster.command("squeue", "-h", "-j", slurm_job, "-o", "%r").stdout.lower(), 60,
                  "Slurm to requeue and hold the job")
         cluster.command("scontrol", "release", slurm_job)
+        cluster.command("scontrol", "update", "JobId=" + slurm_job, "StartTime=now")
         output = wait_done(cluster, slurm_job, str(tmp_path / ("hosts-%s.out" % slurm_job)), timeout=120)
         assert output.split() == ["sn1", "sn3"], output + cluster.logs()
         # trainguard's own store has it cordoned, with the figures.
         done = subprocess.run([TRAINGUARD, "nodes", "--store", str(store), "--json"], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        record = {n["node"]: n for n in __import__("json").loads(done.stdout)}["sn2"]
-        assert record["status"] == "cordoned" and "disk_free_gib:scratch 0.004 is below the floor" in record["reason"], \
-            record
+        record = {n["node"]: n for n in json.loads(done.stdout)}["sn2"]
+        assert record["status"] == "cordoned", record
+        assert "disk_free_gib:scratch 0.004 is below the floor" in record["reason"], record
         # A cordoned node is drained again by the prolog, without measuring, once Slurm has it back.
         cluster.command("scontrol", "update", "NodeName=sn2", "State=RESUME")
         again = cluster.command("sbatch", "--parsable", "--nodelist", "sn2", "--nodes", "1", "--output",

@@ -40,7 +40,8 @@ TEST(SlurmTest, DownFailAndNotRespondingAreFailures) {
 }
 
 TEST(SlurmTest, ADrainReasonIsOneShortLineNamingTheJob) {
-  EXPECT_EQ(DrainReason("j7", "incident 2: gpu_hardware\non rank 3"), "trainguard job j7: incident 2: gpu_hardware on rank 3");
+  EXPECT_EQ(DrainReason("j7", "incident 2: gpu_hardware\non rank 3"),
+            "trainguard job j7: incident 2: gpu_hardware on rank 3");
   std::string long_reason = DrainReason("j", std::string(1000, 'x'));
   EXPECT_EQ(long_reason.size(), 250u);
   EXPECT_EQ(long_reason.substr(247), "...");
