@@ -6,7 +6,11 @@
 // alone, and the same rows appended to the same kind of store directly.
 // The goal: 1,000 ranks x 10 steps/s = 10,000 rank-steps/s.
 //
+// With --store postgresql://..., both stores are that database (the fleet
+// store, docs/store.md) instead of SQLite files.
+//
 //   build/bench/telemetry_ingest_bench [--ranks 1000] [--steps-per-s 10] [--seconds 10] [--dir /tmp]
+//                                      [--store postgresql://...]
 #include <unistd.h>
 
 #include <chrono>
@@ -75,12 +79,13 @@ std::string NodeSecond(int node, int nproc, std::int64_t from, std::int64_t to) 
 
 int main(int argc, char** argv) {
   int ranks = 1000, steps_per_s = 10, seconds = 10;
-  std::string dir = "/tmp";
+  std::string dir = "/tmp", url;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--ranks")) ranks = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--steps-per-s")) steps_per_s = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--seconds")) seconds = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--dir")) dir = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--store")) url = argv[i + 1];
   }
   const int nproc = 8;
   const int nodes = std::max(1, ranks / nproc);
@@ -108,14 +113,15 @@ int main(int argc, char** argv) {
   double parse_s = Now() - t;
 
   // The controller: a job of `nodes` nodes, all registered and running.
-  auto store = OpenSqliteEventStore(base + "/controller.db");
+  const std::string kind = url.empty() ? "SQLite" : "PostgreSQL";
+  auto store = url.empty() ? OpenSqliteEventStore(base + "/controller.db") : OpenEventStore(url);
   if (!store.ok()) {
     std::fprintf(stderr, "%s\n", store.status().ToString().c_str());
     return 1;
   }
   FakeClock clock;
   JobConfig config;
-  config.job_id = "bench";
+  config.job_id = "bench-" + std::to_string(getpid());
   config.nnodes = nodes;
   config.nproc_per_node = nproc;
   config.argv = {"python3", "train.py"};
@@ -143,12 +149,12 @@ int main(int argc, char** argv) {
     controller.OnMessage(static_cast<std::uint64_t>(i % nodes) + 1, m);
   }
   double ingest_s = Now() - t;
-  auto stored = (*store)->StepTimings("bench", 0, INT64_MAX);
+  auto stored = (*store)->StepTimings(config.job_id, 0, INT64_MAX);
   std::size_t rows = stored.ok() ? stored->size() : 0;
 
   // Baseline 2: the same rows appended to a fresh store directly (one
   // transaction per node-second, as the controller does).
-  auto raw = OpenSqliteEventStore(base + "/raw.db");
+  auto raw = url.empty() ? OpenSqliteEventStore(base + "/raw.db") : OpenEventStore(url);
   if (!raw.ok()) return 1;
   std::vector<std::vector<StepTimingRecord>> batches;
   for (const auto& w : wire) {
@@ -157,7 +163,7 @@ int main(int argc, char** argv) {
     std::vector<StepTimingRecord> batch;
     for (const auto& st : m.timings().steps()) {
       StepTimingRecord r;
-      r.job_id = "bench";
+      r.job_id = "raw-" + std::to_string(getpid());
       r.rank = st.global_rank();
       r.step = st.step();
       r.node = "node";
@@ -176,11 +182,12 @@ int main(int argc, char** argv) {
 
   std::printf("traffic: %d ranks x %d steps/s x %d s = %.0f rank-steps in %zu messages (%.1f MB)\n", ranks,
               steps_per_s, seconds, rank_steps, wire.size(), bytes / 1e6);
-  std::printf("controller ingest (parse + store in SQLite + straggler detector), one core: %.0f rank-steps/s "
+  std::printf("controller ingest (parse + store in %s + straggler detector), one core: %.0f rank-steps/s "
               "(%.1f x the %d needed); %zu rows stored\n",
-              rank_steps / ingest_s, rank_steps / ingest_s / (ranks * steps_per_s), ranks * steps_per_s, rows);
+              kind.c_str(), rank_steps / ingest_s, rank_steps / ingest_s / (ranks * steps_per_s), ranks * steps_per_s, rows);
   std::printf("baseline, parsing alone: %.0f rank-steps/s\n", parsed / parse_s);
-  std::printf("baseline, the same rows appended to SQLite directly: %.0f rank-steps/s\n", rank_steps / raw_s);
+  std::printf("baseline, the same rows appended to %s directly: %.0f rank-steps/s\n", kind.c_str(),
+              rank_steps / raw_s);
   std::filesystem::remove_all(base);
   return rows == static_cast<std::size_t>(rank_steps) ? 0 : 1;
 }
