@@ -111,6 +111,10 @@ def test_a_power_cut_is_a_failed_node_to_slurm_and_to_trainguard_and_the_job_goe
     attribution = [e for e in evs if e["kind"] == "attribution"][0]
     assert attribution["detail"]["category"] == "node_failure", attribution
     assert attribution["detail"]["culprit_nodes"] == ["sn3"], attribution
+    # At once, before slurmctld's SlurmdTimeout: sn3's slurmd does not answer, and that decides.
+    assert attribution["detail"]["rule"] == "slurm-node-down", attribution
+    assert any("Slurm's daemon on node sn3 does not answer" in e["line"] for e in attribution["detail"]["evidence"]), \
+        attribution
     assert [e["node"] for e in evs if e["kind"] == "spare_promoted"] == ["sn5"]
     assert [e for e in evs if e["kind"] == "job_succeeded"][0]["step"] == STEPS
     assert slurm_says_failed(cluster, "sn3")
@@ -164,12 +168,19 @@ exec %s diag --slurm-drain --store %s --path scratch=%s/$SLURMD_NODENAME
         # The full scratch disk: its write fails and its free space is below the floor.
         assert reason.startswith("trainguard diag: disk_write_mbps:scratch: ") and "No space left" in reason, reason
         # Slurm requeues a job whose prolog failed, holds it and delays it by
-        # two minutes; released and started now, it runs on the two healthy
-        # nodes, not on sn2.
-        wait_for(lambda: "held" in cluster.command("squeue", "-h", "-j", slurm_job, "-o", "%r").stdout.lower(), 60,
-                 "Slurm to requeue and hold the job")
-        cluster.command("scontrol", "release", slurm_job)
-        cluster.command("scontrol", "update", "JobId=" + slurm_job, "StartTime=now")
+        # two minutes; released and started now (as often as Slurm holds or
+        # delays it again: its requeue may come after our release), it runs on
+        # the two healthy nodes, not on sn2.
+        def released_or_done():
+            reason = cluster.command("squeue", "-h", "-j", slurm_job, "-o", "%r", check=False).stdout.strip()
+            if not reason:
+                return True
+            if "held" in reason.lower():
+                cluster.command("scontrol", "release", slurm_job, check=False)
+            if "held" in reason.lower() or reason == "BeginTime":
+                cluster.command("scontrol", "update", "JobId=" + slurm_job, "StartTime=now", check=False)
+            return False
+        wait_for(released_or_done, 60, "the requeued job to run")
         output = wait_done(cluster, slurm_job, str(tmp_path / ("hosts-%s.out" % slurm_job)), timeout=120)
         assert output.split() == ["sn1", "sn3"], output + cluster.logs()
         # trainguard's own store has it cordoned, with the figures.

@@ -131,6 +131,7 @@ std::vector<LocalNode> PickLocalNodes(EventStore* store, int nnodes, int spares)
 struct SlurmSetup {
   std::map<std::string, SlurmNodeInfo> nodes;  // by name
   std::string controller_host;                 // this node's address
+  int slurmd_port = 0;                         // where every slurmd listens (0: unknown)
 };
 
 int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalNode> local_nodes,
@@ -352,7 +353,9 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
         if (node == s->nodes.end()) return NotFound("node " + node_id + " is not in the Slurm allocation");
         return SlurmPlacement(node->second, step_env);
       });
-      slurm_nodes = std::make_unique<SlurmNodes>(launcher.get(), job_id);
+      std::map<std::string, std::string> addresses;
+      for (const auto& [name, node] : slurm->nodes) addresses[name] = node.address.empty() ? name : node.address;
+      slurm_nodes = std::make_unique<SlurmNodes>(launcher.get(), job_id, addresses, slurm->slurmd_port);
     }
     // The launcher (behind Slurm's, with --scheduler slurm) is the
     // controller's node provider from here on.
@@ -489,6 +492,12 @@ int RunOnSlurm(JobOptions o) {
                 (cordoned.empty() ? "" : ", " + std::to_string(cordoned.size()) + " of them cordoned") +
                 ": the job needs " + std::to_string(o.nnodes) +
                 " (--nnodes); allocate more (sbatch --nodes) or give a smaller --nnodes");
+  }
+  if (auto port = Slurm::SlurmdPort(); port.ok()) {
+    setup.slurmd_port = *port;
+  } else {
+    std::fprintf(stderr, "trainguard: note: %s; lost nodes are explained by slurmctld alone\n",
+                 port.status().message().c_str());
   }
   // Every node of the allocation beyond --nnodes is a spare.
   o.spares = static_cast<int>(nodes.size()) - o.nnodes;

@@ -1,5 +1,6 @@
 #include "cli/slurm.h"
 
+#include <cstdlib>
 #include <sstream>
 
 #include "diag/run_program.h"
@@ -64,6 +65,18 @@ SlurmNodeInfo ParseScontrolNode(const std::string& line) {
   return n;
 }
 
+int ParseSlurmdPort(const std::string& show_config) {
+  std::istringstream in(show_config);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("SlurmdPort", 0) != 0) continue;
+    const std::size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    const int port = std::atoi(line.c_str() + eq + 1);
+    if (port > 0 && port < 65536) return port;
+  }
+  return 6818;
+}
+
 std::string SlurmReason(const std::string& text) {
   std::string reason = OneLine(text);
   if (reason.size() > 250) reason = reason.substr(0, 247) + "...";
@@ -112,6 +125,12 @@ StatusOr<SlurmNodeInfo> Slurm::Node(const std::string& name, Nanos timeout) {
   SlurmNodeInfo n = ParseScontrolNode(*out);
   if (n.name.empty()) return NotFound("Slurm knows no node " + name);
   return n;
+}
+
+StatusOr<int> Slurm::SlurmdPort() {
+  auto out = Scontrol({"show", "config"});
+  if (!out.ok()) return out.status();
+  return ParseSlurmdPort(*out);
 }
 
 Status Slurm::Drain(const std::string& name, const std::string& reason) {

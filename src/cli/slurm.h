@@ -27,6 +27,10 @@ struct SlurmNodeInfo {
 // Parses one line of `scontrol show node -o`; an empty name if it holds none.
 SlurmNodeInfo ParseScontrolNode(const std::string& line);
 
+// SlurmdPort from `scontrol show config` ("SlurmdPort              = 6818");
+// 6818, Slurm's default, when the output does not say.
+int ParseSlurmdPort(const std::string& show_config);
+
 // `text` as a Slurm reason: one line, at most 250 bytes (Slurm keeps reasons short).
 std::string SlurmReason(const std::string& text);
 
@@ -54,6 +58,8 @@ class Slurm {
   // `scontrol update NodeName=N State=DRAIN Reason=R`. Needs Slurm's operator
   // rights: a refusal says so (docs/slurm.md).
   static Status Drain(const std::string& name, const std::string& reason);
+  // The port every slurmd listens on (`scontrol show config`).
+  static StatusOr<int> SlurmdPort();
 };
 
 }  // namespace trainguard

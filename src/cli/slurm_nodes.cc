@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "diag/net_probe.h"
+
 namespace trainguard {
 
 NodeHost SlurmPlacement(const SlurmNodeInfo& node, const std::map<std::string, std::string>& extra_env) {
@@ -25,8 +27,9 @@ NodeHost SlurmPlacement(const SlurmNodeInfo& node, const std::map<std::string, s
   return host;
 }
 
-SlurmNodes::SlurmNodes(LocalLauncher* launcher, std::string job_id)
-    : launcher_(launcher), job_id_(std::move(job_id)) {
+SlurmNodes::SlurmNodes(LocalLauncher* launcher, std::string job_id, std::map<std::string, std::string> addresses,
+                       int slurmd_port)
+    : launcher_(launcher), job_id_(std::move(job_id)), addresses_(std::move(addresses)), slurmd_port_(slurmd_port) {
   // srun passes SIGTERM on to the step (the agent stops its ranks and
   // exits); SIGKILL would leave the step running on its node.
   launcher_->StopAgentsWith(SIGTERM, 15000);
@@ -62,8 +65,17 @@ std::string SlurmNodes::ExplainLoss(const std::string& node_id) {
     return "Slurm reports node " + node_id + " " + node->state +
            (node->reason.empty() ? "" : " (" + node->reason + ")");
   }
-  // Slurm has the node up: what the agent's step said when it ended (srun's
-  // exit status), if it has ended.
+  // slurmctld notices a dead host only after SlurmdTimeout; its slurmd can
+  // be asked now (a bounded connect: the controller waits for this answer).
+  auto address = addresses_.find(node_id);
+  if (slurmd_port_ > 0 && address != addresses_.end()) {
+    const std::string silent = TcpAnswers(address->second + ":" + std::to_string(slurmd_port_), 1 * kSecond);
+    if (!silent.empty()) {
+      return "Slurm's daemon on node " + node_id + " does not answer (" + silent + "): its host is down or cut off";
+    }
+  }
+  // The host is up: what the agent's step said when it ended (srun's exit
+  // status), if it has ended.
   return launcher_->ExplainLoss(node_id);
 }
 

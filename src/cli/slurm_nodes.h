@@ -8,7 +8,9 @@
 //     administrator resumes it; the drain runs on a thread of its own (the
 //     controller calls EvictNode under its lock);
 //   - a lost node is explained with Slurm's view of it (DOWN, NOT_RESPONDING,
-//     FAIL: the node failed; else what the agent's step said when it ended).
+//     FAIL: the node failed), else by asking the node's slurmd (no answer: the
+//     host is down or cut off; slurmctld says so only after SlurmdTimeout),
+//     else by what the agent's step said when it ended.
 // docs/slurm.md.
 #pragma once
 
@@ -33,7 +35,10 @@ NodeHost SlurmPlacement(const SlurmNodeInfo& node, const std::map<std::string, s
 
 class SlurmNodes final : public NodeProvider {
  public:
-  SlurmNodes(LocalLauncher* launcher, std::string job_id);
+  // `addresses`: each node's NodeAddr; `slurmd_port`: where every slurmd
+  // listens (0: do not probe).
+  SlurmNodes(LocalLauncher* launcher, std::string job_id, std::map<std::string, std::string> addresses,
+             int slurmd_port);
   ~SlurmNodes() override;
 
   void ReplaceNode(const std::string& node_id, const std::string& reason) override;
@@ -49,6 +54,8 @@ class SlurmNodes final : public NodeProvider {
 
   LocalLauncher* const launcher_;
   const std::string job_id_;
+  const std::map<std::string, std::string> addresses_;
+  const int slurmd_port_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::pair<std::string, std::string>> drains_;  // node, reason

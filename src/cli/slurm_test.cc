@@ -47,6 +47,14 @@ TEST(SlurmTest, ADrainReasonIsOneShortLineNamingTheJob) {
   EXPECT_EQ(long_reason.substr(247), "...");
 }
 
+TEST(SlurmTest, ReadsSlurmdsPortFromTheConfiguration) {
+  EXPECT_EQ(ParseSlurmdPort("Configuration data as of 2026-11-23T22:14:45\nSlurmctldPort           = 6817\n"
+                            "SlurmdPidFile           = /run/slurmd.pid\nSlurmdPort              = 37013\n"
+                            "SlurmdSpoolDir          = /var/spool/slurmd\n"),
+            37013);
+  EXPECT_EQ(ParseSlurmdPort("SlurmctldPort = 6817\n"), 6818);
+}
+
 TEST(SlurmTest, TheAllocationComesFromTheBatchScriptsEnvironment) {
   std::map<std::string, std::string> env = {
       {"SLURM_JOB_ID", "42"}, {"SLURM_JOB_NODELIST", "sn[1-5]"}, {"SLURMD_NODENAME", "sn1"}};

@@ -171,6 +171,14 @@ void PeerServer::Stop() {
   listen_fd_ = -1;
 }
 
+std::string TcpAnswers(const std::string& peer, Nanos timeout) {
+  std::string error;
+  int fd = Connect(peer, timeout, &error);
+  if (fd < 0) return error.empty() ? peer + ": no answer" : error;
+  close(fd);
+  return "";
+}
+
 std::vector<Figure> MeasureNetwork(const std::vector<std::string>& peers, std::int64_t bytes, Nanos deadline) {
   Figure tx{"net_tx_mbps", 0, ""}, rx{"net_rx_mbps", 0, ""}, rtt{"net_rtt_us", 0, ""};
   std::string errors;

@@ -41,6 +41,11 @@ class PeerServer {
   std::thread accept_thread_;
 };
 
+// Whether something accepts a TCP connection at `peer` ("HOST:PORT") within
+// `timeout`: "" if so, else why not ("10.0.0.3:6818: connect: Connection
+// refused"). The connection is closed at once.
+std::string TcpAnswers(const std::string& peer, Nanos timeout);
+
 // Measures against each peer ("HOST:PORT"): `bytes` up, `bytes` down, 20
 // pings. A peer that cannot be reached within `deadline` counts as no
 // figure; with no peer measured, the figures carry the errors.

@@ -35,5 +35,16 @@ TEST(NetProbeTest, TheBestNeighbourCountsAndAnUnreachableOneIsNamedOnlyWhenNoneA
   EXPECT_GT(some[1].value, 0);
 }
 
+TEST(NetProbeTest, TcpAnswersSaysWhetherSomethingListens) {
+  PeerServer server;
+  ASSERT_TRUE(server.Start("127.0.0.1").ok());
+  const std::string peer = "127.0.0.1:" + std::to_string(server.port());
+  EXPECT_EQ(TcpAnswers(peer, 1 * kSecond), "");
+  server.Stop();
+  const std::string gone = TcpAnswers(peer, 1 * kSecond);
+  EXPECT_NE(gone.find("Connection refused"), std::string::npos) << gone;
+  EXPECT_NE(TcpAnswers("no-port", 1 * kSecond).find("not HOST:PORT"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainguard

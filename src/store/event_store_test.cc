@@ -1,6 +1,7 @@
 #include "store/event_store.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -369,6 +370,38 @@ TEST(PostgresEventStoreTest, AnUnreachableServerIsAClearErrorWithoutThePassword)
   EXPECT_EQ(StoreDisplayName("postgres://h/db?user=u&password=pw&sslmode=require"),
             "postgres://h/db?user=u&password=...&sslmode=require");
   EXPECT_EQ(StoreDisplayName("/var/lib/trainguard/store.db"), "/var/lib/trainguard/store.db");
+}
+
+// Processes that open a new store file at once (two prologs on a shared
+// file, two controllers) all get it; none is refused as "locked" (seen: two
+// Slurm prologs starting together).
+TEST(SqliteEventStoreTest, ProcessesOpeningANewStoreAtOnceAllGetIt) {
+  const std::string path = testing::TempDir() + "/at_once_" + std::to_string(getpid()) + ".db";
+  int failed = 0;
+  for (int round = 0; round < 50; ++round) {
+    for (const char* suffix : {"", "-wal", "-shm"}) unlink((path + suffix).c_str());
+    std::vector<pid_t> children;
+    for (int i = 0; i < 6; ++i) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        auto s = OpenSqliteEventStore(path);
+        const bool ok = s.ok() && (*s)->Append(Event{0, "j", 1, "k", "", -1, -1, -1, "m", "{}"}).ok();
+        if (!ok) std::fprintf(stderr, "%s\n", s.ok() ? "append failed" : s.status().ToString().c_str());
+        _exit(ok ? 0 : 1);
+      }
+      children.push_back(pid);
+    }
+    for (pid_t pid : children) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    auto s = OpenSqliteEventStore(path);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ((*s)->Events("j")->size(), 6u) << "round " << round;
+  }
+  EXPECT_EQ(failed, 0);
+  for (const char* suffix : {"", "-wal", "-shm"}) unlink((path + suffix).c_str());
 }
 
 TEST(SqliteEventStoreTest, EventsSurviveReopen) {

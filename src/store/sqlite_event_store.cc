@@ -2,6 +2,8 @@
 // append is durable against a crash of the controller process once Append
 // returns). Several processes may share the file (busy timeout 5 s).
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <sqlite3.h>
 
 #include "store/event_store.h"
@@ -120,10 +122,25 @@ class SqliteEventStore final : public EventStore {
   SqliteEventStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
   ~SqliteEventStore() override { sqlite3_close_v2(db_); }
 
+  // Processes that open a new file at once (two prologs on a shared store,
+  // two controllers) all get it: the schema is written under the write lock
+  // taken up front (BEGIN IMMEDIATE waits through the busy handler), and a
+  // "locked" that SQLite answers without waiting (switching to WAL, a lock
+  // it cannot upgrade) is tried again, for at most 10 s.
   Status Init() {
-    TG_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
-    TG_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
-    return Exec(kSchema);
+    const std::string schema = std::string("BEGIN IMMEDIATE;") + kSchema + "COMMIT;";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+      if (rc == SQLITE_OK) rc = sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
+      if (rc == SQLITE_OK) rc = sqlite3_exec(db_, schema.c_str(), nullptr, nullptr, nullptr);
+      if (rc == SQLITE_OK) return Status::Ok();
+      Status failed = Error("create the schema");
+      if (!sqlite3_get_autocommit(db_)) (void)Exec("ROLLBACK");
+      const bool busy = (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
+      if (!busy || std::chrono::steady_clock::now() > deadline) return failed;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
 
   Status CreateJob(const JobRecord& job) override {
