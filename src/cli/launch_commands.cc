@@ -109,17 +109,22 @@ constexpr int kEndpointTaken = -1;
 // node is not cordoned, nnodes of them with group ranks 0.. and then the
 // spares; and, without spares, where a new node comes from when one is
 // evicted (the next such id).
+// Whether `id` is cordoned in the store; if so, says that the job does not
+// use it, who cordoned it and how to return it.
+bool SkipIfCordoned(EventStore* store, const std::string& id) {
+  auto health = store->GetNodeHealth(id);
+  if (!health.ok() || health->status != "cordoned") return false;
+  std::fprintf(stderr, "trainguard: node %s is cordoned (%s%s): not used; `trainguard uncordon %s` returns it\n",
+               id.c_str(), health->reason.c_str(),
+               health->job_id.empty() ? "" : (", by job " + health->job_id).c_str(), id.c_str());
+  return true;
+}
+
 std::vector<LocalNode> PickLocalNodes(EventStore* store, int nnodes, int spares) {
   std::vector<LocalNode> nodes;
   for (int i = 0; static_cast<int>(nodes.size()) < nnodes + spares; ++i) {
     std::string id = "node" + std::to_string(i);
-    auto health = store->GetNodeHealth(id);
-    if (health.ok() && health->status == "cordoned") {
-      std::fprintf(stderr, "trainguard: node %s is cordoned (%s%s): not used; `trainguard uncordon %s` returns it\n",
-                   id.c_str(), health->reason.c_str(),
-                   health->job_id.empty() ? "" : (", by job " + health->job_id).c_str(), id.c_str());
-      continue;
-    }
+    if (SkipIfCordoned(store, id)) continue;
     int position = static_cast<int>(nodes.size());
     nodes.push_back({id, position < nnodes ? position : -1, "127.0.0.1"});
   }
@@ -470,11 +475,7 @@ int RunOnSlurm(JobOptions o) {
     if (!info.ok()) return fail(info.status().message());
     setup.nodes[name] = *info;
     if (name == allocation->this_node) setup.controller_host = info->address.empty() ? name : info->address;
-    auto health = (*store)->GetNodeHealth(name);
-    if (health.ok() && health->status == "cordoned") {
-      std::fprintf(stderr, "trainguard: node %s is cordoned (%s%s): not used; `trainguard uncordon %s` returns it\n",
-                   name.c_str(), health->reason.c_str(),
-                   health->job_id.empty() ? "" : (", by job " + health->job_id).c_str(), name.c_str());
+    if (SkipIfCordoned(store->get(), name)) {
       cordoned.push_back(name);
       continue;
     }
