@@ -12,7 +12,7 @@ std::optional<Finding> DetectCrash(const std::string& node_id, const v1::RankExi
   const v1::RankStatus& r = exited.rank();
   if (r.exit_code() == 0 && r.term_signal() == 0) return std::nullopt;
   Finding f;
-  f.kind = "rank_failed";
+  f.kind = FindingKind::kRankFailed;
   f.exit_code = r.exit_code();
   f.signal = r.term_signal();
   f.node = node_id;

@@ -79,7 +79,7 @@ TEST(CrashDetectorTest, NonZeroExitNamesRankStepTimeAndKernelLinesFirst) {
   e.add_kernel_lines("NVRM: Xid 79");
   auto f = DetectCrash("node1", e, kNowWall);
   ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->kind, "rank_failed");
+  EXPECT_EQ(f->kind, FindingKind::kRankFailed);
   EXPECT_EQ(f->rank, 3);
   EXPECT_EQ(f->node, "node1");
   EXPECT_EQ(f->rank_step, 42);
@@ -114,7 +114,7 @@ TEST(HeartbeatDetectorTest, SilentPastTheLimitIsLostAtItsLastHeartbeat) {
   auto found = DetectSilentNodes(job.View(), Config());
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].node, "node1");
-  EXPECT_EQ(found[0].kind, "node_lost");
+  EXPECT_EQ(found[0].kind, FindingKind::kNodeLost);
   EXPECT_EQ(found[0].fault_wall, kNowWall - 4 * kSecond);
   EXPECT_NE(found[0].description.find("no heartbeat for 3.000 s"), std::string::npos);
 }
@@ -139,7 +139,7 @@ TEST(HangDetectorTest, OneQuietRankMakesItAHangWithEveryStuckRankAsEvidence) {
   job.Put(1, Rank(3, 10, 12, 0.2));
   auto f = DetectHang(job.View(), Config());
   ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->kind, "hang");
+  EXPECT_EQ(f->kind, FindingKind::kHang);
   EXPECT_EQ(f->rank, 2);
   EXPECT_EQ(f->node, "node1");
   EXPECT_EQ(f->rank_step, 10);

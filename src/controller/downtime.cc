@@ -13,7 +13,7 @@ using nlohmann::json;
 
 DowntimeRecord DescribeDowntime(const Incident& inc, Nanos first_step_wall) {
   json d = {{"incident", inc.number},
-            {"failure_kind", inc.kind},
+            {"failure_kind", FindingKindName(inc.kind)},
             {"detection_ms", (inc.detected_wall - inc.fault_wall) / kMillisecond},
             {"shutdown_ms", inc.stopped_wall > 0
                                 ? (inc.stopped_wall - inc.detected_wall) / kMillisecond
@@ -45,7 +45,7 @@ DowntimeRecord DescribeDowntime(const Incident& inc, Nanos first_step_wall) {
            ")";
   }
   DowntimeRecord r;
-  r.line = "incident " + std::to_string(inc.number) + " (" + inc.kind + "): detection " +
+  r.line = "incident " + std::to_string(inc.number) + " (" + FindingKindName(inc.kind) + "): detection " +
            seconds("detection_ms") + ", shutdown " + seconds("shutdown_ms") + ", restart " +
            seconds("restart_ms") + ", " + lost;
   r.json = d.dump(-1, ' ', false, kReplaceBadUtf8);

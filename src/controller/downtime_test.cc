@@ -10,7 +10,7 @@ namespace {
 Incident Crash() {
   Incident inc;
   inc.number = 2;
-  inc.kind = "crash";
+  inc.kind = FindingKind::kRankFailed;
   inc.fault_wall = 100 * kSecond;
   inc.detected_wall = inc.fault_wall + 12 * kMillisecond;
   inc.stopped_wall = inc.detected_wall + 1204 * kMillisecond;
@@ -28,7 +28,7 @@ TEST(DowntimeTest, EveryTermOfAnIncidentThatRestarted) {
   EXPECT_EQ(d["restart_ms"], 3000);
   EXPECT_EQ(d["lost_steps"], 7);
   EXPECT_EQ(r.line,
-            "incident 2 (crash): detection 0.012 s, shutdown 1.204 s, restart 3.000 s, lost 7 step(s) "
+            "incident 2 (rank_failed): detection 0.012 s, shutdown 1.204 s, restart 3.000 s, lost 7 step(s) "
             "(failed at 57, checkpoint 50)");
 }
 

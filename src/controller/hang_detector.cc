@@ -66,7 +66,7 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config) 
   }
   if (stuck.empty() || !(any_quiet || op_stuck)) return std::nullopt;
   Finding f;
-  f.kind = "hang";
+  f.kind = FindingKind::kHang;
   json evidence = json::array();
   const Stuck* culprit = &stuck.front();
   for (const Stuck& s : stuck) {

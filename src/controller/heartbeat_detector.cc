@@ -14,7 +14,7 @@ std::vector<Finding> DetectSilentNodes(const JobView& view, const JobConfig& con
     Nanos silent = view.now_mono - n->last_heartbeat_mono;
     if (silent <= limit) continue;
     Finding f;
-    f.kind = "node_lost";
+    f.kind = FindingKind::kNodeLost;
     f.node = n->node_id;
     f.description = "no heartbeat for " + Seconds(silent) + " (limit " +
                     std::to_string(config.missed_heartbeats) + " x " +

@@ -4,18 +4,21 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "attribution/attribution.h"
 #include "common/clock.h"
+#include "controller/finding.h"
 
 namespace trainguard {
 
 struct Incident {
   int number = 0;
-  std::string kind;
+  FindingKind kind = FindingKind::kRankFailed;
+  std::optional<DetectorVerdict> verdict;  // the detector's own judgement, if it made one
   std::string description;
   Nanos fault_wall = 0;
   Nanos detected_wall = 0;

@@ -430,7 +430,7 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
   if (group_rank >= 0) given_up_slots_.erase(group_rank);
   if (state_ == JobState::kRunning) {
     Finding f;
-    f.kind = "node_lost";
+    f.kind = FindingKind::kNodeLost;
     f.description = "node " + id + " lost: " + why;
     f.node = id;
     f.fault_wall = fault_wall;
@@ -525,12 +525,13 @@ void JobController::CheckHeartbeats() {
 
 void JobController::Fail(const Finding& f) {
   if (state_ != JobState::kRunning) return;
-  const std::string& kind = f.kind;
+  const std::string kind = FindingKindName(f.kind);
   const std::string& description = f.description;
   if (incident_) RecordDowntime(0);  // the previous restart never reached a step
   Incident inc;
   inc.number = ++incident_count_;
-  inc.kind = kind;
+  inc.kind = f.kind;
+  inc.verdict = f.verdict;
   inc.description = description;
   inc.fault_wall = f.fault_wall;
   inc.detected_wall = clock_->WallNanos();
@@ -544,7 +545,7 @@ void JobController::Fail(const Finding& f) {
   inc.hung_ranks = f.hung_ranks;
   inc.hang_roots = f.roots;
   inc.lines = f.lines;
-  if (f.rank >= 0 && f.kind == "rank_failed") inc.exit_times[f.rank] = f.fault_wall;
+  if (f.rank >= 0 && f.kind == FindingKind::kRankFailed) inc.exit_times[f.rank] = f.fault_wall;
   for (const auto& n : nodes_) {
     for (const auto& [r, view] : n.ranks) {
       inc.last_step_wall = std::max<Nanos>(inc.last_step_wall, view.status.last_step_unix_ms() * kMillisecond);
@@ -553,7 +554,7 @@ void JobController::Fail(const Finding& f) {
   incident_ = inc;
   last_failure_ = description;
   last_failure_status_ = 1;
-  if (f.kind == "rank_failed") {
+  if (f.kind == FindingKind::kRankFailed) {
     last_failure_status_ = f.signal != 0 ? 128 + f.signal : (f.exit_code > 0 ? f.exit_code : 1);
   }
   json d = json::parse(f.detail_json, nullptr, false);

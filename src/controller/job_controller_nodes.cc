@@ -163,14 +163,9 @@ void JobController::ObserveLinks(Node* node, const v1::NodeMetrics& metrics) {
       return;  // `node` may no longer hold a session
     }
     if (state_ != JobState::kRunning) continue;  // a restart on the way evicts by the attribution below
-    Finding f;
-    f.kind = "link_flapping";
-    f.description = o.message;
-    f.node = node->node_id;
-    f.fault_wall = clock_->WallNanos();
-    f.lines.push_back({-1, node->node_id, "trainguard: " + o.message});
-    f.detail_json = json{{"link", o.link}, {"flaps_in_window", o.flaps_in_window}}.dump(-1, ' ', false, kReplaceBadUtf8);
-    Fail(f);
+    Fail(LinkFlappingFailure(
+        o, clock_->WallNanos(),
+        json{{"link", o.link}, {"flaps_in_window", o.flaps_in_window}}.dump(-1, ' ', false, kReplaceBadUtf8)));
   }
 }
 

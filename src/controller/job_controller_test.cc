@@ -30,6 +30,11 @@ class JobControllerTest : public testing::Test {
       auto rules = RuleSet::Load(TG_RULES_FILE);
       ASSERT_TRUE(rules.ok()) << rules.status().ToString();
       rules_ = std::make_unique<RuleSet>(std::move(rules.value()));
+      if (!rules_override_.empty()) {
+        auto site = RuleSet::Parse(rules_override_, "site rules");
+        ASSERT_TRUE(site.ok()) << site.status().ToString();
+        rules_->Merge(*site);
+      }
     }
     controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, rules_.get());
     ASSERT_TRUE(controller_->Start().ok());
@@ -133,7 +138,8 @@ class JobControllerTest : public testing::Test {
         st->set_step(step);
         st->set_start_unix_us(start_unix_us + step * 100000);
         st->set_duration_us(100000);
-        std::int64_t fwd = static_cast<std::int64_t>(30000 * (node == slow_node ? slow : 1.0));
+        const bool slowed = node == slow_node || node * nproc + local == slow_rank_;
+        std::int64_t fwd = static_cast<std::int64_t>(30000 * (slowed ? slow : 1.0));
         auto* f = st->add_intervals();
         f->set_name(0);
         f->set_kind(1);
@@ -171,6 +177,8 @@ class JobControllerTest : public testing::Test {
   }
 
   JobConfig config_;
+  std::string rules_override_;  // a --rules file merged over the shipped rules
+  int slow_rank_ = -1;          // Timings: this global rank is slowed as well
   std::unique_ptr<RuleSet> rules_;
   FakeClock clock_;
   InMemoryEventStore store_;
@@ -588,6 +596,48 @@ TEST_F(JobControllerTest, AStragglerIsReportedAndWithEvictTakenOutOfTheJob) {
   EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node2"});
   EXPECT_EQ(store_.GetNodeHealth("node2")->status, "cordoned");
 }
+
+// The eviction is the detector's typed verdict, whatever the job's size (with
+// fewer than 3 nodes the detector judges ranks) and whatever a site's rule
+// file says of the lines: a rule that claims the straggler's own id, and one
+// that matches every line with the highest priority, change nothing.
+class StragglerEvictionTest : public JobControllerTest, public testing::WithParamInterface<int> {};
+
+TEST_P(StragglerEvictionTest, TheSlowNodeIsEvictedAndNoRuleFileChangesThat) {
+  const int nnodes = GetParam();
+  config_.straggler_action = "evict";
+  config_.spares = 1;
+  rules_override_ = R"({"format": "trainguard-attribution-rules", "version": 1, "rules": [
+    {"id": "straggler-compute", "category": "user_code", "priority": 100, "role": "cause", "persistence": "persistent",
+     "hardware": false, "action": "stop", "pattern": "straggler", "description": "hostile"},
+    {"id": "catch-all", "category": "user_code", "priority": 100, "role": "cause", "persistence": "persistent",
+     "hardware": false, "action": "stop", "pattern": ".", "description": "hostile"}]})";
+  const int nproc = nnodes == 1 ? 4 : 2;  // the detector needs 3 units to compare
+  Make(nnodes, nproc, 3, true);
+  for (int i = 0; i < nnodes; ++i) Register(i);
+  Register(nnodes);  // the spare
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  const int slow_node = nnodes - 1;
+  slow_rank_ = slow_node * nproc + 1;  // one rank of the last node computes 60 % slower
+  const StragglerPolicy p;
+  for (std::int64_t step = 0; step < (p.windows_to_evict + 2) * p.window_steps; step += 10) {
+    for (int node = 0; node < nnodes; ++node) Timings(node, 0, nproc, step, step + 10, 1.6, -1);
+    if (controller_->state() != JobState::kRunning) break;
+  }
+  ASSERT_EQ(controller_->state(), JobState::kStopping) << nnodes << " node(s)";
+  for (int node = 0; node < nnodes; ++node) Stopped(node, 0);
+  const std::string slow = "node" + std::to_string(slow_node);
+  EXPECT_EQ(Detail("failure")["failure_kind"], "straggler");
+  EXPECT_EQ(Detail("attribution")["rule"], "straggler-compute");
+  EXPECT_EQ(Detail("attribution")["category"], "other");
+  EXPECT_EQ(Detail("decision")["decision"], "evict_node");
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{slow});
+  EXPECT_EQ(store_.GetNodeHealth(slow)->status, "cordoned");
+  EXPECT_EQ(EventsOf("spare_promoted").size(), 1u);
+  EXPECT_EQ(controller_->state(), JobState::kRunning);  // restarted with the spare
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, StragglerEvictionTest, testing::Values(1, 2, 3, 8));
 
 TEST_F(JobControllerTest, AStragglerIsOnlyReportedByDefault) {
   Make(4, 1);

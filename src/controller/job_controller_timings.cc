@@ -155,17 +155,7 @@ void JobController::ActOnStraggler(const StragglerFinding& f) {
   if (f.kind != "straggler" || !f.evict || config_.straggler_action != "evict") return;
   Node* node = NodeById(f.node);
   if (node == nullptr || node->group_rank < 0 || state_ != JobState::kRunning) return;
-  Finding finding;
-  finding.kind = "straggler";
-  finding.description = f.message;
-  finding.node = f.node;
-  finding.rank = f.rank;
-  finding.rank_step = f.last_step;
-  finding.fault_wall = clock_->WallNanos();
-  // The line the "straggler" attribution rule matches.
-  finding.lines.push_back({f.rank, f.node, "trainguard: " + f.message});
-  finding.detail_json = d.dump(-1, ' ', false, kReplaceBadUtf8);
-  Fail(finding);
+  Fail(StragglerFailure(f, clock_->WallNanos(), d.dump(-1, ' ', false, kReplaceBadUtf8)));
 }
 
 }  // namespace trainguard

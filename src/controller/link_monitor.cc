@@ -88,4 +88,21 @@ double LinkMonitor::BytesPerSecond(const std::string& node) const {
 
 void LinkMonitor::Forget(const std::string& node) { nodes_.erase(node); }
 
+Finding LinkFlappingFailure(const LinkObservation& o, Nanos now_wall, const std::string& detail_json) {
+  Finding f;
+  f.kind = FindingKind::kLinkFlapping;
+  f.description = o.message;
+  f.node = o.node;
+  f.fault_wall = now_wall;
+  f.lines.push_back({-1, o.node, "trainguard: " + o.message});
+  f.detail_json = detail_json;
+  DetectorVerdict v;
+  v.rule_id = "link-flapping";
+  v.category = "network";
+  v.description = "a node's network link kept losing its carrier (a flapping port, cable or transceiver)";
+  v.evict_nodes = {o.node};
+  f.verdict = v;
+  return f;
+}
+
 }  // namespace trainguard

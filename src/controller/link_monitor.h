@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "controller/finding.h"
 #include "proto/protocol.h"
 
 namespace trainguard {
@@ -65,5 +66,10 @@ class LinkMonitor {
   const LinkPolicy policy_;
   std::map<std::string, NodeState> nodes_;
 };
+
+// The failure a "link_flapping" observation becomes: kind kLinkFlapping and
+// the link monitor's verdict ("link-flapping": network, hardware,
+// persistent) supporting the eviction of the node.
+Finding LinkFlappingFailure(const LinkObservation& o, Nanos now_wall, const std::string& detail_json);
 
 }  // namespace trainguard

@@ -11,7 +11,7 @@ std::optional<Finding> DetectFatalLine(const std::string& node_id, const v1::Log
                                        std::int64_t rank_step, Nanos now_wall) {
   if (alert.severity() != "fatal") return std::nullopt;
   Finding f;
-  f.kind = "fatal_line";
+  f.kind = FindingKind::kFatalLine;
   f.node = node_id;
   f.rank = alert.global_rank();
   f.rank_step = rank_step;

@@ -89,18 +89,39 @@ std::vector<int> HangCulprits(const Incident& inc, const Attribution& a) {
   return a.culprit_ranks;
 }
 
+// A detector's verdict as the incident's attribution: taken as it stands,
+// whatever the rules say of the incident's lines (they stay as evidence).
+Attribution FromVerdict(const DetectorVerdict& v, const Incident& inc) {
+  Attribution a;
+  a.category = v.category;
+  a.rule_id = v.rule_id;
+  a.role = "cause";
+  a.description = v.description;
+  a.hardware = v.hardware;
+  a.persistence = v.persistence;
+  a.action = v.evict_nodes.empty() ? "restart" : "evict_node";
+  a.culprit_nodes = v.evict_nodes;
+  if (inc.first_rank >= 0) a.culprit_ranks = {inc.first_rank};
+  a.confidence = 1.0;  // measured, not read from text
+  for (const auto& l : inc.lines) a.evidence.push_back({l.rank, l.node, v.rule_id, v.category, "cause", l.text});
+  a.summary = v.category + ": " + v.description;
+  return a;
+}
+
 }  // namespace
 
 Blame AssignBlame(const RuleSet* rules, const Incident& inc,
                   const std::function<std::string(int)>& node_of_rank) {
   Blame b;
-  if (rules != nullptr) {
+  if (inc.verdict) {
+    b.attribution = FromVerdict(*inc.verdict, inc);
+  } else if (rules != nullptr) {
     b.attribution = Attribute(*rules, inc.lines);
     PreferFirstInTime(*rules, inc, &b);
   }
   const Attribution& a = b.attribution;
   b.culprit_ranks = a.culprit_ranks;
-  if (inc.kind == "hang") {
+  if (inc.kind == FindingKind::kHang) {
     b.culprit_ranks = HangCulprits(inc, a);
   } else if (b.culprit_ranks.empty() && inc.first_rank >= 0 &&
              (a.culprit_nodes.empty() ||
@@ -158,6 +179,12 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
     v.why = std::to_string(no_progress_incidents_) +
             " failures in a row without getting past step " + std::to_string(best_failure_step_) +
             ": stopping the restart loop; last: " + a.category + " (" + a.description + ")";
+  } else if (inc.verdict && !inc.verdict->evict_nodes.empty()) {
+    // A detector measured it (step timings, link counters): its nodes go.
+    v.decision = Decision::kEvict;
+    v.evict_nodes = inc.verdict->evict_nodes;
+    v.why = a.category + " on " + culprit + " (" + a.rule_id + "): evicting node(s) and restarting" +
+            (v.history.empty() ? "" : " (" + v.history + ")");
   } else if (a.action == "evict_node" || fleet.PointsAtNode() ||
              (suspect_history && (IsHardwareCategory(a.category) || a.category == "other" ||
                                   a.category == "comm_hang"))) {

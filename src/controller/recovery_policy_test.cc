@@ -19,7 +19,7 @@ FleetFinding HardwareHistory(std::map<std::string, int> counts) {
 Incident Hang(std::vector<int> hung, int first_rank) {
   Incident inc;
   inc.number = 1;
-  inc.kind = "hang";
+  inc.kind = FindingKind::kHang;
   inc.hung_ranks = std::move(hung);
   inc.first_rank = first_rank;
   inc.first_node = NodeOf(first_rank);
@@ -56,7 +56,7 @@ TEST(BlameTest, WithoutStacksTheHangDetectorsCulpritStands) {
 
 TEST(BlameTest, TheCulpritsOwnStepIsTheFailureStep) {
   Incident inc;
-  inc.kind = "rank_failed";
+  inc.kind = FindingKind::kRankFailed;
   inc.first_rank = 1;
   inc.first_rank_step = 17;
   inc.failure_step = 19;
@@ -69,7 +69,7 @@ TEST(BlameTest, TheFirstFailureInTimeOutweighsPeersSymptoms) {
   auto rules = RuleSet::Load(TG_RULES_FILE);
   ASSERT_TRUE(rules.ok()) << rules.status().ToString();
   Incident inc;
-  inc.kind = "rank_failed";
+  inc.kind = FindingKind::kRankFailed;
   inc.first_rank = 0;
   inc.first_node = "node0";
   // Rank 0 reports a lost peer; rank 3 died earlier, saying nothing the rules know.
@@ -99,7 +99,7 @@ Blame Attributed(const std::string& category, const std::string& rule, const std
 
 Incident FailedAt(std::int64_t step) {
   Incident inc;
-  inc.kind = "rank_failed";
+  inc.kind = FindingKind::kRankFailed;
   inc.failure_step = step;
   return inc;
 }

@@ -381,4 +381,27 @@ void StragglerDetector::JudgeTrend(std::int64_t index, const Window& w, std::vec
   out->push_back(std::move(f));
 }
 
+Finding StragglerFailure(const StragglerFinding& f, Nanos now_wall, const std::string& detail_json) {
+  Finding out;
+  out.kind = FindingKind::kStraggler;
+  out.description = f.message;
+  out.node = f.node;
+  out.rank = f.rank;
+  out.rank_step = f.last_step;
+  out.fault_wall = now_wall;
+  out.lines.push_back({f.rank, f.node, "trainguard: " + f.message});
+  out.detail_json = detail_json;
+  DetectorVerdict v;
+  const bool compute = f.signal == "compute";
+  v.rule_id = compute ? "straggler-compute" : "straggler-communication";
+  v.category = compute ? "other" : "network";
+  v.description = compute ? "a node computed markedly slower than the job's other nodes for many steps (a "
+                            "throttled CPU or GPU, a degraded part, a noisy neighbour): every rank waited for it"
+                          : "a node spent markedly longer in its collectives than the job's other nodes for many "
+                            "steps, with its compute at the job's pace: its links are slow";
+  v.evict_nodes = {f.node};
+  out.verdict = v;
+  return out;
+}
+
 }  // namespace trainguard

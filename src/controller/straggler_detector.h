@@ -44,6 +44,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/clock.h"
+#include "controller/finding.h"
+
 namespace trainguard {
 
 struct StragglerPolicy {
@@ -140,5 +143,13 @@ class StragglerDetector {
   bool skip_window_ = true;  // the generation's first window is start-up
   bool trend_said_ = false;
 };
+
+// The failure a "straggler" finding with `evict` set becomes under
+// --straggler-action evict: kind kStraggler, the node as the culprit, and the
+// detector's verdict ("straggler-compute": other, or
+// "straggler-communication": network; hardware, persistent) supporting the
+// eviction of `f.node` whatever the job's size (with fewer than 3 nodes the
+// detector judged ranks, and `f.node` is the slow rank's node).
+Finding StragglerFailure(const StragglerFinding& f, Nanos now_wall, const std::string& detail_json);
 
 }  // namespace trainguard
