@@ -157,6 +157,7 @@ TEST_F(HttpApiTest, AnIncidentShowsWithItsAttributionAndTheEventsPageAndStream) 
     controller_->OnMessage(i + 1, s);
   }
   reader.join();
+  ASSERT_TRUE(controller_->FlushStore(std::chrono::seconds(10)));  // what the pages read is in the store
   EXPECT_NE(streamed.find("event: failure\n"), std::string::npos) << streamed;
   EXPECT_NE(streamed.find("event: attribution\n"), std::string::npos);
 

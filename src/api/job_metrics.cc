@@ -59,8 +59,25 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
   };
   single("trainguard_job_restarts_total", "counter", "Restarts of the job's ranks", job.restart_count);
   single("trainguard_store_errors_total", "counter",
-         "Writes to the store that failed (events not stored are printed on the controller's stderr)",
+         "Reads of the store that failed and write attempts that failed (writes are retried)",
          static_cast<double>(job.store_errors));
+  single("trainguard_store_queue_depth", "gauge", "Writes waiting for the store (events, cordons, timings)",
+         static_cast<double>(job.store_queued));
+  single("trainguard_store_write_retries_total", "counter", "Write attempts that failed and were tried again",
+         static_cast<double>(job.store_retries));
+  single("trainguard_store_writes_given_up_total", "counter",
+         "Writes the store refused as wrong (printed on the controller's stderr)",
+         static_cast<double>(job.store_given_up));
+  single("trainguard_store_backpressure_waits_total", "counter",
+         "Times the controller waited because the store's write queue was full",
+         static_cast<double>(job.store_backpressure_waits));
+  single("trainguard_store_timing_batches_dropped_total", "counter",
+         "Step-timing batches dropped because the store's bulk queue was full",
+         static_cast<double>(job.store_timings_dropped));
+  single("trainguard_store_unavailable", "gauge", "1 while the store does not take writes",
+         job.store_unavailable ? 1.0 : 0.0);
+  single("trainguard_store_oldest_queued_seconds", "gauge", "How long the oldest waiting write has waited",
+         job.store_oldest_queued_s);
   single("trainguard_job_max_restarts", "gauge", "Restarts allowed before the job fails", job.max_restarts);
   single("trainguard_job_nodes", "gauge", "Nodes of the running generation", job.active_nnodes);
   single("trainguard_job_nodes_desired", "gauge", "Nodes the job asks for (the most, if elastic)", job.nnodes);

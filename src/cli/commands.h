@@ -25,6 +25,7 @@ struct JobOptions {
   std::string tls_cert, tls_key;    // TLS for the agents' stream (PEM files); "" = none
   std::string tls_ca;               // what this host's agents trust; "" = tls_cert (self-signed)
   double reconnect_window_s = 60;   // agents keep their ranks this long when the controller is gone
+  double store_drain_timeout_s = 120;  // at the end: how long queued writes wait for a store that is away
   std::vector<std::string> alert_webhooks;  // JSON POSTs of incidents, decisions, evictions, the end (docs/alerts.md)
   std::string straggler_action = "report";  // report or evict (controller/straggler_detector.h)
   double straggler_threshold = 0.07;        // a node this much slower than the median is slow

@@ -166,6 +166,14 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
     return 2;
   }
+  // The controller's writer thread has a connection of its own: a write that
+  // waits on the server (a locked file, a restarting PostgreSQL) never holds
+  // up the controller's reads (store/store_writer.h).
+  auto write_store = OpenEventStore(o.store);
+  if (!write_store.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", write_store.status().message().c_str());
+    return 2;
+  }
   auto rules = LoadRulesFor(o.extra_rules);
   if (!rules.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", rules.status().message().c_str());
@@ -214,8 +222,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     }
     config.api_url = api->url();
   }
-  JobController controller(config, RealClock::Get(), store->get(), nullptr,
-                           &rules.value());
+  JobController controller(config, RealClock::Get(), store->get(), nullptr, &rules.value(), write_store->get());
   struct ApiGuard {  // the API stops serving before the controller goes
     std::unique_ptr<HttpApi>* api;
     ~ApiGuard() {
@@ -430,6 +437,14 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     }
   }
   server.Shutdown(2000);
+  // Every event in the store before it is read back; a store that is away
+  // gets the drain's time (then what is left is named on stderr).
+  if (!controller.FlushStore(std::chrono::milliseconds(static_cast<std::int64_t>(o.store_drain_timeout_s * 1000)))) {
+    const StoreWriter::Stats w = controller.StoreStats();
+    std::fprintf(stderr, "trainguard: warning: %lld write(s) not yet in the store %s after %.0f s (%s)\n",
+                 static_cast<long long>(w.queued), StoreDisplayName(o.store).c_str(), o.store_drain_timeout_s,
+                 w.last_error.c_str());
+  }
   bool ok = controller.state() == JobState::kSucceeded;
   std::fprintf(stderr, "trainguard: %s\n", controller.summary().c_str());
   PrintDowntime(store->get(), job_id);

@@ -82,6 +82,11 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
                   "controller started again on the job's store within it takes the job back (0: agents exit)")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
+  cmd->add_option("--store-drain-timeout", o->store_drain_timeout_s,
+                  "seconds the controller waits at the job's end for writes still queued for a store that is away "
+                  "(while the job runs they wait and are retried as long as it takes)")
+      ->check(CLI::Range(0.0, 86400.0))
+      ->capture_default_str();
   cmd->add_option("--tls-cert", o->tls_cert,
                   "PEM certificate (chain) the controller serves the agents' stream with; with --tls-key")
       ->check(CLI::ExistingFile);

@@ -37,16 +37,26 @@ const char* JobStateName(JobState s) {
 
 
 JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
-                             NodeProvider* provider, const RuleSet* rules)
+                             NodeProvider* provider, const RuleSet* rules, EventStore* write_store)
     : config_(std::move(config)),
       rules_(rules),
       scan_rules_json_(rules != nullptr ? rules->ScanRules().ToJson() : ""),
       clock_(clock),
       store_(store),
+      writer_(std::make_unique<StoreWriter>(write_store != nullptr ? write_store : store)),
       provider_(provider),
       policy_(config_.no_progress_restarts),
       link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}),
       stragglers_(config_.straggler) {}
+
+JobController::~JobController() = default;  // writer_ drains (bounded) and stops
+
+bool JobController::FlushStore(std::chrono::milliseconds timeout) { return writer_->Flush(timeout); }
+
+StatusOr<NodeHealth> JobController::HealthOf(const std::string& node_id) {
+  if (auto pending = writer_->PendingHealth(node_id)) return *pending;
+  return store_->GetNodeHealth(node_id);
+}
 
 void JobController::SetNodeProvider(NodeProvider* provider) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -213,6 +223,22 @@ void JobController::MaybeStartGeneration() {
   start->set_no_instrument(config_.no_instrument);
   for (const auto& a : config_.argv) start->add_argv(a);
   for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
+  json group_ranks = json::object();
+  for (Node* n : slots) group_ranks[n->node_id] = n->group_rank;
+  json d = {{"master_addr", master->address}, {"master_port", master->free_port},
+            {"restart_count", restart_count_}, {"nnodes", active_nnodes_}, {"group_ranks", group_ranks}};
+  // The decision is in the store before it is acted on: a controller killed
+  // after this point resumes this generation, not the one before it.
+  StoreWriter::Ticket decided =
+      Emit("generation_started", "", -1, -1,
+           "started generation " + std::to_string(generation_) + " (restart " + std::to_string(restart_count_) + "/" +
+               std::to_string(config_.max_restarts) + "), master " + master->address + ":" +
+               std::to_string(master->free_port),
+           d.dump(-1, ' ', false, kReplaceBadUtf8));
+  if (!writer_->WaitDurable(decided, kDurableStartWait)) {
+    std::fprintf(stderr, "trainguard: generation %lld starts before the store has its record (the store is slow or "
+                         "away; the record follows)\n", static_cast<long long>(generation_));
+  }
   for (Node* n : slots) {
     start->set_group_rank(n->group_rank);
     n->ranks.clear();
@@ -220,14 +246,7 @@ void JobController::MaybeStartGeneration() {
     n->last_heartbeat_mono = clock_->MonotonicNanos();
     n->link->Send(msg);
   }
-  json d = {{"master_addr", master->address}, {"master_port", master->free_port},
-            {"restart_count", restart_count_}, {"nnodes", active_nnodes_}};
   SetState(JobState::kRunning, "generation " + std::to_string(generation_) + " started");
-  Emit("generation_started", "", -1, -1,
-       "started generation " + std::to_string(generation_) + " (restart " +
-           std::to_string(restart_count_) + "/" + std::to_string(config_.max_restarts) +
-           "), master " + master->address + ":" + std::to_string(master->free_port),
-       d.dump(-1, ' ', false, kReplaceBadUtf8));
 }
 
 void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
@@ -375,12 +394,10 @@ void JobController::HandleLogAlert(Node* node, const v1::LogAlert& alert) {
        d.dump(-1, ' ', false, kReplaceBadUtf8));
   if (alert.severity() == "warning") {
     // A warning makes the node watched unless it is suspect already.
-    auto health = store_->GetNodeHealth(node->node_id);
+    auto health = HealthOf(node->node_id);
     if (health.ok() && health->status != "suspect" && health->status != "cordoned") {
-      Status st = store_->SetNodeHealth({node->node_id, "watch", "warning: " + alert.line() +
-                                         " (rule " + alert.rule_id() + ")", config_.job_id,
-                                         clock_->WallNanos()});
-      if (!st.ok()) ++store_errors_;
+      writer_->SetNodeHealth({node->node_id, "watch", "warning: " + alert.line() + " (rule " + alert.rule_id() + ")",
+                              config_.job_id, clock_->WallNanos()});
     }
     return;
   }
@@ -674,10 +691,8 @@ Verdict JobController::Decide() {
   Emit("decision", b.culprit_node, b.culprit_rank, b.step,
        std::string("incident ") + std::to_string(inc.number) + ": " + decision_name + ": " + v.why,
        json{{"incident", inc.number}, {"decision", decision_name}, {"reason", v.why}}.dump(-1, ' ', false, kReplaceBadUtf8));
-  Status st = store_->RecordIncident({config_.job_id, inc.number, clock_->WallNanos(),
-                                      b.culprit_node, b.culprit_rank, a.category, a.rule_id,
-                                      decision_name, b.step, d.dump(-1, ' ', false, kReplaceBadUtf8)});
-  if (!st.ok()) ++store_errors_;
+  writer_->RecordIncident({config_.job_id, inc.number, clock_->WallNanos(), b.culprit_node, b.culprit_rank,
+                           a.category, a.rule_id, decision_name, b.step, d.dump(-1, ' ', false, kReplaceBadUtf8)});
   if (v.decision == Decision::kEvict) {
     v.evidence_json = json{{"incident", inc.number}, {"category", a.category}, {"rule", a.rule_id},
                            {"description", a.description}, {"evidence", evidence}}
@@ -694,7 +709,7 @@ FleetFinding JobController::ReadFleet(const Blame& b) {
   q.program = ProgramOf(config_.argv);
   q.since = clock_->WallNanos() - config_.suspicion_window;
   for (const auto& n : b.culprit_nodes) {
-    auto health = store_->GetNodeHealth(n);
+    auto health = HealthOf(n);
     if (health.ok() && health->status == "ok") q.node_since[n] = std::max(q.since, health->wall_ns);
   }
   if (auto jobs = store_->Jobs(); jobs.ok()) {
@@ -707,11 +722,11 @@ FleetFinding JobController::ReadFleet(const Blame& b) {
       }
     }
   } else {
-    ++store_errors_;
+    ++store_read_errors_;
   }
   auto incidents = store_->IncidentsOnNode("");
   if (!incidents.ok()) {
-    ++store_errors_;
+    ++store_read_errors_;
     return {};
   }
   return ReadFleetHistory(b, *incidents, q);
@@ -743,8 +758,7 @@ void JobController::Finish(JobState final_state, const std::string& summary) {
   Emit(final_state == JobState::kSucceeded ? "job_succeeded" : "job_failed", "", -1, MaxStep(),
        summary, json{{"restart_count", restart_count_}, {"last_step_unix_ms", last_step_wall / kMillisecond},
                      {"checkpoint_overhead_ms", CheckpointOverheadMs()}}.dump(-1, ' ', false, kReplaceBadUtf8));
-  Status s = store_->UpdateJob(config_.job_id, JobStateName(final_state), ValidUtf8(summary));
-  if (!s.ok()) ++store_errors_;
+  writer_->UpdateJob(config_.job_id, JobStateName(final_state), ValidUtf8(summary));
   v1::ControllerMessage msg;
   msg.mutable_shutdown()->set_reason(summary);
   msg.mutable_shutdown()->set_exit_status(final_state == JobState::kSucceeded ? 0 : last_failure_status_);
@@ -761,12 +775,11 @@ void JobController::SetState(JobState s, const std::string& why) {
   Emit("state", "", -1, -1, std::string(JobStateName(old)) + " -> " + JobStateName(s) + ": " + why,
        json{{"from", JobStateName(old)}, {"to", JobStateName(s)}}.dump(-1, ' ', false, kReplaceBadUtf8));
   if (s != JobState::kSucceeded && s != JobState::kFailed) {
-    Status st = store_->UpdateJob(config_.job_id, JobStateName(s), "");
-    if (!st.ok()) ++store_errors_;
+    writer_->UpdateJob(config_.job_id, JobStateName(s), "");
   }
 }
 
-void JobController::Emit(const std::string& kind, const std::string& node, int rank,
+StoreWriter::Ticket JobController::Emit(const std::string& kind, const std::string& node, int rank,
                          std::int64_t step, const std::string& message,
                          const std::string& detail_json) {
   Event e;
@@ -780,14 +793,9 @@ void JobController::Emit(const std::string& kind, const std::string& node, int r
   // Messages quote command lines and rank output: the store keeps UTF-8 text.
   e.message = ValidUtf8(message);
   e.detail_json = detail_json;
-  Status s = store_->Append(e);
-  if (!s.ok()) {
-    // The event cannot be stored: say so on stderr so it is not lost silently.
-    ++store_errors_;
-    std::fprintf(stderr, "trainguard: event not stored (%s): %s: %s\n", s.ToString().c_str(),
-                 kind.c_str(), message.c_str());
-  }
   if (listener_ != nullptr) listener_->OnEvent(e);
+  // In order, on the writer's thread; retried while the store is away (store_writer.h).
+  return writer_->Append(std::move(e));
 }
 
 void JobController::SetEventListener(EventListener* listener) {

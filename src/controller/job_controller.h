@@ -23,6 +23,15 @@
 // periodically (every 50 ms) and tests call after advancing a FakeClock.
 // Every decision is appended to the EventStore with its evidence.
 //
+// Store I/O. Writes (events, incidents, cordons, job state, diagnostics,
+// timings) never run under the controller's mutex: they are enqueued, in
+// order, on a StoreWriter (store/store_writer.h) whose thread writes them and
+// retries them while the store is away. Only the generation_started event
+// is waited for, briefly (kDurableStartWait), before its Start is sent
+// (docs/events.md, "what is durable when"). Reads that remain (a
+// registering node's cordon, other jobs' incidents when an incident is
+// decided) see the writer's queued cordons first.
+//
 // Thread safety: all public methods may be called from any thread; one mutex
 // serializes them. AgentLink::Send and NodeProvider::ReplaceNode are called
 // with that mutex held and must not block or call back into the controller.
@@ -53,6 +62,7 @@
 #include "controller/straggler_detector.h"
 #include "proto/protocol.h"
 #include "store/event_store.h"
+#include "store/store_writer.h"
 
 namespace trainguard {
 
@@ -105,8 +115,13 @@ class JobController {
   // `store` and `clock` must outlive the controller; `provider` may be null
   // (lost nodes are then waited for until rendezvous_timeout). `rules` may be
   // null: incidents are then not attributed and every failure is restarted.
+  // `write_store` (default: `store`) is what the writer thread writes to: a
+  // connection of its own, so that a write that waits on the server never
+  // holds up the controller's reads.
   JobController(JobConfig config, Clock* clock, EventStore* store, NodeProvider* provider,
-                const RuleSet* rules = nullptr);
+                const RuleSet* rules = nullptr, EventStore* write_store = nullptr);
+  // Drains the store writer (bounded): false when writes are still queued.
+  ~JobController();
 
   // Replaces the node provider (null: none). Takes effect for the next loss.
   void SetNodeProvider(NodeProvider* provider);
@@ -144,6 +159,11 @@ class JobController {
   const JobConfig& config() const { return config_; }
   // A copy of the job as it is now (job_controller_snapshot.cc).
   JobSnapshot Snapshot() const;
+  // Waits (in real time, without the controller's mutex) until every write
+  // made so far is in the store; false on timeout. The daemon calls it before
+  // it reads the store back and exits; tests before they read the store.
+  bool FlushStore(std::chrono::milliseconds timeout);
+  StoreWriter::Stats StoreStats() const { return writer_->stats(); }
 
  private:
   // A node as the controller holds it: what detectors see, and its session.
@@ -252,17 +272,25 @@ class JobController {
   void Finish(JobState final_state, const std::string& summary);
   void SetState(JobState s, const std::string& why);
   void RecordDowntime(Nanos first_step_wall);
-  void Emit(const std::string& kind, const std::string& node, int rank, std::int64_t step,
-            const std::string& message, const std::string& detail_json = "{}");
+  // Records an event (in order, through the writer) and tells the listener.
+  StoreWriter::Ticket Emit(const std::string& kind, const std::string& node, int rank, std::int64_t step,
+                           const std::string& message, const std::string& detail_json = "{}");
+  // A node's health: a cordon still queued in the writer, else the store's.
+  StatusOr<NodeHealth> HealthOf(const std::string& node_id);
   std::int64_t MaxStep() const;
   // Checkpoint time of the current generation, the slowest rank's.
   double CheckpointOverheadMs() const;
+
+  // How long a new generation's Start waits for its generation_started event
+  // to be in the store (then it goes anyway, and the event follows).
+  static constexpr std::chrono::milliseconds kDurableStartWait{200};
 
   const JobConfig config_;
   const RuleSet* const rules_;
   const std::string scan_rules_json_;  // rules_'s scan rules as a rule file, sent in every Welcome
   Clock* const clock_;
-  EventStore* const store_;
+  EventStore* const store_;                   // reads
+  const std::unique_ptr<StoreWriter> writer_;  // every write, off the mutex
   NodeProvider* provider_;  // guarded by mu_
   EventListener* listener_ = nullptr;  // guarded by mu_
 
@@ -289,7 +317,7 @@ class JobController {
   int last_failure_status_ = 1;  // FailureExitStatus()
   RecoveryPolicy policy_;
   std::string summary_;
-  std::int64_t store_errors_ = 0;
+  std::int64_t store_read_errors_ = 0;  // reads of the store that failed (writes: writer_->stats())
   bool started_ = false;
   std::vector<std::pair<std::uint64_t, v1::Register>> early_registrations_;  // before Start
   std::optional<DiagnosisRound> diagnosis_;  // in DIAGNOSING

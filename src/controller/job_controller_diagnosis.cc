@@ -161,10 +161,8 @@ void JobController::HandleDiagnostics(Node* node, const v1::DiagnosticsResult& r
   if (!figures.ok()) {
     diagnosis_->NodeGone(node->node_id, "its diagnostics are unreadable: " + figures.status().message());
   } else {
-    if (!store_->RecordDiagnostics({node->node_id, clock_->WallNanos(), config_.diagnose, config_.job_id,
-                                    result.figures_json()}).ok()) {
-      ++store_errors_;
-    }
+    writer_->RecordDiagnostics(
+        {node->node_id, clock_->WallNanos(), config_.diagnose, config_.job_id, result.figures_json()});
     json d = {{"round", result.round()}, {"wall_ms", result.wall_ms()},
               {"stage", DiagStageName(diagnosis_->stage())},
               {"figures", json::parse(result.figures_json(), nullptr, false)}};

@@ -110,10 +110,8 @@ void JobController::Evict(const std::string& node_id, const std::string& why, co
   Emit("node_evicted", node_id, -1, -1, "node " + node_id + " evicted and cordoned: " + why,
        json{{"reason", why}, {"by", by}, {"group_rank", node->group_rank}, {"evidence", e}}.dump(-1, ' ', false, kReplaceBadUtf8));
   const Nanos now = clock_->WallNanos();
-  if (!store_->RecordNodeAction({node_id, now, "evict", by, why, config_.job_id, e.dump(-1, ' ', false, kReplaceBadUtf8)}).ok()) {
-    ++store_errors_;
-  }
-  if (!store_->SetNodeHealth({node_id, "cordoned", "evicted: " + why, config_.job_id, now}).ok()) ++store_errors_;
+  writer_->RecordNodeAction({node_id, now, "evict", by, why, config_.job_id, e.dump(-1, ' ', false, kReplaceBadUtf8)});
+  writer_->SetNodeHealth({node_id, "cordoned", "evicted: " + why, config_.job_id, now});
   RemoveFromJob(node, why);
 }
 
@@ -140,7 +138,7 @@ void JobController::EvictCordonedNodes() {
   std::vector<std::string> cordoned;
   for (const auto& n : nodes_) {
     if (n.conn == 0 || n.group_rank < 0) continue;
-    auto health = store_->GetNodeHealth(n.node_id);
+    auto health = HealthOf(n.node_id);
     if (health.ok() && health->status == "cordoned") cordoned.push_back(n.node_id);
   }
   for (const auto& id : cordoned) {

@@ -60,7 +60,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   // After a restart of the controller: a node of the running generation
   // that is back with its ranks (job_controller_resume.cc).
   if (ResumeNode(conn, link, reg, &welcome)) return;
-  if (auto health = store_->GetNodeHealth(reg.node_id()); health.ok() && health->status == "cordoned") {
+  if (auto health = HealthOf(reg.node_id()); health.ok() && health->status == "cordoned") {
     refuse("node " + reg.node_id() + " is cordoned (" + health->reason +
            (health->job_id.empty() ? "" : ", by job " + health->job_id) +
            "); `trainguard uncordon " + reg.node_id() + "` returns it");
@@ -166,7 +166,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
        "node " + node->node_id + " (" + reg.hostname() + ", " + reg.address() + ") registered " +
            (spare ? std::string("as an idle spare") : "as group rank " + std::to_string(node->group_rank)),
        d.dump(-1, ' ', false, kReplaceBadUtf8));
-  auto health = store_->GetNodeHealth(node->node_id);
+  auto health = HealthOf(node->node_id);
   if (health.ok() && health->status == "suspect") {
     Emit("node_suspect", node->node_id, -1, -1,
          "warning: node " + node->node_id + " is marked suspect since job " + health->job_id +

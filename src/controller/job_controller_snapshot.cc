@@ -42,7 +42,15 @@ JobSnapshot JobController::Snapshot() const {
   s.checkpoint_overhead_ms = CheckpointOverheadMs();
   s.incident_open = incident_.has_value();
   s.incidents = incident_count_;
-  s.store_errors = store_errors_;
+  const StoreWriter::Stats w = writer_->stats();
+  s.store_errors = store_read_errors_ + w.retries + w.given_up;
+  s.store_queued = w.queued;
+  s.store_retries = w.retries;
+  s.store_given_up = w.given_up;
+  s.store_backpressure_waits = w.backpressure_waits;
+  s.store_timings_dropped = w.bulk_dropped;
+  s.store_unavailable = w.failing;
+  s.store_oldest_queued_s = w.oldest_queued_s;
   s.last_failure = last_failure_;
   s.summary = summary_;
   s.now_wall = clock_->WallNanos();

@@ -164,9 +164,15 @@ class JobControllerTest : public testing::Test {
     controller_->OnMessage(node + 1, m);
   }
 
+  // The store once the controller's writes are in it.
+  InMemoryEventStore& Stored() {
+    if (controller_) EXPECT_TRUE(controller_->FlushStore(std::chrono::milliseconds(10000)));
+    return store_;
+  }
+
   std::vector<Event> EventsOf(const std::string& kind) {
     std::vector<Event> out;
-    for (const auto& e : store_.Events("job").value()) {
+    for (const auto& e : Stored().Events("job").value()) {
       if (e.kind == kind) out.push_back(e);
     }
     return out;
@@ -312,7 +318,7 @@ TEST_F(JobControllerTest, AgentsThatRegisterBeforeStartAreWelcomedByIt) {
   ASSERT_TRUE(controller_->Start().ok());
   ASSERT_NE(link->Last(Kind::kWelcome), nullptr);
   EXPECT_NE(link->Last(Kind::kStart), nullptr);
-  auto events = store_.Events("early");
+  auto events = Stored().Events("early");
   ASSERT_TRUE(events.ok());
   EXPECT_EQ(events->front().kind, "job_created");  // the job exists before its first node
 }
@@ -335,7 +341,7 @@ TEST_F(JobControllerTest, SucceedsWhenEveryRankExitsZero) {
   EXPECT_EQ(controller_->state(), JobState::kSucceeded);
   EXPECT_EQ(a->Count(Kind::kShutdown), 1);
   EXPECT_EQ(b->Count(Kind::kShutdown), 1);
-  EXPECT_EQ(store_.Jobs().value()[0].state, "SUCCEEDED");
+  EXPECT_EQ(Stored().Jobs().value()[0].state, "SUCCEEDED");
 }
 
 TEST_F(JobControllerTest, CrashStopsEveryNodeThenRestartsWithANewGeneration) {
@@ -386,7 +392,7 @@ TEST_F(JobControllerTest, FailsWithASummaryAfterMaxRestarts) {
   EXPECT_NE(controller_->summary().find("FAILED after 1 restart(s)"), std::string::npos);
   EXPECT_NE(controller_->summary().find("exited with code 2"), std::string::npos);
   EXPECT_EQ(a->Count(Kind::kShutdown), 1);
-  EXPECT_EQ(store_.Jobs().value()[0].state, "FAILED");
+  EXPECT_EQ(Stored().Jobs().value()[0].state, "FAILED");
 }
 
 TEST_F(JobControllerTest, HangIsDetectedOnlyAfterTheTimeout) {
@@ -561,7 +567,7 @@ TEST_F(JobControllerTest, StepTimingsAreStoredOnTheControllersClock) {
   controller_->OnMessage(2, echo);
   Timings(0, 0, 1, 0, 3, 1.0, -1, 10'000'000);
   Timings(1, 0, 1, 0, 3, 1.0, -1, 10'000'000);
-  auto rows = store_.StepTimings("job", 0, 100).value();
+  auto rows = Stored().StepTimings("job", 0, 100).value();
   ASSERT_EQ(rows.size(), 6u);
   EXPECT_EQ(rows[0].rank, 0);
   EXPECT_EQ(rows[0].node, "node0");
@@ -594,7 +600,7 @@ TEST_F(JobControllerTest, AStragglerIsReportedAndWithEvictTakenOutOfTheJob) {
   EXPECT_EQ(Detail("attribution")["rule"], "straggler-compute");
   EXPECT_EQ(Detail("decision")["decision"], "evict_node");
   EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node2"});
-  EXPECT_EQ(store_.GetNodeHealth("node2")->status, "cordoned");
+  EXPECT_EQ(Stored().GetNodeHealth("node2")->status, "cordoned");
 }
 
 // The eviction is the detector's typed verdict, whatever the job's size (with
@@ -632,7 +638,7 @@ TEST_P(StragglerEvictionTest, TheSlowNodeIsEvictedAndNoRuleFileChangesThat) {
   EXPECT_EQ(Detail("attribution")["category"], "other");
   EXPECT_EQ(Detail("decision")["decision"], "evict_node");
   EXPECT_EQ(provider_.evicted, std::vector<std::string>{slow});
-  EXPECT_EQ(store_.GetNodeHealth(slow)->status, "cordoned");
+  EXPECT_EQ(Stored().GetNodeHealth(slow)->status, "cordoned");
   EXPECT_EQ(EventsOf("spare_promoted").size(), 1u);
   EXPECT_EQ(controller_->state(), JobState::kRunning);  // restarted with the spare
 }
@@ -652,7 +658,7 @@ TEST_F(JobControllerTest, AStragglerIsOnlyReportedByDefault) {
   // Timings of another generation are stored but judge nobody.
   Timings(3, 7, 1, 500, 600, 5.0, 3);
   EXPECT_EQ(EventsOf("straggler").size(), 2u);
-  EXPECT_EQ(store_.StepTimings("job", 500, 600)->size(), 100u);
+  EXPECT_EQ(Stored().StepTimings("job", 500, 600)->size(), 100u);
 }
 
 TEST_F(JobControllerTest, AGpuFaultEvictsTheCulpritNodeAndCordonsIt) {
@@ -669,15 +675,15 @@ TEST_F(JobControllerTest, AGpuFaultEvictsTheCulpritNodeAndCordonsIt) {
   EXPECT_EQ(Detail("decision")["decision"], "evict_node");
   EXPECT_TRUE(b->closed);
   EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node1"});
-  EXPECT_EQ(store_.GetNodeHealth("node1")->status, "cordoned");
-  auto actions = store_.NodeActions("node1").value();
+  EXPECT_EQ(Stored().GetNodeHealth("node1")->status, "cordoned");
+  auto actions = Stored().NodeActions("node1").value();
   ASSERT_EQ(actions.size(), 1u);
   EXPECT_EQ(actions[0].action, "evict");
   EXPECT_EQ(actions[0].by, "controller of job job");
   EXPECT_EQ(nlohmann::json::parse(actions[0].evidence_json)["rule"], a["rule"]);
   EXPECT_EQ(Detail("node_evicted")["evidence"]["category"], "gpu_hardware");
   EXPECT_EQ(controller_->state(), JobState::kRestarting);  // waits for the replacement
-  auto incidents = store_.IncidentsOnNode("node1");
+  auto incidents = Stored().IncidentsOnNode("node1");
   ASSERT_EQ(incidents->size(), 1u);
   EXPECT_EQ((*incidents)[0].category, "gpu_hardware");
 }
@@ -809,12 +815,12 @@ TEST_F(JobControllerTest, PreflightDiagnosesOneNodeAtATimeAndKeepsASlowNodeOut) 
   Diagnosed(2, n2, 9.7);
   EXPECT_EQ(spare->Count(Kind::kRunDiagnostics), 0);
   EXPECT_TRUE(n2->closed);
-  EXPECT_EQ(store_.GetNodeHealth("node2")->status, "cordoned");
+  EXPECT_EQ(Stored().GetNodeHealth("node2")->status, "cordoned");
   auto evidence = Detail("node_evicted")["evidence"];
   EXPECT_EQ(evidence["purpose"], "preflight");
   EXPECT_NE(evidence["failures"][0].get<std::string>().find("of the median 19.00 of 3 nodes"), std::string::npos)
       << evidence.dump();
-  EXPECT_EQ(store_.LatestDiagnostics()->size(), 3u);
+  EXPECT_EQ(Stored().LatestDiagnostics()->size(), 3u);
   // The spare takes group rank 2 and generation 0 starts.
   EXPECT_EQ(controller_->state(), JobState::kRunning);
   ASSERT_NE(spare->Last(Kind::kStart), nullptr);
@@ -850,7 +856,7 @@ TEST_F(JobControllerTest, AfterAFailureTheDiagnosedBadNodeIsEvictedAndASpareTake
   ASSERT_EQ(controller_->state(), JobState::kRunning);
   EXPECT_EQ(n[3]->Last(Kind::kStart)->start().group_rank(), 1);
   EXPECT_EQ(n[3]->Last(Kind::kStart)->start().generation(), 1);
-  auto actions = store_.NodeActions("node1").value();
+  auto actions = Stored().NodeActions("node1").value();
   ASSERT_EQ(actions.size(), 1u);
   EXPECT_NE(actions[0].reason.find("diagnostics (incident 1)"), std::string::npos) << actions[0].reason;
   EXPECT_EQ(nlohmann::json::parse(actions[0].evidence_json)["figures"][0]["value"], 10);
@@ -937,7 +943,7 @@ TEST_F(JobControllerTest, AnAgentThatExitedOnALiveHostDoesNotMakeTheNodeSuspect)
   Stopped(0, 0);
   EXPECT_EQ(Detail("attribution")["rule"], "agent-exited");
   EXPECT_EQ(Detail("decision")["decision"], "restart");
-  EXPECT_EQ(store_.GetNodeHealth("node1")->status, "");
+  EXPECT_EQ(Stored().GetNodeHealth("node1")->status, "");
 }
 
 TEST_F(JobControllerTest, AHangIsPinnedOnTheRankOutsideTheCollective) {
@@ -1175,7 +1181,7 @@ TEST_F(JobControllerTest, AfterItsOwnProbesEachNodeRunsAnAllToAllThenEachRackAnA
   ASSERT_EQ(controller_->state(), JobState::kRunning);
   EXPECT_TRUE(EventsOf("node_evicted").empty());
   // Every figure is in the node's record, and the next master port is the new one.
-  auto figures = nlohmann::json::parse(store_.LatestDiagnostics()->at(0).figures_json);
+  auto figures = nlohmann::json::parse(Stored().LatestDiagnostics()->at(0).figures_json);
   EXPECT_EQ(n[0]->Last(Kind::kStart)->start().master_port(), 60000);
   EXPECT_EQ(EventsOf("diagnostics").size(), 12u);  // 4 nodes x 3 stages
   EXPECT_NE(EventsOf("diagnostics").at(4).message.find("(all-to-all)"), std::string::npos);
@@ -1403,6 +1409,7 @@ TEST_F(ResumeTest, NothingToResumeIsAClearError) {
   ASSERT_TRUE(controller_->Resume().ok());  // STARTING: nothing ran
   EXPECT_EQ(controller_->state(), JobState::kStarting);
   controller_->Cancel("enough");
+  ASSERT_TRUE(controller_->FlushStore(std::chrono::seconds(10)));
   JobController again(config_, &clock_, &store_, &provider_);
   s = again.Resume();
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);

@@ -85,7 +85,7 @@ void JobController::HandleTimings(Node* node, const v1::Timings& t) {
       stragglers_.Add(rs);
     }
   }
-  if (!rows.empty() && !store_->AppendStepTimings(rows).ok()) ++store_errors_;
+  if (!rows.empty()) writer_->AppendStepTimings(std::move(rows));
 
   std::int64_t& said = timings_dropped_[node->node_id];
   if (t.dropped() > said) {
@@ -99,9 +99,7 @@ void JobController::HandleTimings(Node* node, const v1::Timings& t) {
   // Retention: intervals only for the newest steps, totals for a sample of the rest.
   if (timing_newest_step_ - config_.timing_detail_steps >= timing_compacted_below_ + 1000) {
     timing_compacted_below_ = timing_newest_step_ - config_.timing_detail_steps;
-    if (!store_->CompactStepTimings(config_.job_id, timing_compacted_below_, config_.timing_keep_every).ok()) {
-      ++store_errors_;
-    }
+    writer_->CompactStepTimings(config_.job_id, timing_compacted_below_, config_.timing_keep_every);
   }
 
   if (!current) return;

@@ -61,7 +61,18 @@ struct JobSnapshot {
   Nanos heartbeat_interval = 0;
   bool incident_open = false;
   int incidents = 0;
-  std::int64_t store_errors = 0;  // writes the store refused (events are then printed on stderr)
+  std::int64_t store_errors = 0;  // failed reads and failed write attempts of the store
+  // The store writer (store/store_writer.h): writes waiting now, attempts
+  // retried, writes given up (the store refused them as wrong), callers that
+  // waited on a full queue, timing batches dropped, whether the store takes
+  // writes now, and how long the oldest waiting write has waited.
+  std::int64_t store_queued = 0;
+  std::int64_t store_retries = 0;
+  std::int64_t store_given_up = 0;
+  std::int64_t store_backpressure_waits = 0;
+  std::int64_t store_timings_dropped = 0;
+  bool store_unavailable = false;
+  double store_oldest_queued_s = 0;
   std::string last_failure;  // one line, "" if none
   std::string summary;       // the final summary once finished
   Nanos now_wall = 0;

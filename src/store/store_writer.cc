@@ -1,0 +1,235 @@
+#include "store/store_writer.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace trainguard {
+
+const char* StoreWriterLaneName(StoreWriter::Lane lane) {
+  switch (lane) {
+    case StoreWriter::Lane::kCritical: return "critical";
+    case StoreWriter::Lane::kEvents: return "events";
+    case StoreWriter::Lane::kBulk: return "bulk";
+  }
+  return "?";
+}
+
+StoreWriter::StoreWriter(EventStore* store) : StoreWriter(store, Options()) {}
+
+StoreWriter::StoreWriter(EventStore* store, Options options) : store_(store), options_(options) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+StoreWriter::~StoreWriter() {
+  bool drained = Flush(options_.drain_timeout);
+  std::int64_t left = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    for (const auto& lane : lanes_) left += static_cast<std::int64_t>(lane.size());
+    if (in_flight_) ++left;
+  }
+  work_cv_.notify_all();
+  thread_.join();
+  if (!drained && left > 0) {
+    std::fprintf(stderr, "trainguard: %lld write(s) not stored: the store did not take them within %lld s (%s)\n",
+                 static_cast<long long>(left), static_cast<long long>(options_.drain_timeout.count() / 1000),
+                 stats_.last_error.c_str());
+  }
+}
+
+bool StoreWriter::Retriable(const Status& s) {
+  return s.code() != StatusCode::kInvalidArgument && s.code() != StatusCode::kFailedPrecondition;
+}
+
+StoreWriter::Ticket StoreWriter::Enqueue(Lane lane, Op op) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const int l = static_cast<int>(lane);
+  if (lane != Lane::kBulk) {
+    auto full = [&] { return lanes_[0].size() + lanes_[1].size() >= options_.max_queued; };
+    if (full()) {
+      ++stats_.backpressure_waits;
+      done_cv_.wait(lock, [&] { return !full() || stop_; });
+    }
+  }
+  op.seq = next_seq_++;
+  op.enqueued = std::chrono::steady_clock::now();
+  Ticket t{lane, op.seq};
+  lanes_[l].push_back(std::move(op));
+  lock.unlock();
+  work_cv_.notify_one();
+  return t;
+}
+
+StoreWriter::Ticket StoreWriter::Append(Event event) {
+  Op op;
+  op.what = "event " + event.kind;
+  op.write = [e = std::move(event)](EventStore* s) { return s->Append(e); };
+  return Enqueue(Lane::kEvents, std::move(op));
+}
+
+StoreWriter::Ticket StoreWriter::UpdateJob(std::string job_id, std::string state, std::string summary) {
+  Op op;
+  op.what = "job state " + state;
+  op.write = [j = std::move(job_id), st = std::move(state), su = std::move(summary)](EventStore* s) {
+    return s->UpdateJob(j, st, su);
+  };
+  return Enqueue(Lane::kCritical, std::move(op));
+}
+
+StoreWriter::Ticket StoreWriter::RecordIncident(IncidentRecord incident) {
+  Op op;
+  op.what = "incident " + std::to_string(incident.incident);
+  op.write = [i = std::move(incident)](EventStore* s) { return s->RecordIncident(i); };
+  return Enqueue(Lane::kCritical, std::move(op));
+}
+
+StoreWriter::Ticket StoreWriter::SetNodeHealth(NodeHealth health) {
+  Op op;
+  op.what = "health of node " + health.node;
+  op.health = health;
+  op.write = [h = std::move(health)](EventStore* s) { return s->SetNodeHealth(h); };
+  return Enqueue(Lane::kCritical, std::move(op));
+}
+
+StoreWriter::Ticket StoreWriter::RecordNodeAction(NodeAction action) {
+  Op op;
+  op.what = action.action + " of node " + action.node;
+  op.write = [a = std::move(action)](EventStore* s) { return s->RecordNodeAction(a); };
+  return Enqueue(Lane::kCritical, std::move(op));
+}
+
+StoreWriter::Ticket StoreWriter::RecordDiagnostics(DiagnosticsRecord record) {
+  Op op;
+  op.what = "diagnostics of node " + record.node;
+  op.write = [r = std::move(record)](EventStore* s) { return s->RecordDiagnostics(r); };
+  return Enqueue(Lane::kEvents, std::move(op));
+}
+
+bool StoreWriter::AppendStepTimings(std::vector<StepTimingRecord> rows) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lanes_[2].size() >= options_.max_queued_bulk) {
+      ++stats_.bulk_dropped;
+      return false;
+    }
+  }
+  Op op;
+  op.what = std::to_string(rows.size()) + " step timing row(s)";
+  op.write = [r = std::move(rows)](EventStore* s) { return s->AppendStepTimings(r); };
+  Enqueue(Lane::kBulk, std::move(op));
+  return true;
+}
+
+bool StoreWriter::CompactStepTimings(std::string job_id, std::int64_t before_step, int keep_every) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lanes_[2].size() >= options_.max_queued_bulk) {
+      ++stats_.bulk_dropped;
+      return false;
+    }
+  }
+  Op op;
+  op.what = "step timing compaction";
+  op.write = [j = std::move(job_id), before_step, keep_every](EventStore* s) {
+    return s->CompactStepTimings(j, before_step, keep_every);
+  };
+  Enqueue(Lane::kBulk, std::move(op));
+  return true;
+}
+
+bool StoreWriter::WaitDurable(const Ticket& t, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return done_cv_.wait_for(lock, timeout, [&] { return done_through_[static_cast<int>(t.lane)] >= t.seq; });
+}
+
+bool StoreWriter::Flush(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::uint64_t through[3];
+  for (int l = 0; l < 3; ++l) through[l] = lanes_[l].empty() ? 0 : lanes_[l].back().seq;
+  return done_cv_.wait_for(lock, timeout, [&] {
+    for (int l = 0; l < 3; ++l) {
+      if (done_through_[l] < through[l]) return false;
+    }
+    return true;
+  });
+}
+
+std::optional<NodeHealth> StoreWriter::PendingHealth(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto& lane = lanes_[static_cast<int>(Lane::kCritical)];
+  for (auto it = lane.rbegin(); it != lane.rend(); ++it) {
+    if (it->health && it->health->node == node) return it->health;
+  }
+  return std::nullopt;
+}
+
+StoreWriter::Stats StoreWriter::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s = stats_;
+  s.queued = 0;
+  auto oldest = std::chrono::steady_clock::time_point::max();
+  for (const auto& lane : lanes_) {
+    s.queued += static_cast<std::int64_t>(lane.size());
+    if (!lane.empty()) oldest = std::min(oldest, lane.front().enqueued);
+  }
+  if (oldest != std::chrono::steady_clock::time_point::max()) {
+    s.oldest_queued_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - oldest).count();
+  }
+  return s;
+}
+
+void StoreWriter::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto backoff = options_.retry_min;
+  for (;;) {
+    work_cv_.wait(lock, [&] {
+      return stop_ || !lanes_[0].empty() || !lanes_[1].empty() || !lanes_[2].empty();
+    });
+    int l = 0;
+    while (l < 3 && lanes_[l].empty()) ++l;
+    if (l == 3) return;  // stop_ and nothing left
+    if (stop_ && stats_.failing) return;  // the destructor gave up waiting for the store
+    // The front write stays queued (PendingHealth sees it) until it is stored.
+    std::function<Status(EventStore*)> write = lanes_[l].front().write;
+    std::string what = lanes_[l].front().what;
+    in_flight_ = true;
+    lock.unlock();
+    Status s = write(store_);
+    lock.lock();
+    in_flight_ = false;
+    if (s.ok() || !Retriable(s)) {
+      if (s.ok()) {
+        ++stats_.written;
+      } else {
+        ++stats_.given_up;
+        stats_.last_error = s.ToString();
+        std::fprintf(stderr, "trainguard: %s not stored, the store refuses it: %s\n", what.c_str(),
+                     s.ToString().c_str());
+      }
+      if (stats_.failing) {
+        std::fprintf(stderr, "trainguard: the store takes writes again (%lld attempt(s) retried); %lld write(s) still queued\n",
+                     static_cast<long long>(stats_.retries),
+                     static_cast<long long>(lanes_[0].size() + lanes_[1].size() + lanes_[2].size() - 1));
+      }
+      stats_.failing = false;
+      done_through_[l] = lanes_[l].front().seq;
+      lanes_[l].pop_front();
+      backoff = options_.retry_min;
+      done_cv_.notify_all();
+      continue;
+    }
+    if (!stats_.failing) {
+      std::fprintf(stderr, "trainguard: the store does not take writes (%s); %s and what follows wait and are retried\n",
+                   s.ToString().c_str(), what.c_str());
+    }
+    ++stats_.retries;
+    stats_.failing = true;
+    stats_.last_error = s.ToString();
+    done_cv_.notify_all();  // WaitDurable/Flush callers may be watching `failing`
+    work_cv_.wait_for(lock, backoff, [&] { return stop_; });
+    backoff = std::min(options_.retry_max, backoff * 2);
+  }
+}
+
+}  // namespace trainguard

@@ -1,0 +1,209 @@
+#include "store/store_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "store/gated_event_store.h"
+
+namespace trainguard {
+namespace {
+
+using std::chrono::milliseconds;
+
+Event Ev(const std::string& kind, int i) {
+  Event e;
+  e.job_id = "job";
+  e.kind = kind;
+  e.step = i;
+  e.message = kind + " " + std::to_string(i);
+  e.detail_json = "{}";
+  return e;
+}
+
+StoreWriter::Options Fast() {
+  StoreWriter::Options o;
+  o.retry_min = milliseconds(1);
+  o.retry_max = milliseconds(5);
+  o.drain_timeout = milliseconds(5000);
+  return o;
+}
+
+TEST(StoreWriterTest, WritesEverythingInOrder) {
+  InMemoryEventStore store;
+  StoreWriter w(&store, Fast());
+  for (int i = 0; i < 500; ++i) w.Append(Ev("e", i));
+  ASSERT_TRUE(w.Flush(milliseconds(10000)));
+  auto events = store.Events("job").value();
+  ASSERT_EQ(events.size(), 500u);
+  for (int i = 0; i < 500; ++i) EXPECT_EQ(events[i].step, i);
+  EXPECT_EQ(w.stats().written, 500);
+  EXPECT_EQ(w.stats().queued, 0);
+}
+
+// A store that is down (a stopped PostgreSQL): writes wait and are retried
+// until it is back; afterwards every write is there once, in order.
+TEST(StoreWriterTest, AnOutageLosesNothingAndDuplicatesNothing) {
+  InMemoryEventStore inner;
+  GatedEventStore store(&inner);
+  StoreWriter w(&store, Fast());
+  store.SetDown(true);
+  for (int i = 0; i < 50; ++i) w.Append(Ev("e", i));
+  w.SetNodeHealth({"n1", "cordoned", "evicted", "job", 1});
+  // Bounded wait for the writer to have failed a few times.
+  for (int i = 0; i < 2000 && w.stats().retries < 3; ++i) std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_GE(w.stats().retries, 3);
+  EXPECT_TRUE(w.stats().failing);
+  EXPECT_EQ(w.stats().queued, 51);
+  EXPECT_TRUE(inner.Events("job").value().empty());
+  // Readers see the cordon before the store has it.
+  ASSERT_TRUE(w.PendingHealth("n1").has_value());
+  EXPECT_EQ(w.PendingHealth("n1")->status, "cordoned");
+  store.SetDown(false);
+  ASSERT_TRUE(w.Flush(milliseconds(10000)));
+  auto events = inner.Events("job").value();
+  ASSERT_EQ(events.size(), 50u);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(events[i].step, i);
+  EXPECT_EQ(inner.GetNodeHealth("n1")->status, "cordoned");
+  EXPECT_FALSE(w.PendingHealth("n1").has_value());
+  EXPECT_FALSE(w.stats().failing);
+}
+
+// When the store comes back, cordons and incidents go before the events
+// queued ahead of them; each lane keeps its own order.
+TEST(StoreWriterTest, CriticalWritesGoFirstWhenTheStoreComesBack) {
+  InMemoryEventStore inner;
+  GatedEventStore store(&inner);
+  StoreWriter w(&store, Fast());
+  store.Hold();
+  w.Append(Ev("first", 0));  // taken by the thread, waits in the store
+  for (int i = 0; i < 2000 && store.waiting() == 0; ++i) std::this_thread::sleep_for(milliseconds(1));
+  ASSERT_EQ(store.waiting(), 1);
+  for (int i = 1; i <= 20; ++i) w.Append(Ev("e", i));
+  auto cordon = w.SetNodeHealth({"n1", "cordoned", "evicted", "job", 1});
+  store.Release();
+  ASSERT_TRUE(w.WaitDurable(cordon, milliseconds(10000)));
+  ASSERT_TRUE(w.Flush(milliseconds(10000)));
+  // The cordon was written right after the write in flight, before the 20 events.
+  auto written = store.written();
+  ASSERT_EQ(written.size(), 22u);
+  EXPECT_EQ(written[0], "Append");
+  EXPECT_EQ(written[1], "SetNodeHealth");
+  auto events = inner.Events("job").value();
+  ASSERT_EQ(events.size(), 21u);
+  for (int i = 0; i <= 20; ++i) EXPECT_EQ(events[i].step, i);
+}
+
+// A full queue makes the caller wait (counted) until the store takes writes;
+// nothing is dropped.
+TEST(StoreWriterTest, AFullQueueAppliesBackPressure) {
+  InMemoryEventStore inner;
+  GatedEventStore store(&inner);
+  StoreWriter::Options o = Fast();
+  o.max_queued = 10;
+  StoreWriter w(&store, o);
+  store.SetDown(true);
+  std::atomic<int> enqueued{0};
+  std::thread producer([&] {
+    for (int i = 0; i < 30; ++i) {
+      w.Append(Ev("e", i));
+      ++enqueued;
+    }
+  });
+  for (int i = 0; i < 2000 && w.stats().backpressure_waits == 0; ++i) std::this_thread::sleep_for(milliseconds(1));
+  EXPECT_EQ(w.stats().backpressure_waits, 1);
+  EXPECT_EQ(enqueued.load(), 10);
+  store.SetDown(false);
+  producer.join();
+  ASSERT_TRUE(w.Flush(milliseconds(10000)));
+  auto events = inner.Events("job").value();
+  ASSERT_EQ(events.size(), 30u);
+  for (int i = 0; i < 30; ++i) EXPECT_EQ(events[i].step, i);
+}
+
+// Step timings are telemetry: a full bulk lane drops a batch (counted), and
+// never holds up the events.
+TEST(StoreWriterTest, TimingBatchesBeyondTheBulkLaneAreDroppedAndCounted) {
+  InMemoryEventStore inner;
+  GatedEventStore store(&inner);
+  StoreWriter::Options o = Fast();
+  o.max_queued_bulk = 3;
+  StoreWriter w(&store, o);
+  store.SetDown(true);
+  StepTimingRecord row;
+  row.job_id = "job";
+  int taken = 0;
+  for (int i = 0; i < 6; ++i) {
+    row.step = i;
+    taken += w.AppendStepTimings({row}) ? 1 : 0;
+  }
+  EXPECT_EQ(taken, 3);
+  EXPECT_EQ(w.stats().bulk_dropped, 3);
+  store.SetDown(false);
+  ASSERT_TRUE(w.Flush(milliseconds(10000)));
+  EXPECT_EQ(inner.StepTimings("job", 0, 100).value().size(), 3u);
+}
+
+// A write the store refuses as wrong would never succeed: it is given up
+// (counted) and the writes behind it go on.
+TEST(StoreWriterTest, AWriteRefusedAsWrongIsGivenUpAndTheRestGoOn) {
+  struct Refuse final : public EventStore {
+    InMemoryEventStore inner;
+    Status CreateJob(const JobRecord& j) override { return inner.CreateJob(j); }
+    Status UpdateJob(const std::string& a, const std::string& b, const std::string& c) override {
+      return inner.UpdateJob(a, b, c);
+    }
+    Status Append(const Event& e) override {
+      if (e.kind == "bad") return InvalidArgument("bad event");
+      return inner.Append(e);
+    }
+    StatusOr<std::vector<Event>> EventsAfter(const std::string& j, std::int64_t a, int l) override {
+      return inner.EventsAfter(j, a, l);
+    }
+    StatusOr<std::vector<JobRecord>> Jobs() override { return inner.Jobs(); }
+    Status RecordIncident(const IncidentRecord& i) override { return inner.RecordIncident(i); }
+    StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& n) override {
+      return inner.IncidentsOnNode(n);
+    }
+    Status SetNodeHealth(const NodeHealth& h) override { return inner.SetNodeHealth(h); }
+    StatusOr<NodeHealth> GetNodeHealth(const std::string& n) override { return inner.GetNodeHealth(n); }
+    StatusOr<std::vector<NodeHealth>> ListNodeHealth() override { return inner.ListNodeHealth(); }
+    Status RecordNodeAction(const NodeAction& a) override { return inner.RecordNodeAction(a); }
+    StatusOr<std::vector<NodeAction>> NodeActions(const std::string& n) override { return inner.NodeActions(n); }
+    Status RecordDiagnostics(const DiagnosticsRecord& r) override { return inner.RecordDiagnostics(r); }
+    StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() override { return inner.LatestDiagnostics(); }
+    Status AppendStepTimings(const std::vector<StepTimingRecord>& r) override { return inner.AppendStepTimings(r); }
+    StatusOr<std::vector<StepTimingRecord>> StepTimings(const std::string& j, std::int64_t f, std::int64_t t) override {
+      return inner.StepTimings(j, f, t);
+    }
+    Status CompactStepTimings(const std::string& j, std::int64_t b, int k) override {
+      return inner.CompactStepTimings(j, b, k);
+    }
+  } store;
+  StoreWriter w(&store, Fast());
+  w.Append(Ev("good", 0));
+  w.Append(Ev("bad", 1));
+  w.Append(Ev("good", 2));
+  ASSERT_TRUE(w.Flush(milliseconds(10000)));
+  EXPECT_EQ(store.inner.Events("job").value().size(), 2u);
+  EXPECT_EQ(w.stats().given_up, 1);
+  EXPECT_EQ(w.stats().retries, 0);
+}
+
+// The destructor drains what is queued before it returns.
+TEST(StoreWriterTest, TheDestructorDrainsTheQueue) {
+  InMemoryEventStore inner;
+  GatedEventStore store(&inner);
+  {
+    StoreWriter w(&store, Fast());
+    store.Hold();
+    for (int i = 0; i < 100; ++i) w.Append(Ev("e", i));
+    std::thread release([&] { store.Release(); });
+    release.join();
+  }
+  EXPECT_EQ(inner.Events("job").value().size(), 100u);
+}
+
+}  // namespace
+}  // namespace trainguard
