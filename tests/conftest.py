@@ -43,7 +43,7 @@ def events(store, job_id):
         if done.returncode != 0:
             return []
         return [dict(kind=e["kind"], node=e["node"], rank=e["rank"], generation=e["generation"], step=e["step"],
-                     message=e["message"], detail=e["detail"], wall_ns=e.get("wall_ns"))
+                     message=e["message"], detail=e["detail"], wall_ns=e.get("time_unix_ns"))
                 for e in json.loads(done.stdout)]
     if not os.path.exists(store):
         return []
@@ -235,11 +235,22 @@ class PostgresServer:
         subprocess.run([os.path.join(bindir, "initdb"), "-D", self.dir + "/data", "-U", "trainguard", "-A", "trust",
                         "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], stdout=log, stderr=log, check=True,
                        preexec_fn=demote)
-        self.proc = subprocess.Popen([os.path.join(bindir, "postgres"), "-D", self.dir + "/data", "-p",
-                                      str(self.port), "-k", self.dir, "-c", "listen_addresses=127.0.0.1",
-                                      "-c", "fsync=off"], stdout=log, stderr=log, preexec_fn=demote)
+        self._argv = [os.path.join(bindir, "postgres"), "-D", self.dir + "/data", "-p", str(self.port), "-k",
+                      self.dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]
+        self._log, self._demote = log, demote
+        self.proc = subprocess.Popen(self._argv, stdout=log, stderr=log, preexec_fn=demote)
         wait_for(lambda: self._ready(), 30, "the PostgreSQL test server")
         self.databases = 0
+
+    def halt(self):
+        """Stops the server (fast shutdown: clients are cut off), keeping its data."""
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=30)
+
+    def resume(self):
+        """Starts the halted server again on the same data and port."""
+        self.proc = subprocess.Popen(self._argv, stdout=self._log, stderr=self._log, preexec_fn=self._demote)
+        wait_for(lambda: self._ready(), 30, "the PostgreSQL test server, started again")
 
     def _ready(self):
         if self.proc.poll() is not None:

@@ -2,12 +2,16 @@
 trainguard. It saves its own checkpoint (torch.save, rank 0, atomically)
 every --ckpt-every steps and resumes from it. For tests: --sleep-rank R
 --sleep-at-step S makes rank R stop making progress inside the training loop
-(in the first run of the job only); --out writes a checksum of the final
+(in the first run of the job only); --die-when FILE makes --die-rank print
+--die-line and die by SIGKILL once FILE exists (first run only);
+--raise-at-step S makes --die-rank raise the same ValueError at step S in
+every run (a deterministic bug); --out writes a checksum of the final
 parameters."""
 
 import argparse
 import hashlib
 import os
+import signal
 import time
 
 import torch
@@ -30,6 +34,10 @@ def main():
     p.add_argument("--step-delay", type=float, default=0.0)
     p.add_argument("--sleep-rank", type=int, default=-1)
     p.add_argument("--sleep-at-step", type=int, default=-1)
+    p.add_argument("--die-when", default="")
+    p.add_argument("--die-rank", type=int, default=1)
+    p.add_argument("--die-line", default="")
+    p.add_argument("--raise-at-step", type=int, default=-1)
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -53,6 +61,11 @@ def main():
         if first_run and rank == args.sleep_rank and step == args.sleep_at_step:
             while True:
                 time.sleep(1)
+        if first_run and rank == args.die_rank and args.die_when and os.path.exists(args.die_when):
+            print(args.die_line, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if rank == args.die_rank and step == args.raise_at_step:
+            raise ValueError("Expected input batch_size (4) to match target batch_size (1).")
         x, y = batch(7, step, rank)
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()

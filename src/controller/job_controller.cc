@@ -690,7 +690,11 @@ Verdict JobController::Decide() {
        d.dump(-1, ' ', false, kReplaceBadUtf8));
   Emit("decision", b.culprit_node, b.culprit_rank, b.step,
        std::string("incident ") + std::to_string(inc.number) + ": " + decision_name + ": " + v.why,
-       json{{"incident", inc.number}, {"decision", decision_name}, {"reason", v.why}}.dump(-1, ' ', false, kReplaceBadUtf8));
+       json{{"incident", inc.number},
+            {"decision", decision_name},
+            {"reason", v.why},
+            {"policy", json::parse(policy_.memory().ToJson())}}
+           .dump(-1, ' ', false, kReplaceBadUtf8));
   writer_->RecordIncident({config_.job_id, inc.number, clock_->WallNanos(), b.culprit_node, b.culprit_rank,
                            a.category, a.rule_id, decision_name, b.step, d.dump(-1, ' ', false, kReplaceBadUtf8)});
   if (v.decision == Decision::kEvict) {

@@ -2,6 +2,7 @@
 // whose controller died (kill -9, a crash, its host's reboot) rebuilds the
 // job from its recorded events and takes back the agents that reconnect
 // with their ranks still running. docs/events.md ("controller restarts").
+#include <cstdio>
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -48,12 +49,26 @@ Status JobController::Resume() {
       generation_start_wall_ = e.wall_ns;
       first_step_seen_ = false;
       slot_of.clear();
+      // The generation's nodes as decided (recorded since the decision is
+      // made durable before it is acted on); ranks_started confirms them.
+      const json group_ranks = d.value("group_ranks", json::object());
+      for (const auto& [node, slot] : group_ranks.items()) {
+        if (slot.is_number_integer()) slot_of[node] = slot.get<int>();
+      }
     } else if (e.kind == "first_step" && e.generation == generation_) {
       first_step_seen_ = true;
     } else if (e.kind == "checkpoint_committed") {
       checkpoint_step_ = std::max(checkpoint_step_, e.step);
     } else if (e.kind == "failure") {
       incident_count_ = std::max(incident_count_ + 1, d.value("incident", 0));
+    } else if (e.kind == "decision" && d.contains("policy")) {
+      // The policy's memory as of its last decision (recovery_policy.h).
+      if (auto memory = PolicyMemory::FromJson(d["policy"].dump()); memory.ok()) {
+        policy_.Restore(std::move(memory.value()));
+      } else {
+        std::fprintf(stderr, "trainguard: warning: %s (event %lld); the policy starts without it\n",
+                     memory.status().message().c_str(), static_cast<long long>(e.id));
+      }
     } else if (e.kind == "layout") {
       layout_generation_ = d.value("generation", layout_generation_);
     } else if (e.kind == "diagnosis" || e.kind == "diagnosis_started") {
@@ -67,7 +82,8 @@ Status JobController::Resume() {
       int slot = d.value("group_rank", registered_as.count(e.node) ? registered_as[e.node] : -1);
       if (slot >= 0) slot_of[e.node] = slot;
     } else if (e.kind == "group_ranks_renumbered") {
-      for (const auto& [node, ranks] : d.value("moved", json::object()).items()) {
+      const json moved = d.value("moved", json::object());  // items() does not keep a temporary alive
+      for (const auto& [node, ranks] : moved.items()) {
         if (ranks.is_array() && ranks.size() == 2) registered_as[node] = ranks[1].get<int>();
       }
     }

@@ -1277,6 +1277,43 @@ class ResumeTest : public JobControllerTest {
   }
 };
 
+// The policy's memory is part of the job's status: a deterministic failure
+// that a controller restart separates from its repeat is still stopped there.
+TEST_F(ResumeTest, ADeterministicFailureStopsAtItsFirstRepeatAcrossAControllerRestart) {
+  RunGeneration0();
+  const std::string line = "ValueError: Expected input batch_size (4) to match target batch_size (1).";
+  auto exit_and_stop = [&](std::uint64_t conn0, std::uint64_t conn1, std::int64_t gen) {
+    v1::AgentMessage m;
+    auto* e = m.mutable_rank_exited();
+    e->set_generation(gen);
+    *e->mutable_rank() = Rank(1, 41);
+    e->mutable_rank()->set_running(false);
+    e->mutable_rank()->set_exit_code(1);
+    e->add_log_tail(line);
+    e->set_exit_unix_ms(clock_.WallNanos() / kMillisecond);
+    controller_->OnMessage(conn0, m);
+    for (std::uint64_t conn : {conn0, conn1}) {
+      v1::AgentMessage st;
+      st.mutable_stopped()->set_generation(gen);
+      st.mutable_stopped()->set_free_port(50000 + static_cast<int>(conn));
+      controller_->OnMessage(conn, st);
+    }
+  };
+  exit_and_stop(1, 2, 0);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);  // restarted once: it may be transient
+  EXPECT_EQ(Detail("decision")["decision"], "restart");
+  EXPECT_EQ(Detail("decision")["policy"]["signatures"].size(), 1u);
+  ASSERT_TRUE(Restart().ok());
+  Reconnect(0, 1, 0);
+  Reconnect(1, 1, 0);
+  ASSERT_EQ(EventsOf("job_resumed").size(), 1u);
+  exit_and_stop(10, 11, 1);
+  EXPECT_EQ(controller_->state(), JobState::kFailed);
+  EXPECT_EQ(controller_->restart_count(), 1);
+  EXPECT_NE(controller_->summary().find("deterministic"), std::string::npos) << controller_->summary();
+  EXPECT_EQ(Detail("decision", 1)["decision"], "stop");
+}
+
 TEST_F(ResumeTest, TheAgentsOfTheRunningGenerationComeBackWithTheirRanksAndNothingIsRecordedTwice) {
   RunGeneration0();
   ASSERT_TRUE(Restart().ok());

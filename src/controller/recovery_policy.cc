@@ -5,10 +5,38 @@
 #include "controller/describe.h"
 #include "controller/fleet_history.h"
 
+#include <nlohmann/json.hpp>
+
 namespace trainguard {
 
 bool IsHardwareCategory(const std::string& c) {
   return c == "gpu_hardware" || c == "network" || c == "node_failure" || c == "storage";
+}
+
+std::string PolicyMemory::ToJson() const {
+  return nlohmann::json{{"signatures", signatures},
+                        {"best_failure_step", best_failure_step},
+                        {"no_progress_incidents", no_progress_incidents}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+StatusOr<PolicyMemory> PolicyMemory::FromJson(const std::string& json_text) {
+  nlohmann::json j = nlohmann::json::parse(json_text, nullptr, false);
+  if (!j.is_object()) return InvalidArgument("policy memory: not a JSON object");
+  PolicyMemory m;
+  const auto& sigs = j.value("signatures", nlohmann::json::array());
+  if (!sigs.is_array()) return InvalidArgument("policy memory: 'signatures' is not an array");
+  for (const auto& s : sigs) {
+    if (!s.is_string()) return InvalidArgument("policy memory: a signature is not a string");
+    m.signatures.push_back(s.get<std::string>());
+  }
+  if (!j.value("best_failure_step", nlohmann::json(-1)).is_number_integer() ||
+      !j.value("no_progress_incidents", nlohmann::json(0)).is_number_integer()) {
+    return InvalidArgument("policy memory: 'best_failure_step' and 'no_progress_incidents' must be integers");
+  }
+  m.best_failure_step = j.value("best_failure_step", std::int64_t{-1});
+  m.no_progress_incidents = j.value("no_progress_incidents", 0);
+  return m;
 }
 
 const char* DecisionName(Decision d) {
@@ -155,13 +183,16 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
   v.history = fleet.Summary();
   std::string signature = a.category + "|" + a.rule_id + "|" + std::to_string(b.culprit_rank) +
                           "|" + std::to_string(b.step);
-  bool repeat = std::count(signatures_.begin(), signatures_.end(), signature) > 0;
-  signatures_.push_back(signature);
+  std::vector<std::string>& signatures = memory_.signatures;
+  bool repeat = std::count(signatures.begin(), signatures.end(), signature) > 0;
+  signatures.push_back(signature);
   // Progress is judged from the second incident on: did the job get further
   // than it ever got before failing?
-  bool progress = signatures_.size() == 1 || inc.failure_step > best_failure_step_;
-  best_failure_step_ = std::max(best_failure_step_, inc.failure_step);
-  no_progress_incidents_ = progress ? 0 : no_progress_incidents_ + 1;
+  bool progress = signatures.size() == 1 || inc.failure_step > memory_.best_failure_step;
+  memory_.best_failure_step = std::max(memory_.best_failure_step, inc.failure_step);
+  memory_.no_progress_incidents = progress ? 0 : memory_.no_progress_incidents + 1;
+  const int no_progress_incidents_ = memory_.no_progress_incidents;
+  const std::int64_t best_failure_step_ = memory_.best_failure_step;
 
   std::string culprit = b.CulpritText();
   if (fleet.PointsAtApplication()) {

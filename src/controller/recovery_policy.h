@@ -12,6 +12,7 @@
 
 #include "attribution/attribution.h"
 #include "controller/incident.h"
+#include "trainguard/status.h"
 
 namespace trainguard {
 
@@ -48,6 +49,21 @@ struct Verdict {
   std::string evidence_json = "{}";      // kEvict: what the eviction rests on, kept with the node
 };
 
+// What the policy remembers of a job's incidents. It is part of the job's
+// persisted status: recorded with every decision (the `decision` event's
+// detail.policy) and loaded back by a restarted controller, so that a
+// deterministic failure is stopped at its first repeat across a controller
+// restart too.
+struct PolicyMemory {
+  std::vector<std::string> signatures;   // category|rule|rank|step of each incident
+  std::int64_t best_failure_step = -1;   // highest step any incident failed at
+  int no_progress_incidents = 0;
+  // {"signatures": [...], "best_failure_step": N, "no_progress_incidents": N}
+  std::string ToJson() const;
+  // The inverse of ToJson; InvalidArgument naming the field on a bad record.
+  static StatusOr<PolicyMemory> FromJson(const std::string& json_text);
+};
+
 // Remembers the incidents of one job: a deterministic failure seen twice, or
 // a run of incidents that never got further, stops the restart loop.
 class RecoveryPolicy {
@@ -57,11 +73,13 @@ class RecoveryPolicy {
   // `fleet`: what other jobs' incidents say of this one (fleet_history.h).
   Verdict Decide(const Blame& blame, const Incident& inc, const FleetFinding& fleet);
 
+  const PolicyMemory& memory() const { return memory_; }
+  // A restarted controller's: the memory its predecessor recorded.
+  void Restore(PolicyMemory memory) { memory_ = std::move(memory); }
+
  private:
   const int no_progress_restarts_;
-  std::vector<std::string> signatures_;   // category|rule|rank|step of each incident
-  std::int64_t best_failure_step_ = -1;   // highest step any incident failed at
-  int no_progress_incidents_ = 0;
+  PolicyMemory memory_;
 };
 
 }  // namespace trainguard
