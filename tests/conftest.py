@@ -24,6 +24,51 @@ EXAMPLE = os.path.join(ROOT, "examples", "train_ddp.py")
 PYTHON = "/usr/bin/python3"
 
 
+# Test tiers (docs/testing.md). What a test needs, by file: `root` (network
+# namespaces, cgroups, tmpfs), `slurm` (a Slurm cluster of real daemons),
+# `postgres` (a PostgreSQL server it starts), `browser` (headless Chromium);
+# `slow` for files whose tests run real multi-node jobs for tens of seconds
+# each. `scripts/test.sh --quick` runs `-m "not slow"`; CI runs everything.
+TIERS = {
+    "test_alerts.py": ("slow",),
+    "test_api.py": ("slow",),
+    "test_auth.py": ("slow",),
+    "test_autoinstrument.py": ("slow",),
+    "test_checkpoint_kill.py": ("slow",),
+    "test_controller_restart.py": ("slow",),
+    "test_dashboard.py": ("browser", "slow"),
+    "test_diag.py": ("root", "slow"),
+    "test_fleet_store.py": ("postgres", "slow"),
+    "test_hang_location.py": ("slow",),
+    "test_install.py": ("slow",),
+    "test_multi_host.py": ("root", "slow"),
+    "test_netns.py": ("root", "slow"),
+    "test_oom_kill.py": ("root", "slow"),
+    "test_slurm.py": ("slurm", "root", "slow"),
+    "test_spares_and_cordon.py": ("slow",),
+    "test_store_outage.py": ("postgres", "slow"),
+    "test_stragglers.py": ("root", "slow"),
+}
+MARKERS = {
+    "slow": "runs real multi-node jobs for tens of seconds (left out by scripts/test.sh --quick)",
+    "root": "needs root: network namespaces, cgroups or tmpfs mounts",
+    "slurm": "starts a Slurm cluster of real daemons",
+    "postgres": "starts a PostgreSQL server",
+    "browser": "drives headless Chromium",
+}
+
+
+def pytest_configure(config):
+    for name, what in MARKERS.items():
+        config.addinivalue_line("markers", "%s: %s" % (name, what))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for name in TIERS.get(os.path.basename(str(item.fspath)), ()):
+            item.add_marker(getattr(pytest.mark, name))
+
+
 def wait_for(predicate, timeout, what):
     """Polls `predicate` until it returns a truthy value; fails after `timeout` s."""
     deadline = time.monotonic() + timeout

@@ -18,7 +18,7 @@ PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
 class Cluster:
     """A controller and two agents started by hand, as on two hosts."""
 
-    def __init__(self, tmp_path, job_id, steps):
+    def __init__(self, tmp_path, job_id, steps, script_args=()):
         self.tmp = str(tmp_path)
         self.job_id = job_id
         self.port = free_port()
@@ -31,7 +31,7 @@ class Cluster:
             "--nproc-per-node", "2", "--store", self.store, "--job-id", job_id, "--secret-file", secret,
             "--reconnect-window", "30", "--max-restarts", "2", "--run-dir", os.path.join(self.tmp, "ctl"), "--",
             PYTHON, PLAIN_DDP, "--steps", str(steps), "--step-delay", "0.05", "--ckpt-every", "10",
-            "--ckpt", os.path.join(self.tmp, "ck.pt"), "--out", os.path.join(self.tmp, "out")]
+            "--ckpt", os.path.join(self.tmp, "ck.pt"), "--out", os.path.join(self.tmp, "out"), *script_args]
         self.controllers = []
         self.start_controller()
         self.agents = []
@@ -146,3 +146,32 @@ def test_a_rank_that_dies_while_the_controller_is_away_is_handled_when_it_is_bac
     assert kinds.index("failure") > restarted
     assert "killed by SIGKILL" in failures[0]["message"] or "signal 9" in failures[0]["message"], failures[0]
     assert kinds.count("generation_started") == 2 and kinds[-1] == "job_succeeded", kinds
+
+
+def test_a_deterministic_bug_stops_at_its_first_repeat_across_a_kill_9_of_the_controller(tmp_path, no_leftovers):
+    """Issue 21: the recovery policy's memory is part of the job's status. Rank
+    1 raises the same ValueError at step 35 in every run (5 steps after its checkpoint); the controller is
+    killed (kill -9) right after it decided to restart once, and started
+    again: the job still stops at the first repeat, with the same reason as
+    without the controller's restart, instead of restarting it again."""
+    c = Cluster(tmp_path, "determined", steps=200, script_args=["--raise-at-step", "35", "--die-rank", "1"])
+    try:
+        wait_for(lambda: [e for e in events(c.store, "determined") if e["kind"] == "decision"], 120,
+                 "the first decision")
+        c.controllers[0].send_signal(signal.SIGKILL)
+        c.controllers[0].wait()
+        c.start_controller()
+        assert c.controllers[-1].wait(timeout=240) == 1, c.log("controller1.log")[-3000:]
+        for a in c.agents:
+            a.wait(timeout=60)
+    finally:
+        c.kill_all()
+    evs = events(c.store, "determined")
+    kinds = [e["kind"] for e in evs]
+    assert kinds.count("controller_restarted") == 1, kinds
+    decisions = [e["detail"]["decision"] for e in evs if e["kind"] == "decision"]
+    assert decisions == ["restart", "stop"], decisions
+    stop = [e for e in evs if e["kind"] == "decision"][1]
+    assert "happened again after a restart: it is deterministic" in stop["detail"]["reason"], stop
+    assert kinds.count("generation_started") == 2 and kinds[-1] == "job_failed", kinds
+    assert "deterministic" in c.log("controller1.log")

@@ -160,7 +160,9 @@ exec %s diag --slurm-drain --store %s --path scratch=%s/$SLURMD_NODENAME
     cluster.start()
     try:
         script = tmp_path / "hosts.sbatch"
-        script.write_text("#!/bin/bash\n#SBATCH --nodes=2\nsrun hostname | sort\n")
+        # Each attempt says which it is: the output file keeps the requeued attempt's lines too.
+        script.write_text("#!/bin/bash\n#SBATCH --nodes=2\necho \"attempt ${SLURM_RESTART_COUNT:-0}\"\n"
+                          "srun hostname | sort\n")
         slurm_job = cluster.command("sbatch", "--parsable", "--output", str(tmp_path / "hosts-%j.out"),
                                     str(script), cwd=str(tmp_path)).stdout.strip()
         wait_for(lambda: "sn2" in cluster.node_reasons(), 60, "sn2 to be drained")
@@ -182,7 +184,12 @@ exec %s diag --slurm-drain --store %s --path scratch=%s/$SLURMD_NODENAME
             return False
         wait_for(released_or_done, 60, "the requeued job to run")
         output = wait_done(cluster, slurm_job, str(tmp_path / ("hosts-%s.out" % slurm_job)), timeout=120)
-        assert output.split() == ["sn1", "sn3"], output + cluster.logs()
+        # The attempt that ran: the lines after the last attempt's marker, without Slurm's own.
+        attempts = output.split("attempt ")
+        assert len(attempts) >= 2, output + cluster.logs()
+        ran = [line for line in attempts[-1].splitlines()[1:]
+               if line.strip() and not line.startswith(("srun:", "slurmstepd:", "***"))]
+        assert ran == ["sn1", "sn3"], output + cluster.logs()
         # trainguard's own store has it cordoned, with the figures.
         done = subprocess.run([TRAINGUARD, "nodes", "--store", str(store), "--json"], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr

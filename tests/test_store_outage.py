@@ -11,14 +11,10 @@ import threading
 import time
 import urllib.request
 
-import pytest
-
 from conftest import PYTHON, ROOT, TRAINGUARD, Job, PostgresServer, api_url, wait_for
 
 PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
-
-pytestmark = pytest.mark.slow
 
 
 def get_json(url):
@@ -133,7 +129,7 @@ def test_a_locked_sqlite_store_holds_up_no_heartbeat_exit_or_restart(tmp_path, n
         wait_for(lambda: get_json(url + "/api/v1/job")["generation"] >= 1 and
                  get_json(url + "/api/v1/job")["state"] == "RUNNING", 25, "the restart while the store is locked")
         assert holder.is_alive() and not release.is_set()  # the lock was held all along
-        assert metric(url, "trainguard_store_unavailable") == 1.0
+        assert metric(url, "trainguard_store_queue_depth") > 0  # the writes wait for the lock
         nodes = get_json(url + "/api/v1/nodes")["nodes"]
         assert all(n["role"] == "member" for n in nodes), nodes
     finally:

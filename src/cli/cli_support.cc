@@ -3,8 +3,10 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <random>
 #include <filesystem>
 
 #include "cli/commands.h"
@@ -43,10 +45,28 @@ std::string DefaultRulesPath() {
 }
 
 std::string DefaultJobId() {
+  // Under Slurm the job is Slurm's: CLUSTER-JOBID (slurm-JOBID without a
+  // cluster name), with -rN for its Nth requeue, which reruns the same id.
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+  };
+  const std::string slurm_job = env("SLURM_JOB_ID");
+  if (!slurm_job.empty() && slurm_job.find_first_not_of("0123456789_") == std::string::npos) {
+    std::string cluster = env("SLURM_CLUSTER_NAME");
+    if (cluster.empty() || cluster.find_first_of(" /\\") != std::string::npos) cluster = "slurm";
+    const std::string requeue = env("SLURM_RESTART_COUNT");
+    return cluster + "-" + slurm_job + (requeue.empty() || requeue == "0" ? "" : "-r" + requeue);
+  }
+  // Elsewhere: the time, the pid and 16 random bits (two jobs starting in
+  // the same second in PID namespaces of their own may share a pid).
   std::time_t t = std::time(nullptr);
   char buf[64];
   std::strftime(buf, sizeof(buf), "job-%Y%m%d-%H%M%S", std::gmtime(&t));
-  return std::string(buf) + "-" + std::to_string(getpid());
+  std::random_device random;
+  char suffix[8];
+  std::snprintf(suffix, sizeof(suffix), "%04x", static_cast<unsigned>(random() & 0xffff));
+  return std::string(buf) + "-" + std::to_string(getpid()) + "-" + suffix;
 }
 
 std::string Hostname() {

@@ -210,6 +210,8 @@ void AddStoredJobOptions(CLI::App* cmd, trainguard::EventsOptions* o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"trainguard: supervise distributed PyTorch training jobs"};
+  app.set_version_flag("--version", std::string("trainguard ") + TG_VERSION + " (commit " + TG_GIT_COMMIT + ")",
+                       "print the version and the commit it was built from, and exit");
   app.require_subcommand(1);
 
   trainguard::JobOptions run;
@@ -397,6 +399,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "trainguard: error: %s (see trainguard --help)\n", e.what());

@@ -2,6 +2,10 @@
 // allocation from the environment.
 #include "cli/slurm.h"
 
+#include <cstdlib>
+
+#include "cli/cli_support.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -75,6 +79,25 @@ TEST(SlurmTest, TheAllocationComesFromTheBatchScriptsEnvironment) {
   auto outside = SlurmAllocationFromEnv(get);
   ASSERT_FALSE(outside.ok());
   EXPECT_NE(outside.status().message().find("SLURM_JOB_ID is not set"), std::string::npos);
+}
+
+// Under Slurm a job's default id is Slurm's (two jobs starting in the same
+// second in PID namespaces could share a time-and-pid id in a fleet store).
+TEST(DefaultJobIdTest, UnderSlurmItIsTheClustersJobIdAndARequeueIsApart) {
+  setenv("SLURM_JOB_ID", "4242", 1);
+  setenv("SLURM_CLUSTER_NAME", "eos", 1);
+  unsetenv("SLURM_RESTART_COUNT");
+  EXPECT_EQ(DefaultJobId(), "eos-4242");
+  setenv("SLURM_RESTART_COUNT", "2", 1);
+  EXPECT_EQ(DefaultJobId(), "eos-4242-r2");
+  unsetenv("SLURM_CLUSTER_NAME");
+  unsetenv("SLURM_RESTART_COUNT");
+  EXPECT_EQ(DefaultJobId(), "slurm-4242");
+  unsetenv("SLURM_JOB_ID");
+  std::string a = DefaultJobId();  // job-YYYYmmdd-HHMMSS-PID-XXXX: 16 random bits after the pid
+  EXPECT_EQ(a.rfind("job-", 0), 0u) << a;
+  EXPECT_EQ(a.substr(a.rfind('-') + 1).find_first_not_of("0123456789abcdef"), std::string::npos) << a;
+  EXPECT_EQ(a.size() - a.rfind('-') - 1, 4u) << a;
 }
 
 }  // namespace
