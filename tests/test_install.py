@@ -27,6 +27,22 @@ def build_package(tmp_path):
     return debs[0]
 
 
+def test_the_package_is_stripped_and_its_debug_info_is_a_dbgsym_package_of_its_own(tmp_path):
+    deb = build_package(tmp_path)
+    ddebs = glob.glob(str(tmp_path / "pkg" / "trainguard-dbgsym_*.ddeb"))
+    assert len(ddebs) == 1, os.listdir(str(tmp_path / "pkg"))
+    debug = run(["dpkg-deb", "-c", ddebs[0]]).stdout
+    assert "./usr/lib/debug/.build-id/" in debug and ".debug" in debug, debug[:2000]
+    root = tmp_path / "root"
+    assert run(["dpkg-deb", "-x", deb, str(root)]).returncode == 0
+    for binary in [root / "usr" / "bin" / "trainguard", *root.glob("usr/lib/libtrainguard.so*")]:
+        kind = run(["file", "-L", str(binary)]).stdout
+        assert "ELF" in kind and "not stripped" not in kind, kind
+    # The debug info is still there for gdb: the dbgsym package has a file per binary.
+    assert debug.count(".debug\n") >= 2 or debug.count(".debug") >= 2, debug[:2000]
+    print("package %.1f MB, dbgsym %.1f MB" % (os.path.getsize(deb) / 1e6, os.path.getsize(ddebs[0]) / 1e6))
+
+
 def test_the_debian_package_holds_everything_and_its_trainguard_runs_the_example(tmp_path, no_leftovers):
     deb = build_package(tmp_path)
     listing = run(["dpkg-deb", "-c", deb]).stdout

@@ -63,9 +63,14 @@ def wait_done(cluster, slurm_job, output, timeout=240):
         return q.returncode == 0 and not q.stdout.strip()
     try:
         wait_for(finished, timeout, "Slurm job %s to end" % slurm_job)
+    except AssertionError as e:
+        shown = cluster.command("scontrol", "show", "job", slurm_job, check=False).stdout
+        raise AssertionError("%s\n%s\n%s" % (e, shown, cluster.logs(4000))) from None
     finally:
         if not finished():
             cluster.command("scancel", slurm_job, check=False)
+    if not os.path.exists(output):  # the job ended without running its script: say what Slurm did
+        raise AssertionError("Slurm job %s ended without its output file %s\n%s" % (slurm_job, output, cluster.logs(4000)))
     with open(output) as f:
         return f.read()
 
@@ -170,17 +175,28 @@ exec %s diag --slurm-drain --store %s --path scratch=%s/$SLURMD_NODENAME
         # The full scratch disk: its write fails and its free space is below the floor.
         assert reason.startswith("trainguard diag: disk_write_mbps:scratch: ") and "No space left" in reason, reason
         # Slurm requeues a job whose prolog failed, holds it and delays it by
-        # two minutes; released and started now (as often as Slurm holds or
-        # delays it again: its requeue may come after our release), it runs on
-        # the two healthy nodes, not on sn2.
+        # two minutes; released and started soon, it runs on the two healthy
+        # nodes, not on sn2. Only once the requeue is done (Restarts=1, PENDING):
+        # released before it, the job was requeued after our release and
+        # relaunched in the second its credential was revoked ("Job credential
+        # revoked": the job ended without running). Its start is 3 s away,
+        # past that second, as Slurm's own delay is.
         def released_or_done():
-            reason = cluster.command("squeue", "-h", "-j", slurm_job, "-o", "%r", check=False).stdout.strip()
+            shown = cluster.command("scontrol", "show", "job", slurm_job, check=False).stdout
+            if not shown.strip() or "JobState=COMPLETED" in shown or "JobState=FAILED" in shown:
+                return True
+            requeued = "Restarts=0" not in shown and "Restarts=" in shown
+            reason = cluster.command("squeue", "-h", "-j", slurm_job, "-o", "%T %r", check=False).stdout.strip()
+            print("job %s: %r, requeued %s" % (slurm_job, reason, requeued))  # shown when the test fails
             if not reason:
                 return True
+            if not requeued or not reason.startswith("PENDING"):
+                # COMPLETING may be the failed attempt's ("launch failed requeued held").
+                return reason.startswith("RUNNING") and requeued
             if "held" in reason.lower():
                 cluster.command("scontrol", "release", slurm_job, check=False)
-            if "held" in reason.lower() or reason == "BeginTime":
-                cluster.command("scontrol", "update", "JobId=" + slurm_job, "StartTime=now", check=False)
+            if "held" in reason.lower() or reason.endswith("BeginTime"):
+                cluster.command("scontrol", "update", "JobId=" + slurm_job, "StartTime=now+3", check=False)
             return False
         wait_for(released_or_done, 60, "the requeued job to run")
         output = wait_done(cluster, slurm_job, str(tmp_path / ("hosts-%s.out" % slurm_job)), timeout=120)

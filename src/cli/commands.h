@@ -7,15 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "controller/job_config.h"
+
 namespace trainguard {
 
 struct JobOptions {
+  // The job's knobs (restarts, timeouts, detectors, diagnostics), set by
+  // their flags from the one table of controller/job_knobs.h.
+  JobConfig knobs;
   int nnodes = 1;           // the most nodes (MAX of --nnodes MIN:MAX)
   int min_nnodes = 0;       // the fewest the job goes on with; 0 = nnodes
-  double elastic_wait_s = 30;  // with fewer than nnodes: how long to wait for more before going on
   int nproc_per_node = 1;
-  int max_restarts = 3;
-  int spares = 0;           // idle extra nodes that take an evicted or lost node's place
   std::string scheduler = "local";  // run: "local" (every node on this host) or "slurm" (the allocation's nodes)
   bool netns = false;       // run: every node in a network namespace of its own (root)
   bool netns_fallback = false;  // run --netns without root or namespaces: shared network, with a note
@@ -24,34 +26,14 @@ struct JobOptions {
   std::string secret_file;          // the job's secret for agents and API actions; "" = a new one in <run_dir>/job-secret
   std::string tls_cert, tls_key;    // TLS for the agents' stream (PEM files); "" = none
   std::string tls_ca;               // what this host's agents trust; "" = tls_cert (self-signed)
-  double reconnect_window_s = 60;   // agents keep their ranks this long when the controller is gone
   double store_drain_timeout_s = 120;  // at the end: how long queued writes wait for a store that is away
   std::vector<std::string> alert_webhooks;  // JSON POSTs of incidents, decisions, evictions, the end (docs/alerts.md)
-  std::string straggler_action = "report";  // report or evict (controller/straggler_detector.h)
-  double straggler_threshold = 0.07;        // a node this much slower than the median is slow
-  int straggler_window = 10;                // steps per judged window
-  int straggler_evict_windows = 5;          // slow windows before evict acts
-  std::string diagnose = "off";         // off, quick or full: node diagnostics before the start and after failures
   std::vector<std::string> diag_paths;  // ROLE=DIR for the disk probes
   int diag_parallel = -1;               // nodes diagnosed at once; -1: 1 when `run` has every node here, else all
-  double diag_timeout_s = 60;
-  int link_flaps_to_evict = 3;          // carrier losses within link_flap_window_s that evict a node; 0 = never
-  double link_flap_window_s = 600;
-  double hang_timeout_s = 300;
-  bool hang_timeout_auto = false;     // --hang-timeout auto
-  double hang_timeout_floor_s = 60;
-  double startup_timeout_s = 600;
-  double heartbeat_interval_s = 1;
-  int missed_heartbeats = 5;
-  double stop_grace_s = 5;
-  double stop_timeout_s = 30;
-  double rendezvous_timeout_s = 300;
   std::string store = "trainguard.db";
   std::string job_id;       // "" = generated
   std::string run_dir;      // "" = /tmp/trainguard/<job_id>
   bool native_stacks = false;
-  bool no_instrument = false;
-  int no_progress_restarts = 3;
   std::vector<std::string> extra_rules;  // attribution rules merged over the shipped ones
   std::vector<std::string> command;
   std::map<std::string, std::string> env;  // extra environment for every rank

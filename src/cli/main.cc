@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/torchrun_options.h"
+#include "controller/job_knobs.h"
 
 namespace {
 
@@ -14,7 +15,28 @@ constexpr const char* kStoreHelp =
     "event store: a SQLite file, or a postgresql:// URL that many jobs share (docs/store.md)";
 
 
+// The job's knobs, from their one table (controller/job_knobs.h).
+void AddKnobOptions(CLI::App* cmd, trainguard::JobConfig* knobs) {
+  const trainguard::JobConfig defaults;
+  for (const trainguard::Knob& k : trainguard::JobKnobs()) {
+    if (k.flags.empty()) continue;
+    const trainguard::Knob* knob = &k;  // the table lives as long as the program
+    if (k.kind == trainguard::KnobKind::kFlag) {
+      cmd->add_flag_callback(k.flags, [knob, knobs] { (void)trainguard::SetKnob(*knob, "true", knobs); }, k.help);
+      continue;
+    }
+    cmd->add_option_function<std::string>(
+        k.flags,
+        [knob, knobs](const std::string& v) {
+          trainguard::Status s = trainguard::SetKnob(*knob, v, knobs);
+          if (!s.ok()) throw CLI::ValidationError(s.message());
+        },
+        k.help + " (default " + k.get(defaults) + (k.kind == trainguard::KnobKind::kSeconds ? " s" : "") + ")");
+  }
+}
+
 void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
+  AddKnobOptions(cmd, &o->knobs);
   if (!torchrun) {
     cmd->add_option_function<std::string>(
            "--nnodes",
@@ -48,23 +70,9 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
     cmd->add_option("--nproc-per-node,--nproc_per_node", o->nproc_per_node, "ranks per node")
         ->capture_default_str();
   }
-  cmd->add_option("--max-restarts,--max_restarts", o->max_restarts, "restarts before the job fails")
-      ->capture_default_str();
-  cmd->add_option("--diagnose", o->diagnose,
-                  "node diagnostics before the first start and after every failure (ranks stopped): "
-                  "off, quick or full; failing nodes are evicted and cordoned (docs/nodes.md)")
-      ->check(CLI::IsMember({"off", "quick", "full"}))
-      ->capture_default_str();
   cmd->add_option("--diag-path", o->diag_paths, "ROLE=DIR each node's disk probes write (default: its run dir)");
   cmd->add_option("--diag-parallel", o->diag_parallel,
                   "nodes diagnosed at once (default: 1 when `run` has every node on this host, else all)");
-  cmd->add_option("--diag-timeout", o->diag_timeout_s, "seconds a node gets to answer its diagnostics")
-      ->capture_default_str();
-  cmd->add_option("--link-flaps-to-evict", o->link_flaps_to_evict,
-                  "a node whose links lose their carrier this often within --link-flap-window is failed and "
-                  "evicted (0: never)")
-      ->capture_default_str();
-  cmd->add_option("--link-flap-window", o->link_flap_window_s, "seconds")->capture_default_str();
   cmd->add_option("--alert-webhook", o->alert_webhooks,
                   "URL that gets a JSON POST for each incident, attribution, decision, eviction, straggler and the "
                   "job's end (retried with backoff, never holding up the job; repeat for several; docs/alerts.md)");
@@ -77,11 +85,6 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
                   "file holding the job's secret: agents must show it to register, API actions (cancel, cordon) "
                   "take it as their token. Default: a new random one in RUN_DIR/job-secret, readable by you only "
                   "(agents on other hosts are then not checked)");
-  cmd->add_option("--reconnect-window", o->reconnect_window_s,
-                  "seconds agents keep their ranks running and try to reconnect when the controller is gone; a "
-                  "controller started again on the job's store within it takes the job back (0: agents exit)")
-      ->check(CLI::Range(0.0, 86400.0))
-      ->capture_default_str();
   cmd->add_option("--store-drain-timeout", o->store_drain_timeout_s,
                   "seconds the controller waits at the job's end for writes still queued for a store that is away "
                   "(while the job runs they wait and are retried as long as it takes)")
@@ -94,74 +97,10 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
   cmd->add_option("--tls-ca", o->tls_ca,
                   "PEM certificates this host's agents trust (default: --tls-cert itself, if self-signed)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--straggler-action", o->straggler_action,
-                  "what a straggler node gets: report (an event) or evict (taken out like a failed node, a "
-                  "spare takes its place) once it has been slow for --straggler-evict-windows windows")
-      ->check(CLI::IsMember({"report", "evict"}))
-      ->capture_default_str();
-  cmd->add_option("--straggler-threshold", o->straggler_threshold,
-                  "a node this much slower than the job's median (0.07 = 7 %) in a window of steps is slow "
-                  "(and it must also stand out from the spread of the others)")
-      ->capture_default_str();
-  cmd->add_option("--straggler-window", o->straggler_window, "steps per judged window")->capture_default_str();
-  cmd->add_option("--straggler-evict-windows", o->straggler_evict_windows,
-                  "slow windows (a slow window counts one up, a normal one one down) before evict acts; "
-                  "a node is reported after 3")
-      ->capture_default_str();
-  cmd->add_option("--elastic-wait", o->elastic_wait_s,
-                  "with --nnodes MIN:MAX and fewer than MAX nodes present (but at least MIN): seconds to wait "
-                  "for more before the job starts or restarts without them; nodes nobody will bring "
-                  "(evicted with no replacement) are not waited for")
-      ->capture_default_str();
-  cmd->add_option("--spares", o->spares,
-                  "idle extra nodes (agents) that take the place of an evicted or lost node at the restart; "
-                  "`run` starts them, a `controller` accepts that many beyond --nnodes")
-      ->capture_default_str();
-  cmd->add_option_function<std::string>(
-         "--hang-timeout",
-         [o](const std::string& v) {
-           if (v == "auto") {
-             o->hang_timeout_auto = true;
-             return;
-           }
-           std::size_t used = 0;
-           double s = 0;
-           try {
-             s = std::stod(v, &used);
-           } catch (const std::exception&) {
-             used = 0;
-           }
-           if (used != v.size() || used == 0) {
-             throw CLI::ValidationError("--hang-timeout", "'" + v + "' is neither seconds nor 'auto'");
-           }
-           o->hang_timeout_s = s;
-         },
-         "seconds without a step before a rank counts as hung, or 'auto': 10 x the slowest "
-         "step so far, at least --hang-timeout-floor (default 300)");
-  cmd->add_option("--hang-timeout-floor", o->hang_timeout_floor_s,
-                  "with --hang-timeout auto: the shortest timeout, seconds")->capture_default_str();
-  cmd->add_option("--startup-timeout", o->startup_timeout_s,
-                  "seconds allowed before a rank's first step")->capture_default_str();
-  cmd->add_option("--heartbeat-interval", o->heartbeat_interval_s, "agent heartbeat, seconds")
-      ->capture_default_str();
-  cmd->add_option("--missed-heartbeats", o->missed_heartbeats,
-                  "heartbeats missed before a node counts as lost")->capture_default_str();
-  cmd->add_option("--stop-grace", o->stop_grace_s, "seconds between SIGTERM and SIGKILL")
-      ->capture_default_str();
-  cmd->add_option("--stop-timeout", o->stop_timeout_s,
-                  "seconds an agent gets to stop its ranks before its node counts as lost")
-      ->capture_default_str();
-  cmd->add_option("--rendezvous-timeout", o->rendezvous_timeout_s,
-                  "seconds to wait for all nodes to join")->capture_default_str();
   cmd->add_option("--store", o->store, kStoreHelp)->capture_default_str();
   cmd->add_option("--job-id", o->job_id, "job id (default: generated)");
   cmd->add_option("--run-dir", o->run_dir, "logs and stacks (default /tmp/trainguard/JOB)");
   cmd->add_flag("--native-stacks", o->native_stacks, "also capture gdb backtraces of hung ranks");
-  cmd->add_flag("--no-instrument", o->no_instrument,
-                "launch ranks with torchrun's environment only: no automatic instrumentation "
-                "(steps then come only from scripts that call trainguard.step())");
-  cmd->add_option("--no-progress-restarts", o->no_progress_restarts,
-                  "stop after this many failures in a row without progress")->capture_default_str();
   cmd->add_option("--rules", o->extra_rules, "extra attribution rule file(s)");
   // The command (SCRIPT|PROGRAM [ARGS...]) is what follows the options, or `--`.
   cmd->prefix_command();
@@ -271,6 +210,8 @@ int main(int argc, char** argv) {
 
   trainguard::EventsOptions events;
   events.store = trainguard::DefaultStorePath();
+  CLI::App* knobs_cmd = app.add_subcommand(
+      "knobs", "print every knob of a job (flag, default, accepted values) as docs/reference.md has them");
   CLI::App* events_cmd = app.add_subcommand("events", "show a job's event log");
   AddStoredJobOptions(events_cmd, &events);
 
@@ -365,9 +306,9 @@ int main(int argc, char** argv) {
   diag_cmd->add_flag("--show", diag.show, "judge every node's newest stored diagnostics; measure nothing");
   diag_cmd->add_option("--max-age", diag.max_age_s, "seconds: older diagnostics are not compared")
       ->capture_default_str();
-  diag_cmd->add_option("--floor", diag.floors, "KIND=VALUE: a figure's absolute floor (see docs/diagnostics.md)");
+  diag_cmd->add_option("--floor", diag.floors, "KIND=VALUE: a figure's absolute floor (see docs/nodes.md)");
   diag_cmd->add_option("--fraction", diag.fractions,
-                       "KIND=F: a node below F x the nodes' median of KIND fails (see docs/diagnostics.md)");
+                       "KIND=F: a node below F x the nodes' median of KIND fails (see docs/nodes.md)");
   diag_cmd->add_flag("--json", diag.json, "JSON output");
   diag_cmd->add_flag("--slurm-drain", diag.slurm_drain,
                      "as a Slurm prolog or epilog (docs/slurm.md): a failing node, or one cordoned in the store, is "
@@ -428,6 +369,10 @@ int main(int argc, char** argv) {
     return trainguard::RunController(ctl);
   }
   if (agent_cmd->parsed()) return trainguard::RunAgent(agent);
+  if (knobs_cmd->parsed()) {
+    std::fputs(trainguard::KnobsMarkdown().c_str(), stdout);
+    return 0;
+  }
   if (events_cmd->parsed()) return trainguard::ShowEvents(events);
   if (trace_cmd->parsed()) return trainguard::WriteTrace(trace);
   if (heatmap_cmd->parsed()) return trainguard::WriteHeatmap(heatmap);

@@ -166,7 +166,9 @@ class JobControllerTest : public testing::Test {
 
   // The store once the controller's writes are in it.
   InMemoryEventStore& Stored() {
-    if (controller_) EXPECT_TRUE(controller_->FlushStore(std::chrono::milliseconds(10000)));
+    if (controller_) {
+      EXPECT_TRUE(controller_->FlushStore(std::chrono::milliseconds(10000)));
+    }
     return store_;
   }
 

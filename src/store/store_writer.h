@@ -31,7 +31,7 @@
 // health of a node, which readers consult before the store.
 //
 // Thread safety: every method may be called from any thread. Nothing is
-// called back. The destructor drains for at most `drain_timeout`, then stops,
+// called back. The writer's thread blocks every signal. The destructor drains for at most `drain_timeout`, then stops,
 // printing on stderr how many writes it could not store.
 #pragma once
 

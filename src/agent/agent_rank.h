@@ -1,0 +1,39 @@
+// Agent::Rank: one rank process of the running generation, as the agent
+// holds it. Private to src/agent (agent.cc, agent_ranks.cc, agent_stop.cc).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "agent/agent.h"
+#include "agent/output_pump.h"
+#include "agent/process.h"
+#include "agent/timing_collector.h"
+#include "common/status_page.h"
+
+namespace trainguard {
+
+// Written by the Python module's init() at the top of the stacks file once
+// faulthandler is registered for SIGUSR1; without it SIGUSR1 would kill the rank.
+constexpr const char* kStacksReadyMarker = "trainguard-stacks-ready";
+
+struct Agent::Rank {
+  int local_rank = 0;
+  int global_rank = 0;
+  pid_t pid = -1;
+  Nanos launch_mono = 0;
+  MappedStatusPage page;
+  std::string stacks_path;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE
+  std::unique_ptr<OutputPump> output;
+  std::set<int> pids;      // the rank and every process seen in its group
+  bool running = false;
+  ExitInfo exit;
+  ActivityTracker activity{0};
+  TimingCollector timings;  // this rank's per-step timings, from its page
+};
+
+}  // namespace trainguard

@@ -1,0 +1,223 @@
+// Agent: a generation's rank processes — started with the torchrun
+// environment, described for heartbeats, reaped when they exit.
+#include "agent/agent.h"
+#include "agent/agent_rank.h"
+#include "agent/timing_collector.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <set>
+#include <thread>
+
+#include "agent/error_file.h"
+#include "agent/journal_status.h"
+#include "agent/link_stats.h"
+#include "agent/output_pump.h"
+#include "agent/process.h"
+#include "common/status_page.h"
+#include "diag/collective_probe.h"
+#include "diag/suite.h"
+#include "proto/sanitize.h"
+
+namespace trainguard {
+
+namespace fs = std::filesystem;
+
+void Agent::StartRanks(const v1::Start& start) {
+  generation_ = start.generation();
+  group_rank_ = start.group_rank();
+  std::map<std::string, std::string> base = CurrentEnvironment();
+  for (const auto& [k, v] : start.env()) base[k] = v;
+  base["WORLD_SIZE"] = std::to_string(start.world_size());
+  base["LOCAL_WORLD_SIZE"] = std::to_string(start.nproc_per_node());
+  base["GROUP_RANK"] = std::to_string(start.group_rank());
+  base["GROUP_WORLD_SIZE"] = std::to_string(start.nnodes());
+  base["ROLE_NAME"] = "default";
+  base["ROLE_WORLD_SIZE"] = std::to_string(start.world_size());
+  base["MASTER_ADDR"] = start.master_addr();
+  base["MASTER_PORT"] = std::to_string(start.master_port());
+  base["TORCHELASTIC_RESTART_COUNT"] = std::to_string(start.generation());
+  base["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(start.max_restarts());
+  base["TORCHELASTIC_RUN_ID"] = start.run_id();
+  base["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  if (!base.count("NCCL_ASYNC_ERROR_HANDLING")) base["NCCL_ASYNC_ERROR_HANDLING"] = "1";  // as torchrun
+  if (!base.count("OMP_NUM_THREADS") && start.nproc_per_node() > 1) base["OMP_NUM_THREADS"] = "1";
+  const bool instrument = !start.no_instrument();
+  if (instrument) {
+    base["TRAINGUARD_NODE_ID"] = config_.node_id;
+    base["TRAINGUARD_JOB_ID"] = start.run_id();
+    if (!base.count("PYTHONUNBUFFERED")) base["PYTHONUNBUFFERED"] = "1";
+  }
+  if (instrument && !config_.python_dir.empty()) {
+    auto it = base.find("PYTHONPATH");
+    base["PYTHONPATH"] = config_.python_dir +
+                         (it != base.end() && !it->second.empty() ? ":" + it->second : "");
+  }
+
+  v1::AgentMessage started;
+  started.mutable_started()->set_generation(generation_);
+  for (int local = 0; local < start.nproc_per_node(); ++local) {
+    auto rank = std::make_unique<Rank>();
+    rank->local_rank = local;
+    rank->global_rank = start.group_rank() * start.nproc_per_node() + local;
+    std::string tag = start.run_id() + "-" + config_.node_id + "-r" +
+                      std::to_string(rank->global_rank);
+    std::string page_path = config_.shm_dir + "/trainguard-" + tag;
+    auto page = MappedStatusPage::Create(page_path);
+    std::string rank_gen = "rank" + std::to_string(rank->global_rank) + ".gen" +
+                           std::to_string(generation_);
+    std::string log_base = config_.run_dir + "/logs/rank" + std::to_string(rank->global_rank);
+    rank->stacks_path = config_.run_dir + "/stacks/" + rank_gen + ".txt";
+    std::ofstream(rank->stacks_path, std::ios::trunc).close();
+    // A fresh error file per generation: one left by an earlier attempt must
+    // never be read as this one's.
+    rank->error_file = config_.run_dir + "/errors/" + rank_gen + ".json";
+    unlink(rank->error_file.c_str());
+    for (const char* stream : {".stdout.log", ".stderr.log"}) {
+      std::ofstream log(log_base + stream, std::ios::app);
+      log << "==== trainguard: generation " << generation_ << " of job " << start.run_id()
+          << " ====\n";
+    }
+    std::map<std::string, std::string> env = base;
+    env["TORCHELASTIC_ERROR_FILE"] = rank->error_file;
+    env["RANK"] = std::to_string(rank->global_rank);
+    env["LOCAL_RANK"] = std::to_string(local);
+    env["ROLE_RANK"] = std::to_string(rank->global_rank);
+    if (instrument) env["TRAINGUARD_STACKS_FILE"] = rank->stacks_path;
+    if (page.ok()) {
+      rank->page = std::move(page.value());
+      if (instrument) env["TRAINGUARD_STATUS_PAGE"] = page_path;
+    } else {
+      std::fprintf(stderr, "trainguard agent %s: rank %d runs without a status page: %s\n",
+                   config_.node_id.c_str(), rank->global_rank, page.status().ToString().c_str());
+    }
+    SpawnSpec spec{std::vector<std::string>(start.argv().begin(), start.argv().end()), env, ""};
+    rank->launch_mono = clock_->MonotonicNanos();
+    rank->activity = ActivityTracker(rank->launch_mono);
+    auto proc = Spawn(spec);
+    if (!proc.ok()) {
+      // Report it as an exit with the conventional "cannot execute" code.
+      rank->running = false;
+      rank->exit = ExitInfo{127, 0};
+      v1::AgentMessage m;
+      m.mutable_rank_exited()->set_generation(generation_);
+      *m.mutable_rank_exited()->mutable_rank() = Describe(*rank);
+      m.mutable_rank_exited()->add_log_tail(proc.status().message());
+      m.mutable_rank_exited()->set_exit_unix_ms(clock_->WallNanos() / kMillisecond);
+      Send(m);
+      ranks_.push_back(std::move(rank));
+      continue;
+    }
+    rank->pid = proc->pid;
+    rank->pids.insert(proc->pid);
+    rank->running = true;
+    OutputPump::LineSink sink;
+    if (scan_rules_ != nullptr) {
+      sink = [this, generation = generation_, global = rank->global_rank](const std::string& line) {
+        ScanLine(generation, global, line);
+      };
+    }
+    rank->output = std::make_unique<OutputPump>(
+        proc->stdout_fd, proc->stderr_fd, log_base,
+        "[rank" + std::to_string(rank->global_rank) + "]: ", config_.stream_output,
+        static_cast<size_t>(config_.log_tail_lines), sink);
+    *started.mutable_started()->add_ranks() = Describe(*rank);
+    ranks_.push_back(std::move(rank));
+  }
+  started.mutable_started()->set_started_unix_ms(clock_->WallNanos() / kMillisecond);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pids_.clear();
+    for (const auto& r : ranks_) pids_.push_back(r->pid);
+  }
+  Send(started);
+}
+
+v1::RankStatus Agent::Describe(const Rank& rank) const {
+  v1::RankStatus s;
+  s.set_local_rank(rank.local_rank);
+  s.set_global_rank(rank.global_rank);
+  s.set_running(rank.running);
+  s.set_pid(rank.pid);
+  s.set_exit_code(rank.exit.exit_code);
+  s.set_term_signal(rank.exit.signal);
+  Nanos now_mono = MonotonicNowNanos();  // the client stamps CLOCK_MONOTONIC
+  Nanos now_wall = WallNowNanos();
+  auto to_unix_ms = [&](Nanos mono) { return mono == 0 ? 0 : (now_wall - (now_mono - mono)) / kMillisecond; };
+  s.set_step(kNoStep);
+  s.set_checkpoint_step(kNoStep);
+  Nanos since = rank.launch_mono;
+  if (rank.page.get() != nullptr) {
+    StatusSnapshot snap = ReadStatusPage(*rank.page.get());
+    s.set_attached(snap.attached);
+    s.set_step(snap.step);
+    s.set_step_count(snap.step_count);
+    s.set_first_step_unix_ms(to_unix_ms(snap.first_step_mono_ns));
+    s.set_last_step_unix_ms(to_unix_ms(snap.last_step_mono_ns));
+    s.set_checkpoint_step(snap.checkpoint_step);
+    s.set_checkpoint_blocked_ms(snap.checkpoint_blocked_ns / kMillisecond);
+    s.set_checkpoint_blocked_us(snap.checkpoint_blocked_ns / 1000);
+    s.set_max_step_ms(snap.max_step_ns / kMillisecond);
+    s.set_phase(snap.phase);
+    if (snap.phase_mono_ns > 0) s.set_phase_age_ms((now_mono - snap.phase_mono_ns) / kMillisecond);
+    if (snap.last_step_mono_ns > 0) since = snap.last_step_mono_ns;
+    DescribeJournal(ReadJournal(rank.page.get()->journal), now_mono, &s);
+  }
+  s.set_progress_age_ms(std::max<Nanos>(0, now_mono - since) / kMillisecond);
+  if (rank.running) s.set_proc_state(ProcState(rank.pid));
+  if (rank.running && rank.activity.sampled()) {
+    s.set_activity_sampled(true);
+    s.set_activity_age_ms(std::max<Nanos>(0, clock_->MonotonicNanos() - rank.activity.last_change()) /
+                          kMillisecond);
+  }
+  return s;
+}
+
+void Agent::ReapExited() {
+  for (auto& rank : ranks_) {
+    if (!rank->running) continue;
+    auto exit = TryReap(rank->pid);
+    if (!exit) continue;
+    Nanos exit_wall = clock_->WallNanos();
+    rank->running = false;
+    rank->exit = *exit;
+    SignalGroup(rank->pid, SIGKILL);  // whatever the rank left behind in its group
+    if (rank->page.get() != nullptr) rank->timings.Poll(*rank->page.get());
+    SendTimings(true);  // the rank's last steps go before its exit
+    if (rank->output) rank->output->Finish(500 * kMillisecond);
+    v1::AgentMessage m;
+    v1::RankExited* e = m.mutable_rank_exited();
+    e->set_generation(generation_);
+    *e->mutable_rank() = Describe(*rank);
+    if (rank->output) {
+      for (const auto& line : rank->output->Tail()) e->add_log_tail(line);
+    }
+    // The reap can lag the exit by a poll interval, and several ranks that
+    // died together are reaped in rank order; the end of the rank's output
+    // tells the order they really died in.
+    if (rank->output && rank->output->eof_wall() > 0) {
+      exit_wall = std::min(exit_wall, rank->output->eof_wall());
+    }
+    e->set_exit_unix_ms(exit_wall / kMillisecond);
+    if (exit->exit_code != 0 || exit->signal != 0) {
+      if (auto error = ReadErrorFile(rank->error_file)) *e->mutable_error() = *error;
+      PollKernel();
+      for (const auto& line : KernelLines(RankProcesses())) e->add_kernel_lines(line);
+    }
+    Send(m);
+  }
+}
+
+}  // namespace trainguard

@@ -1,0 +1,420 @@
+// Supervise: a job's controller (store, rules, API, alerts, the gRPC
+// server, the ticker) and the agents this process starts beside it, from
+// the start until the job ends and its record is read back.
+#include <signal.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "agent/agent.h"
+#include "api/http_api.h"
+#include "cli/cli_support.h"
+#include "cli/commands.h"
+#include "cli/host_address.h"
+#include "alerts/alert_publisher.h"
+#include "alerts/webhook_sender.h"
+#include "cli/local_launcher.h"
+#include "cli/slurm.h"
+#include "cli/slurm_nodes.h"
+#include "cli/netns_fabric.h"
+#include "cli/root_cause.h"
+#include "common/job_secret.h"
+#include "common/json_text.h"
+#include "controller/job_controller.h"
+#include "store/event_store.h"
+#include "transport/grpc_transport.h"
+
+#include "cli/supervise.h"
+
+namespace trainguard {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The knobs as their flags set them (controller/job_knobs.h), and the job.
+JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
+  JobConfig c = o.knobs;
+  c.job_id = job_id;
+  c.nnodes = o.nnodes;
+  c.min_nnodes = o.min_nnodes;
+  c.nproc_per_node = o.nproc_per_node;
+  c.argv = o.command;
+  c.env = o.env;
+  c.diag_paths = o.diag_paths;
+  c.diag_parallelism = std::max(o.diag_parallel, 0);
+  return c;
+}
+
+namespace {
+
+void PrintDowntime(EventStore* store, const std::string& job_id) {
+  auto events = store->Events(job_id);
+  if (!events.ok()) return;
+  for (const auto& e : *events) {
+    if (e.kind == "attribution" || e.kind == "decision" || e.kind == "downtime") {
+      std::fprintf(stderr, "trainguard:   %s\n", e.message.c_str());
+    }
+  }
+}
+
+}  // namespace
+
+
+
+bool SkipIfCordoned(EventStore* store, const std::string& id) {
+  auto health = store->GetNodeHealth(id);
+  if (!health.ok() || health->status != "cordoned") return false;
+  std::fprintf(stderr, "trainguard: node %s is cordoned (%s%s): not used; `trainguard uncordon %s` returns it\n",
+               id.c_str(), health->reason.c_str(),
+               health->job_id.empty() ? "" : (", by job " + health->job_id).c_str(), id.c_str());
+  return true;
+}
+
+std::vector<LocalNode> PickLocalNodes(EventStore* store, int nnodes, int spares) {
+  std::vector<LocalNode> nodes;
+  for (int i = 0; static_cast<int>(nodes.size()) < nnodes + spares; ++i) {
+    std::string id = "node" + std::to_string(i);
+    if (SkipIfCordoned(store, id)) continue;
+    int position = static_cast<int>(nodes.size());
+    nodes.push_back({id, position < nnodes ? position : -1, "127.0.0.1"});
+  }
+  return nodes;
+}
+
+
+int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalNode> local_nodes,
+              bool endpoint_may_be_taken, bool pick_local_nodes, const SlurmSetup* slurm) {
+  // `run` starts every node itself: on this host, or as steps of a Slurm allocation.
+  const bool starts_nodes = pick_local_nodes || slurm != nullptr;
+  std::string error = ValidateJob(o);
+  if (!error.empty()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", error.c_str());
+    return 2;
+  }
+  // --netns without what it needs: said first, in one line.
+  const std::string netns_unavailable = pick_local_nodes && o.netns ? NetnsFabric::Unavailable() : "";
+  if (!netns_unavailable.empty() && !o.netns_fallback) {
+    std::fprintf(stderr, "trainguard: error: %s (--netns-fallback runs the nodes in this host's network instead)\n",
+                 netns_unavailable.c_str());
+    return 2;
+  }
+  // The default store's per-user directory is made on first use; a --store
+  // in a directory that does not exist is an error, as the user wrote it.
+  if (o.store == DefaultStorePath()) {
+    std::error_code dir_error;
+    fs::create_directories(fs::path(o.store).parent_path(), dir_error);
+  }
+  auto store = OpenEventStore(o.store);
+  if (!store.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
+    return 2;
+  }
+  // The controller's writer thread has a connection of its own: a write that
+  // waits on the server (a locked file, a restarting PostgreSQL) never holds
+  // up the controller's reads (store/store_writer.h).
+  auto write_store = OpenEventStore(o.store);
+  if (!write_store.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", write_store.status().message().c_str());
+    return 2;
+  }
+  auto rules = LoadRulesFor(o.extra_rules);
+  if (!rules.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", rules.status().message().c_str());
+    return 2;
+  }
+  if (pick_local_nodes) local_nodes = PickLocalNodes(store->get(), o.nnodes, o.knobs.spares);
+  std::string job_id = o.job_id.empty() ? DefaultJobId() : o.job_id;
+  JobConfig config = MakeConfig(o, job_id);
+  // Nodes that share this host must not measure each other.
+  if (o.diag_parallel < 0 && pick_local_nodes) config.diag_parallelism = 1;
+  std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
+  // The job's secret: agents show it when they register, API actions take
+  // it as their token. From --secret-file, or new (written to the run dir
+  // once the job is recorded). Agents are checked when the secret came from
+  // a file, or when `run` starts every node itself.
+  std::string secret, secret_path = o.secret_file;
+  if (!o.secret_file.empty()) {
+    auto read = ReadJobSecret(o.secret_file);
+    if (!read.ok()) {
+      std::fprintf(stderr, "trainguard: error: --secret-file: %s\n", read.status().message().c_str());
+      return 2;
+    }
+    secret = *read;
+  } else {
+    auto made = NewJobSecret();
+    if (!made.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", made.status().message().c_str());
+      return 2;
+    }
+    secret = *made;
+    secret_path = run_dir + "/job-secret";
+  }
+  const bool agents_checked = !o.secret_file.empty() || starts_nodes;
+  if (agents_checked) config.agent_secret = secret;
+  // --http: bound before the controller exists, so that the job's record
+  // says where its API is; it serves once the job is recorded.
+  std::unique_ptr<HttpApi> api;
+  if (o.http != "off") {
+    HttpApiOptions api_options;
+    api_options.listen = o.http;
+    api_options.token = secret;
+    api = std::make_unique<HttpApi>(store->get(), api_options);
+    if (Status bound = api->Bind(); !bound.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", bound.message().c_str());
+      return 2;
+    }
+    config.api_url = api->url();
+  }
+  JobController controller(config, RealClock::Get(), store->get(), nullptr, &rules.value(), write_store->get());
+  struct ApiGuard {  // the API stops serving before the controller goes
+    std::unique_ptr<HttpApi>* api;
+    ~ApiGuard() {
+      if (*api) (*api)->Stop();
+    }
+  } api_guard{&api};
+  // --alert-webhook: alerts go out from senders' own threads.
+  std::vector<std::unique_ptr<WebhookSender>> webhooks;
+  std::vector<WebhookSender*> webhook_ptrs;
+  for (const std::string& url : o.alert_webhooks) {
+    auto sender = WebhookSender::Create(url);
+    if (!sender.ok()) {
+      std::fprintf(stderr, "trainguard: error: --alert-webhook: %s\n", sender.status().message().c_str());
+      return 2;
+    }
+    webhook_ptrs.push_back(sender->get());
+    webhooks.push_back(std::move(sender.value()));
+  }
+  AlertPublisher alerts(webhook_ptrs);
+  struct ListenerGuard {  // the controller stops telling `alerts` before it goes
+    JobController* c;
+    ~ListenerGuard() { c->SetEventListener(nullptr); }
+  } listener_guard{&controller};
+  if (!webhooks.empty()) controller.SetEventListener(&alerts);
+  // --netns: every local node in a network namespace of its own, behind one
+  // bridge; made before the launcher so that it is removed after it.
+  std::unique_ptr<NetnsFabric> fabric;
+  std::string listen_on = listen, controller_host = slurm != nullptr ? slurm->controller_host : "127.0.0.1";
+  if (pick_local_nodes && o.netns) {
+    if (!netns_unavailable.empty()) {
+      std::fprintf(stderr, "trainguard: note: %s; the nodes share this host's network (--netns-fallback)\n",
+                   netns_unavailable.c_str());
+    } else {
+      fabric = std::make_unique<NetnsFabric>(job_id);
+      if (Status made = fabric->Create(); !made.ok()) {
+        std::fprintf(stderr, "trainguard: error: --netns: %s\n", made.message().c_str());
+        return 2;
+      }
+      listen_on = fabric->gateway() + ":0";
+      controller_host = fabric->gateway();
+    }
+  }
+  std::unique_ptr<LocalLauncher> launcher;
+  std::unique_ptr<SlurmNodes> slurm_nodes;  // goes before the launcher it drives
+
+  // Before any thread exists (gRPC's included): the watcher blocks SIGINT and
+  // SIGTERM in every thread created after it, so they reach only the watcher.
+  std::atomic<int> interrupted_by{0};
+  SignalWatcher signals([&](int sig) {
+    interrupted_by = sig;
+    controller.Cancel(std::string("interrupted by signal ") + strsignal(sig));
+  });
+  // Listen first: a host that finds the endpoint taken joins as an agent and
+  // must leave no job behind. Agents that register before Start() are
+  // welcomed by it.
+  GrpcControllerServer server(&controller);
+  Status listening = server.Start(listen_on, {o.tls_cert, o.tls_key});
+  if (!listening.ok()) {
+    if (endpoint_may_be_taken && listening.code() == StatusCode::kUnavailable) return kEndpointTaken;
+    std::fprintf(stderr, "trainguard: error: %s\n", listening.message().c_str());
+    return 2;
+  }
+  // `controller` on the store of a job that has not ended takes it back
+  // (its controller died): agents that kept their ranks reconnect.
+  bool resume = false;
+  if (!pick_local_nodes && local_nodes.empty() && !o.job_id.empty()) {
+    if (auto jobs = store->get()->Jobs(); jobs.ok()) {
+      for (const auto& j : *jobs) {
+        if (j.job_id == job_id && j.state != "SUCCEEDED" && j.state != "FAILED") resume = true;
+      }
+    }
+  }
+  if (resume) {
+    std::fprintf(stderr, "trainguard: job %s is in %s and has not ended: taking it back (its agents have %.0f s "
+                         "to reconnect)\n",
+                 job_id.c_str(), StoreDisplayName(o.store).c_str(), (o.knobs.reconnect_window / static_cast<double>(kSecond)));
+  }
+  Status started = resume ? controller.Resume() : controller.Start();
+  if (!started.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", started.message().c_str());
+    return 2;
+  }
+  if (o.secret_file.empty()) {
+    if (Status written = WriteJobSecret(secret_path, secret); !written.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", written.message().c_str());
+      controller.Cancel("the job secret could not be written");
+      return 2;
+    }
+  }
+  if (!agents_checked) {
+    std::fprintf(stderr, "trainguard: note: agents are not authenticated; give the controller and every agent "
+                         "--secret-file FILE (the same secret) to refuse strangers\n");
+  }
+  if (api) {
+    api->Serve(&controller);
+    std::fprintf(stderr, "trainguard: job %s: API and metrics at %s (actions need the job secret in %s)\n",
+                 job_id.c_str(), api->url().c_str(), secret_path.c_str());
+  }
+  std::atomic<bool> ticking{true};
+  std::thread ticker([&] {
+    while (ticking.load() && !controller.finished()) {
+      controller.Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::fprintf(stderr, "trainguard: job %s: controller on port %d, %d node(s) x %d rank(s), store %s\n",
+               job_id.c_str(), server.port(), o.nnodes, o.nproc_per_node, StoreDisplayName(o.store).c_str());
+  if (!local_nodes.empty()) {
+    std::vector<std::string> args = {"--controller", controller_host + ":" + std::to_string(server.port()),
+                                     "--run-dir-base", run_dir, "--connect-timeout", "30",
+                                     "--reconnect-window", std::to_string((o.knobs.reconnect_window / static_cast<double>(kSecond)))};
+    // Agents on this host read the secret's file; steps on other nodes get
+    // it in their environment (never on a command line).
+    if (slurm == nullptr) args.insert(args.end(), {"--secret-file", secret_path});
+    // With TLS, its own agents trust --tls-ca, else the certificate itself (self-signed).
+    const std::string trust = !o.tls_ca.empty() ? o.tls_ca : o.tls_cert;
+    if (!trust.empty()) args.insert(args.end(), {"--tls-ca", trust});
+    if (o.native_stacks) args.push_back("--native-stacks");
+    launcher = std::make_unique<LocalLauncher>(SelfExe(), args);
+    const int per_rack = o.nodes_per_rack;
+    auto rack_of = [per_rack](const std::string& node_id) -> std::string {
+      if (per_rack <= 0 || node_id.rfind("node", 0) != 0 || node_id.size() <= 4 ||
+          node_id.find_first_not_of("0123456789", 4) != std::string::npos) {
+        return "";
+      }
+      return "rack" + std::to_string(std::stoi(node_id.substr(4)) / per_rack);
+    };
+    launcher->PutNodesInRacks(rack_of);
+    if (fabric) {
+      NetnsFabric* f = fabric.get();
+      launcher->PlaceNodesWith([f, rack_of](const std::string& node_id) { return f->AddNode(node_id, rack_of(node_id)); });
+      std::fprintf(stderr, "trainguard: --netns: nodes in their own network namespaces on %s.0/24, bridge %s\n",
+                   f->gateway().substr(0, f->gateway().rfind('.')).c_str(), f->gateway().c_str());
+    }
+    if (slurm != nullptr) {
+      const std::map<std::string, std::string> step_env = {{"TRAINGUARD_JOB_SECRET", secret}};
+      const SlurmSetup* s = slurm;
+      launcher->PlaceNodesWith([s, step_env](const std::string& node_id) -> StatusOr<NodeHost> {
+        auto node = s->nodes.find(node_id);
+        if (node == s->nodes.end()) return NotFound("node " + node_id + " is not in the Slurm allocation");
+        return SlurmPlacement(node->second, step_env);
+      });
+      std::map<std::string, std::string> addresses;
+      for (const auto& [name, node] : slurm->nodes) addresses[name] = node.address.empty() ? name : node.address;
+      slurm_nodes = std::make_unique<SlurmNodes>(launcher.get(), job_id, addresses, slurm->slurmd_port);
+    }
+    // The launcher (behind Slurm's, with --scheduler slurm) is the
+    // controller's node provider from here on.
+    if (slurm_nodes) {
+      controller.SetNodeProvider(slurm_nodes.get());
+    } else {
+      controller.SetNodeProvider(launcher.get());
+    }
+    if (pick_local_nodes && o.knobs.spares == 0 && (o.min_nnodes == 0 || o.min_nnodes == o.nnodes)) {
+      // No spares and a fixed size: an evicted node is replaced by a new
+      // one, as a scheduler would allocate it. An elastic job (--nnodes
+      // MIN:MAX) goes on with fewer instead: its allocation is what `run` started.
+      int next = local_nodes.empty() ? 0 : std::stoi(local_nodes.back().node_id.substr(4)) + 1;
+      EventStore* s = store->get();
+      launcher->ReplaceEvictedNodesWith([next, s]() mutable {
+        for (;; ++next) {
+          std::string id = "node" + std::to_string(next);
+          auto health = s->GetNodeHealth(id);
+          if (!health.ok() || health->status != "cordoned") return "node" + std::to_string(next++);
+        }
+      });
+    }
+    auto start = [&](const LocalNode& node) {
+      std::vector<std::string> node_args = {"--address", node.address};
+      if (node.group_rank >= 0 || starts_nodes) {  // a spare asks for no group rank (-1)
+        node_args.insert(node_args.end(), {"--group-rank", std::to_string(node.group_rank)});
+      }
+      launcher->StartNode(node.node_id, node_args);
+    };
+    for (const LocalNode& node : local_nodes) {
+      if (!starts_nodes || node.group_rank >= 0) start(node);
+    }
+    // Spares join once the job's nodes have started generation 0: agents
+    // race to register, and a spare must not take a job node's group rank.
+    if (starts_nodes && o.knobs.spares > 0) {
+      while (!controller.finished() && controller.state() == JobState::kStarting) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      for (const LocalNode& node : local_nodes) {
+        if (node.group_rank < 0 && !controller.finished()) start(node);
+      }
+    }
+  }
+  controller.WaitFinished(std::chrono::hours(24 * 365));
+  ticking = false;
+  ticker.join();
+  for (const auto& w : webhooks) {
+    if (!w->Flush(15 * kSecond)) {
+      std::fprintf(stderr, "trainguard: warning: alerts to %s still undelivered at exit\n", w->url().c_str());
+    }
+  }
+  if (launcher) {
+    controller.SetNodeProvider(nullptr);
+    if (slurm_nodes) slurm_nodes->Flush(30000);  // the drains asked for are done before the job ends
+    launcher->StopAll(static_cast<int>(o.knobs.stop_grace / kMillisecond) + 15000);
+    // Agents that were killed (lost nodes) could not remove their ranks'
+    // status pages; every agent of this job is gone now.
+    std::error_code ec;
+    std::string prefix = "trainguard-" + job_id + "-";
+    // With every node here (`run`), every page of the job goes, those of
+    // nodes that replaced evicted ones included; else only this host's node's.
+    for (const auto& entry : fs::directory_iterator("/dev/shm", ec)) {
+      std::string name = entry.path().filename().string();
+      bool ours = pick_local_nodes && name.rfind(prefix, 0) == 0;
+      for (const LocalNode& node : local_nodes) ours |= name.rfind(prefix + node.node_id + "-r", 0) == 0;
+      if (ours) fs::remove(entry.path(), ec);
+    }
+  }
+  server.Shutdown(2000);
+  // Every event in the store before it is read back; a store that is away
+  // gets the drain's time (then what is left is named on stderr).
+  if (!controller.FlushStore(std::chrono::milliseconds(static_cast<std::int64_t>(o.store_drain_timeout_s * 1000)))) {
+    const StoreWriter::Stats w = controller.StoreStats();
+    std::fprintf(stderr, "trainguard: warning: %lld write(s) not yet in the store %s after %.0f s (%s)\n",
+                 static_cast<long long>(w.queued), StoreDisplayName(o.store).c_str(), o.store_drain_timeout_s,
+                 w.last_error.c_str());
+  }
+  bool ok = controller.state() == JobState::kSucceeded;
+  std::fprintf(stderr, "trainguard: %s\n", controller.summary().c_str());
+  PrintDowntime(store->get(), job_id);
+  if (!ok) {
+    if (auto events = store->get()->Events(job_id); events.ok()) {
+      for (const auto& line : RootCauseLines(*events)) {
+        std::fprintf(stderr, "trainguard: %s\n", line.c_str());
+      }
+    }
+    std::fprintf(stderr, "trainguard: rank logs are in %s; events: trainguard events --store %s %s\n",
+                 run_dir.c_str(), StoreDisplayName(o.store).c_str(), job_id.c_str());
+  }
+  if (ok) return 0;
+  // A shell's convention for a run that a signal ended (130 for Ctrl-C);
+  // otherwise what the failing rank exited with (FailureExitStatus).
+  if (interrupted_by.load() != 0) return 128 + interrupted_by.load();
+  return controller.FailureExitStatus();
+}
+
+
+}  // namespace trainguard

@@ -1,0 +1,115 @@
+// JobController: starting a generation (its nodes, its Start, recorded
+// before it is sent) and restarting after an incident (evictions, the
+// diagnosis round, the restart count).
+#include "controller/job_controller.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common/json_text.h"
+#include "common/utf8.h"
+#include "controller/describe.h"
+
+namespace trainguard {
+
+using nlohmann::json;
+
+void JobController::MaybeStartGeneration() {
+  if (state_ != JobState::kStarting && state_ != JobState::kRestarting) return;
+  PromoteSpares();
+  std::vector<Node*> slots(config_.nnodes, nullptr);
+  for (auto& n : nodes_) {
+    if (n.conn != 0 && n.group_rank >= 0) slots[n.group_rank] = &n;
+  }
+  std::vector<int> empty;
+  for (int g = 0; g < config_.nnodes; ++g) {
+    if (slots[g] == nullptr) empty.push_back(g);
+  }
+  if (!empty.empty() && !MayStartWithout(empty)) return;
+  waiting_said_.clear();
+  if (state_ == JobState::kStarting && config_.diagnose != "off" && !preflight_done_) {
+    StartDiagnosis("preflight");
+    return;
+  }
+  if (!empty.empty()) RenumberGroupRanks(&slots);
+  const int previous_nnodes = active_nnodes_;
+  active_nnodes_ = static_cast<int>(slots.size());
+  if (previous_nnodes > 0 && active_nnodes_ != previous_nnodes) {
+    Emit("world_resized", "", -1, -1,
+         "the job goes on with " + std::to_string(active_nnodes_) + " of " + std::to_string(config_.nnodes) +
+             " nodes (was " + std::to_string(previous_nnodes) + "): world size " +
+             std::to_string(active_nnodes_ * config_.nproc_per_node),
+         json{{"nnodes", active_nnodes_}, {"previous_nnodes", previous_nnodes}, {"max_nnodes", config_.nnodes},
+              {"min_nnodes", MinNodes()}, {"world_size", active_nnodes_ * config_.nproc_per_node}}
+             .dump(-1, ' ', false, kReplaceBadUtf8));
+  }
+  generation_ = restart_count_;
+  first_step_seen_ = false;
+  stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
+  timing_rows_this_generation_ = 0;
+  layout_next_try_rows_ = 0;
+  generation_start_wall_ = clock_->WallNanos();
+  const Node* master = slots[0];
+  v1::ControllerMessage msg;
+  v1::Start* start = msg.mutable_start();
+  start->set_generation(generation_);
+  start->set_run_id(config_.job_id);
+  start->set_nnodes(active_nnodes_);
+  start->set_nproc_per_node(config_.nproc_per_node);
+  start->set_world_size(active_nnodes_ * config_.nproc_per_node);
+  start->set_master_addr(master->address);
+  start->set_master_port(master->free_port);
+  start->set_max_restarts(config_.max_restarts);
+  start->set_no_instrument(config_.no_instrument);
+  for (const auto& a : config_.argv) start->add_argv(a);
+  for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
+  json group_ranks = json::object();
+  for (Node* n : slots) group_ranks[n->node_id] = n->group_rank;
+  json d = {{"master_addr", master->address}, {"master_port", master->free_port},
+            {"restart_count", restart_count_}, {"nnodes", active_nnodes_}, {"group_ranks", group_ranks}};
+  // The decision is in the store before it is acted on: a controller killed
+  // after this point resumes this generation, not the one before it.
+  StoreWriter::Ticket decided =
+      Emit("generation_started", "", -1, -1,
+           "started generation " + std::to_string(generation_) + " (restart " + std::to_string(restart_count_) + "/" +
+               std::to_string(config_.max_restarts) + "), master " + master->address + ":" +
+               std::to_string(master->free_port),
+           d.dump(-1, ' ', false, kReplaceBadUtf8));
+  if (!writer_->WaitDurable(decided, kDurableStartWait)) {
+    std::fprintf(stderr, "trainguard: generation %lld starts before the store has its record (the store is slow or "
+                         "away; the record follows)\n", static_cast<long long>(generation_));
+  }
+  for (Node* n : slots) {
+    start->set_group_rank(n->group_rank);
+    n->ranks.clear();
+    n->stopped_generation = -1;
+    n->last_heartbeat_mono = clock_->MonotonicNanos();
+    n->link->Send(msg);
+  }
+  SetState(JobState::kRunning, "generation " + std::to_string(generation_) + " started");
+}
+
+void JobController::Restart(const Verdict& verdict, bool diagnosed) {
+  if (!diagnosed) {  // evictions first: an evicted node is not diagnosed
+    // The reason names the incident: it goes with the cordon, and to the
+    // scheduler (a Slurm drain reason), where an operator reads it.
+    const std::string incident = "incident " + std::to_string(incident_ ? incident_->number : incident_count_);
+    for (const auto& id : verdict.evict_nodes) Evict(id, incident + ": " + verdict.why, verdict.evidence_json);
+    EvictCordonedNodes();
+    if (config_.diagnose != "off") {
+      pending_verdict_ = verdict;
+      StartDiagnosis("incident " + std::to_string(incident_ ? incident_->number : incident_count_));
+      return;
+    }
+  }
+  ++restart_count_;
+  waiting_since_mono_ = clock_->MonotonicNanos();
+  SetState(JobState::kRestarting, "restart " + std::to_string(restart_count_));
+  Emit("restarting", "", -1, -1,
+       "restarting all ranks (restart " + std::to_string(restart_count_) + "/" +
+           std::to_string(config_.max_restarts) + ")");
+  MaybeStartGeneration();
+}
+
+}  // namespace trainguard

@@ -1,0 +1,202 @@
+// JobController: one incident from its finding to its decision. Fail opens it
+// and stops every rank; once all stopped, Decide blames it (recovery_policy:
+// a detector's verdict as it stands, else the rules over its lines, and other
+// jobs' history) and the policy's typed Verdict restarts, evicts or stops.
+#include "controller/job_controller.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common/json_text.h"
+#include "common/utf8.h"
+#include "controller/describe.h"
+#include "controller/downtime.h"
+#include "controller/fleet_history.h"
+
+namespace trainguard {
+
+using nlohmann::json;
+
+void JobController::Fail(const Finding& f) {
+  if (state_ != JobState::kRunning) return;
+  const std::string kind = FindingKindName(f.kind);
+  const std::string& description = f.description;
+  if (incident_) RecordDowntime(0);  // the previous restart never reached a step
+  Incident inc;
+  inc.number = ++incident_count_;
+  inc.kind = f.kind;
+  inc.verdict = f.verdict;
+  inc.description = description;
+  inc.fault_wall = f.fault_wall;
+  inc.detected_wall = clock_->WallNanos();
+  inc.detected_mono = clock_->MonotonicNanos();
+  inc.failure_step = MaxStep();
+  inc.checkpoint_step = checkpoint_step_;
+  inc.generation = generation_;
+  inc.first_rank = f.rank;
+  inc.first_node = f.node;
+  inc.first_rank_step = f.rank_step;
+  inc.hung_ranks = f.hung_ranks;
+  inc.hang_roots = f.roots;
+  inc.lines = f.lines;
+  if (f.rank >= 0 && f.kind == FindingKind::kRankFailed) inc.exit_times[f.rank] = f.fault_wall;
+  for (const auto& n : nodes_) {
+    for (const auto& [r, view] : n.ranks) {
+      inc.last_step_wall = std::max<Nanos>(inc.last_step_wall, view.status.last_step_unix_ms() * kMillisecond);
+    }
+  }
+  incident_ = inc;
+  last_failure_ = description;
+  last_failure_status_ = 1;
+  if (f.kind == FindingKind::kRankFailed) {
+    last_failure_status_ = f.signal != 0 ? 128 + f.signal : (f.exit_code > 0 ? f.exit_code : 1);
+  }
+  json d = json::parse(f.detail_json, nullptr, false);
+  if (d.is_discarded() || !d.is_object()) d = json::object();
+  d["failure_kind"] = kind;
+  d["incident"] = inc.number;
+  d["fault_unix_ms"] = f.fault_wall / kMillisecond;
+  d["detected_unix_ms"] = inc.detected_wall / kMillisecond;
+  d["detection_ms"] = (inc.detected_wall - f.fault_wall) / kMillisecond;
+  d["failure_step"] = inc.failure_step;
+  d["checkpoint_step"] = inc.checkpoint_step;
+  d["last_step_unix_ms"] = inc.last_step_wall / kMillisecond;
+  d["checkpoint_overhead_ms"] = CheckpointOverheadMs();
+  Emit("failure", f.node, f.rank, inc.failure_step,
+       "incident " + std::to_string(inc.number) + ": " + kind + ": " + description, d.dump(-1, ' ', false, kReplaceBadUtf8));
+
+  SetState(JobState::kStopping, "stopping all ranks after " + kind);
+  stop_sent_mono_ = clock_->MonotonicNanos();
+  v1::ControllerMessage msg;
+  msg.mutable_stop()->set_generation(generation_);
+  msg.mutable_stop()->set_reason(kind + ": " + description);
+  msg.mutable_stop()->set_grace_ms(static_cast<int>(config_.stop_grace / kMillisecond));
+  for (int r : f.capture_stacks_of) msg.mutable_stop()->add_capture_stacks_of(r);
+  for (auto& n : nodes_) {
+    if (n.conn != 0 && n.group_rank >= 0) n.link->Send(msg);
+  }
+  MaybeAllStopped();
+}
+
+void JobController::MaybeAllStopped() {
+  if (state_ != JobState::kStopping) return;
+  for (const auto& n : nodes_) {
+    if (n.conn != 0 && n.group_rank >= 0 && n.stopped_generation != generation_) return;
+  }
+  Nanos now_wall = clock_->WallNanos();
+  if (incident_) {
+    incident_->stopped_wall = now_wall;
+    Emit("stopped", "", -1, -1,
+         "all ranks of generation " + std::to_string(generation_) + " stopped " +
+             Seconds(now_wall - incident_->detected_wall) + " after detection",
+         json{{"shutdown_ms", (now_wall - incident_->detected_wall) / kMillisecond}}.dump(-1, ' ', false, kReplaceBadUtf8));
+  }
+  Verdict verdict = incident_ ? Decide() : Verdict{};
+  const std::string& why = verdict.why;
+  if (restart_count_ >= config_.max_restarts) {
+    Finish(JobState::kFailed,
+           "job " + config_.job_id + " FAILED after " + std::to_string(restart_count_) +
+               " restart(s) (--max-restarts " + std::to_string(config_.max_restarts) +
+               "); last failure: " + last_failure_ + (why.empty() ? "" : "; " + why));
+    return;
+  }
+  if (verdict.decision == Decision::kStop) {
+    Finish(JobState::kFailed, "job " + config_.job_id + " FAILED: " + why +
+                                  " (after " + std::to_string(restart_count_) + " restart(s))");
+    return;
+  }
+  Restart(verdict);
+}
+
+std::string JobController::NodeOfRank(int rank) const {
+  for (const auto& n : nodes_) {
+    if (n.ranks.count(rank)) return n.node_id;
+  }
+  return "";
+}
+
+Verdict JobController::Decide() {
+  const Incident& inc = *incident_;
+  Blame b = AssignBlame(rules_, inc, [this](int rank) { return NodeOfRank(rank); });
+  const FleetFinding fleet = ReadFleet(b);
+  Verdict v = policy_.Decide(b, inc, fleet);
+  const Attribution& a = b.attribution;
+  const char* decision_name = DecisionName(v.decision);
+  json evidence = json::array();
+  for (const auto& e : a.evidence) {
+    evidence.push_back({{"rank", e.rank}, {"node", e.node}, {"rule", e.rule_id},
+                        {"category", e.category}, {"role", e.role}, {"line", e.line}});
+  }
+  std::vector<std::string> nodes(b.culprit_nodes.begin(), b.culprit_nodes.end());
+  json d = {{"incident", inc.number},         {"failure_kind", inc.kind},
+            {"category", a.category},         {"rule", a.rule_id},
+            {"description", a.description},   {"hardware", a.hardware},
+            {"persistence", a.persistence},   {"confidence", a.confidence},
+            {"culprit_ranks", b.culprit_ranks}, {"culprit_nodes", nodes},
+            {"recommended_action", a.action}, {"decision", decision_name},
+            {"reason", v.why},                {"history", v.history},
+            {"failure_step", b.step},         {"evidence", evidence},
+            {"fleet", json::parse(fleet.EvidenceJson())},
+            {"first_in_time", b.first_in_time}};
+  Emit("attribution", b.culprit_node, b.culprit_rank, b.step,
+       "incident " + std::to_string(inc.number) + ": " + a.category + " (" +
+           (a.hardware ? "hardware" : "software") + ", " + a.persistence + ", confidence " +
+           std::to_string(a.confidence).substr(0, 4) + "), culprit " + b.CulpritText(),
+       d.dump(-1, ' ', false, kReplaceBadUtf8));
+  Emit("decision", b.culprit_node, b.culprit_rank, b.step,
+       std::string("incident ") + std::to_string(inc.number) + ": " + decision_name + ": " + v.why,
+       json{{"incident", inc.number},
+            {"decision", decision_name},
+            {"reason", v.why},
+            {"policy", json::parse(policy_.memory().ToJson())}}
+           .dump(-1, ' ', false, kReplaceBadUtf8));
+  writer_->RecordIncident({config_.job_id, inc.number, clock_->WallNanos(), b.culprit_node, b.culprit_rank,
+                           a.category, a.rule_id, decision_name, b.step, d.dump(-1, ' ', false, kReplaceBadUtf8)});
+  if (v.decision == Decision::kEvict) {
+    v.evidence_json = json{{"incident", inc.number}, {"category", a.category}, {"rule", a.rule_id},
+                           {"description", a.description}, {"evidence", evidence}}
+                          .dump(-1, ' ', false, kReplaceBadUtf8);
+  }
+  return v;
+}
+
+FleetFinding JobController::ReadFleet(const Blame& b) {
+  // Other jobs' incidents in the shared store, within the suspicion window;
+  // on a node, only since an operator last cleared it.
+  FleetQuery q;
+  q.job_id = config_.job_id;
+  q.program = ProgramOf(config_.argv);
+  q.since = clock_->WallNanos() - config_.suspicion_window;
+  for (const auto& n : b.culprit_nodes) {
+    auto health = HealthOf(n);
+    if (health.ok() && health->status == "ok") q.node_since[n] = std::max(q.since, health->wall_ns);
+  }
+  if (auto jobs = store_->Jobs(); jobs.ok()) {
+    for (const auto& j : *jobs) {
+      json config = json::parse(j.config_json, nullptr, false);
+      if (config.is_object() && config.contains("argv") && config["argv"].is_array()) {
+        std::vector<std::string> argv;
+        for (const auto& arg : config["argv"]) argv.push_back(arg.is_string() ? arg.get<std::string>() : "");
+        q.program_of_job[j.job_id] = ProgramOf(argv);
+      }
+    }
+  } else {
+    ++store_read_errors_;
+  }
+  auto incidents = store_->IncidentsOnNode("");
+  if (!incidents.ok()) {
+    ++store_read_errors_;
+    return {};
+  }
+  return ReadFleetHistory(b, *incidents, q);
+}
+
+void JobController::RecordDowntime(Nanos first_step_wall) {
+  if (!incident_) return;
+  DowntimeRecord r = DescribeDowntime(*incident_, first_step_wall);
+  Emit("downtime", "", -1, incident_->failure_step, r.line, r.json);
+  incident_.reset();
+}
+
+}  // namespace trainguard

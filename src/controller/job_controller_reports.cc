@@ -1,0 +1,232 @@
+// JobController: what the agents report — rank status in heartbeats, ranks
+// started and exited, stops, log alerts — and a node's connection going away.
+// A rank's exit and a fatal line go through their detectors (crash_detector,
+// log_alert_detector); a failure opens an incident (job_controller_incident.cc).
+#include "controller/job_controller.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "common/json_text.h"
+#include "common/utf8.h"
+#include "controller/crash_detector.h"
+#include "controller/describe.h"
+#include "controller/log_alert_detector.h"
+
+namespace trainguard {
+
+using nlohmann::json;
+
+void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
+  RankView& view = node->ranks[status.global_rank()];
+  view.status = status;
+  view.received_mono = clock_->MonotonicNanos();
+  if (status.checkpoint_step() > checkpoint_step_) {
+    checkpoint_step_ = status.checkpoint_step();
+    Emit("checkpoint_committed", node->node_id, status.global_rank(), checkpoint_step_,
+         "checkpoint of step " + std::to_string(checkpoint_step_) + " committed");
+  }
+  if (!first_step_seen_ && status.first_step_unix_ms() > 0) {
+    first_step_seen_ = true;
+    Nanos first_wall = status.first_step_unix_ms() * kMillisecond;
+    Emit("first_step", node->node_id, status.global_rank(), status.step(),
+         "generation " + std::to_string(generation_) + " made its first step " +
+             Seconds(first_wall - generation_start_wall_) + " after launch",
+         json{{"first_step_unix_ms", status.first_step_unix_ms()},
+              // The step number of the first step: steps are counted, so
+              // this holds when the loop steps one at a time.
+              {"first_step", status.step() - std::max<std::int64_t>(status.step_count(), 1) + 1},
+              {"since_launch_ms", (first_wall - generation_start_wall_) / kMillisecond}}
+             .dump(-1, ' ', false, kReplaceBadUtf8));
+    RecordDowntime(first_wall);
+  }
+}
+
+void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb) {
+  node->last_heartbeat_mono = clock_->MonotonicNanos();
+  node->last_heartbeat_wall = clock_->WallNanos();
+  ObserveLinks(node, hb.metrics());
+  if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
+  for (const auto& r : hb.ranks()) UpdateRank(node, r);
+}
+
+void JobController::HandleStarted(Node* node, const v1::RanksStarted& started) {
+  if (started.generation() != generation_) return;
+  json pids = json::object();
+  for (const auto& r : started.ranks()) {
+    pids[std::to_string(r.global_rank())] = r.pid();
+    UpdateRank(node, r);
+  }
+  Emit("ranks_started", node->node_id, -1, -1,
+       "node " + node->node_id + " started " + std::to_string(started.ranks_size()) +
+           " rank(s) of generation " + std::to_string(generation_),
+       json{{"pids", pids}, {"generation", started.generation()}, {"group_rank", node->group_rank}}
+           .dump(-1, ' ', false, kReplaceBadUtf8));
+}
+
+void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
+  const v1::RankStatus& r = exited.rank();
+  json d = RankJson(r);
+  d["exit_code"] = r.exit_code();
+  d["signal"] = r.term_signal();
+  std::vector<std::string> tail(exited.log_tail().begin(), exited.log_tail().end());
+  d["log_tail"] = tail;
+  if (exited.kernel_lines_size() > 0) {
+    d["kernel_lines"] = std::vector<std::string>(exited.kernel_lines().begin(), exited.kernel_lines().end());
+  }
+  if (exited.has_error()) d["error_file"] = RankErrorJson(exited.error());
+  bool current = exited.generation() == generation_ && state_ == JobState::kRunning;
+  bool ok = r.exit_code() == 0 && r.term_signal() == 0;
+  std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node->node_id + " " +
+                     DescribeExit(r) + AtStep(r.step());
+  Emit("rank_exited", node->node_id, r.global_rank(), r.step(), what, d.dump(-1, ' ', false, kReplaceBadUtf8));
+  if (exited.generation() == generation_ && incident_) incident_->rank_steps[r.global_rank()] = r.step();
+  if (!ok && exited.generation() == generation_ && incident_ && exited.exit_unix_ms() > 0) {
+    incident_->exit_times[r.global_rank()] = exited.exit_unix_ms() * kMillisecond;
+  }
+  if (!ok && exited.generation() == generation_ && incident_ && state_ == JobState::kStopping) {
+    // A rank that died on its own while the job was being stopped: its last
+    // words are evidence for the attribution (usually of a symptom).
+    for (const auto& line : tail) incident_->lines.push_back({r.global_rank(), node->node_id, line});
+    if (exited.has_error()) {
+      for (const auto& line : RankErrorLines(exited.error(), tail)) {
+        incident_->lines.push_back({r.global_rank(), node->node_id, line});
+      }
+    }
+    incident_->lines.push_back({r.global_rank(), node->node_id, "trainguard: " + what});
+  }
+  if (!current) return;
+  UpdateRank(node, r);
+  if (ok) {
+    node->ranks[r.global_rank()].exited_ok = true;
+    int done = 0;
+    for (const auto& n : nodes_) {
+      for (const auto& [rank, view] : n.ranks) done += view.exited_ok ? 1 : 0;
+    }
+    if (done == active_nnodes_ * config_.nproc_per_node) {
+      Finish(JobState::kSucceeded,
+             "job " + config_.job_id + " SUCCEEDED: all " + std::to_string(done) +
+                 " ranks exited 0 at step " + std::to_string(MaxStep()) + " after " +
+                 std::to_string(restart_count_) + " restart(s)");
+    }
+    return;
+  }
+  std::optional<Finding> crash = DetectCrash(node->node_id, exited, clock_->WallNanos());
+  if (crash) Fail(*crash);
+}
+
+void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
+  if (stopped.free_port() > 0) node->free_port = stopped.free_port();
+  for (const auto& s : stopped.stacks()) {
+    if (incident_ && stopped.generation() == generation_) {
+      incident_->stacks[s.global_rank()] = {s.proc_state(), s.python()};
+    }
+    json d = {{"proc_state", s.proc_state()}, {"python", s.python()}, {"native", s.native()}};
+    std::string where = s.python().empty() ? "no Python stack captured" : "Python stack captured";
+    Emit("stacks", node->node_id, s.global_rank(), -1,
+         "stacks of rank " + std::to_string(s.global_rank()) + " (process state " +
+             (s.proc_state().empty() ? "?" : s.proc_state()) + "): " + where,
+         d.dump(-1, ' ', false, kReplaceBadUtf8));
+  }
+  if (stopped.generation() != generation_ || state_ != JobState::kStopping) return;
+  if (incident_) {
+    for (const auto& r : stopped.ranks()) {
+      int rank = r.rank().global_rank();
+      incident_->rank_steps[rank] = r.rank().step();
+      for (const auto& line : r.log_tail()) {
+        bool seen = false;  // its RankExited may have carried the same lines
+        for (const auto& l : incident_->lines) seen |= l.rank == rank && l.text == line;
+        if (!seen) incident_->lines.push_back({rank, node->node_id, line});
+      }
+    }
+    for (const auto& line : stopped.kernel_lines()) {
+      bool seen = false;  // a rank exit may have carried the same lines
+      for (const auto& l : incident_->lines) seen |= l.node == node->node_id && l.text == line;
+      if (!seen) incident_->lines.push_back({-1, node->node_id, line});
+    }
+  }
+  node->stopped_generation = stopped.generation();
+  MaybeAllStopped();
+}
+
+void JobController::HandleLogAlert(Node* node, const v1::LogAlert& alert) {
+  int rank = alert.global_rank();
+  std::int64_t step = -1;
+  if (rank >= 0 && node->ranks.count(rank)) step = node->ranks[rank].status.step();
+  std::string who = rank >= 0 ? "rank " + std::to_string(rank) + " on " + node->node_id
+                              : "the kernel log of " + node->node_id;
+  json d = {{"rule", alert.rule_id()}, {"severity", alert.severity()}, {"line", alert.line()},
+            {"generation", alert.generation()}};
+  Emit("log_alert", node->node_id, rank, step,
+       alert.severity() + ": " + who + ": " + alert.line() + " (rule " + alert.rule_id() + ")",
+       d.dump(-1, ' ', false, kReplaceBadUtf8));
+  if (alert.severity() == "warning") {
+    // A warning makes the node watched unless it is suspect already.
+    auto health = HealthOf(node->node_id);
+    if (health.ok() && health->status != "suspect" && health->status != "cordoned") {
+      writer_->SetNodeHealth({node->node_id, "watch", "warning: " + alert.line() + " (rule " + alert.rule_id() + ")",
+                              config_.job_id, clock_->WallNanos()});
+    }
+    return;
+  }
+  if (alert.generation() != generation_ || state_ != JobState::kRunning) return;
+  if (auto fatal = DetectFatalLine(node->node_id, alert, step, clock_->WallNanos())) Fail(*fatal);
+}
+
+void JobController::OnDisconnect(std::uint64_t conn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Node* node = NodeByConn(conn);
+  if (node == nullptr) return;
+  if (node->node_id.empty()) {  // never registered
+    nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(),
+                              [&](const Node& n) { return n.conn == conn; }));
+    return;
+  }
+  node->conn = 0;
+  node->link.reset();
+  if (state_ == JobState::kSucceeded || state_ == JobState::kFailed) return;
+  if (diagnosis_) diagnosis_->NodeGone(node->node_id, "its agent went away during the diagnostics");
+  if (node->group_rank < 0) {  // an idle spare (or an evicted node) went away: no rank of the job is hit
+    std::string id = node->node_id;
+    Emit("spare_lost", id, -1, -1, "idle node " + id + " went away (connection to its agent closed)");
+    nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.node_id == id; }));
+    return;
+  }
+  NodeLost(node, "connection to its agent closed", clock_->WallNanos());
+}
+
+void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wall) {
+  std::string id = node->node_id;
+  int group_rank = node->group_rank;
+  if (node->link) {
+    std::shared_ptr<AgentLink> link = node->link;
+    node->conn = 0;
+    node->link.reset();
+    link->Close();
+  }
+  node->group_rank = -1;  // its slot is free for a replacement
+  Emit("node_lost", id, -1, -1, "node " + id + " lost: " + why,
+       json{{"reason", why}, {"group_rank", group_rank}}.dump(-1, ' ', false, kReplaceBadUtf8));
+  // What the scheduler backend knows of the loss (an agent process that
+  // exited while its host stayed up) outweighs the bare loss.
+  std::string known = provider_ != nullptr ? provider_->ExplainLoss(id) : "";
+  if (provider_ != nullptr) provider_->ReplaceNode(id, why);
+  // A replacement, or the agent itself, may come back: the slot is awaited.
+  if (group_rank >= 0) given_up_slots_.erase(group_rank);
+  if (state_ == JobState::kRunning) {
+    Finding f;
+    f.kind = FindingKind::kNodeLost;
+    f.description = "node " + id + " lost: " + why;
+    f.node = id;
+    f.fault_wall = fault_wall;
+    f.lines.push_back({-1, id, "trainguard: node " + id + " lost: " + why});
+    if (!known.empty()) f.lines.push_back({-1, id, "trainguard: " + known});
+    f.detail_json = json{{"reason", why}}.dump(-1, ' ', false, kReplaceBadUtf8);
+    Fail(f);
+  } else if (state_ == JobState::kStopping) {
+    MaybeAllStopped();
+  }
+}
+
+}  // namespace trainguard
