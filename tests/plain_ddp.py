@@ -19,15 +19,17 @@ import torch.distributed as dist
 import torch.nn as nn
 
 
-def batch(seed, step, rank):
+def batch(seed, step, rank, size=32):
     g = torch.Generator().manual_seed(seed * 100003 + step * 101 + rank)
-    x = torch.randn(32, 16, generator=g)
+    x = torch.randn(size, 16, generator=g)
     return x, x.sum(dim=1, keepdim=True).sin()
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--hidden", type=int, default=0, help="a hidden layer of this width (compute per step)")
+    p.add_argument("--batch", type=int, default=32)
     p.add_argument("--ckpt-every", type=int, default=5)
     p.add_argument("--ckpt", required=True)
     p.add_argument("--out", required=True)
@@ -43,7 +45,9 @@ def main():
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(
-        nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1)))
+        nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 1)) if not args.hidden else
+        nn.Sequential(nn.Linear(16, args.hidden), nn.Tanh(), nn.Linear(args.hidden, args.hidden), nn.Tanh(),
+                      nn.Linear(args.hidden, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     start = 0
     if os.path.exists(args.ckpt):
@@ -66,7 +70,7 @@ def main():
             os.kill(os.getpid(), signal.SIGKILL)
         if rank == args.die_rank and step == args.raise_at_step:
             raise ValueError("Expected input batch_size (4) to match target batch_size (1).")
-        x, y = batch(7, step, rank)
+        x, y = batch(7, step, rank, args.batch)
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()

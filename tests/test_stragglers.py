@@ -200,6 +200,35 @@ def test_with_evict_a_spare_replaces_the_straggler_and_the_pace_comes_back(tmp_p
     assert after < slow and after <= healthy * 1.05, (healthy, slow, after)
 
 
+def test_with_two_nodes_the_slow_nodes_ranks_are_judged_and_the_node_is_evicted(tmp_path, slow_cpu, no_leftovers):
+    """Issue 21: with fewer than 3 nodes the detector judges ranks; the
+    eviction is its typed verdict, not a sentence a rule parses back (which
+    missed "node1/rank 2 is a compute straggler"). 2 nodes x 2 ranks of a
+    script that does not import trainguard; node1's ranks share a throttled
+    CPU; the spare takes node1's place."""
+    plain = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_ddp.py")
+    job = Job(tmp_path, "two", [PYTHON, plain, "--steps", "400", "--hidden", "256", "--batch", "256",
+                                "--ckpt-every", "20", "--ckpt", str(tmp_path / "ck.pt"), "--out", str(tmp_path / "out")],
+              nnodes=2, nproc=2,
+              flags=["--straggler-action", "evict", "--straggler-threshold", "0.15", "--spares", "1",
+                     "--max-restarts", "2"])
+    pids = wait_for(lambda: len(job.rank_pids(0)) == 4 and job.rank_pids(0), 60, "the ranks to start")
+    procs = os.path.join(slow_cpu, "cgroup.procs" if os.path.exists(os.path.join(slow_cpu, "cgroup.procs"))
+                         else "tasks")
+    for rank in (2, 3):  # node1's ranks
+        with open(procs, "w") as f:
+            f.write(str(pids[rank]))
+    assert job.wait(timeout=400) == 0, job.output()[-3000:]
+    found = [e for e in job.events("straggler") if e["detail"]["evict"]]
+    assert found and found[0]["node"] == "node1", [e["message"] for e in job.events("straggler")]
+    assert "/rank " in found[0]["message"], found[0]["message"]  # judged rank by rank
+    assert [e["node"] for e in job.events("node_evicted")] == ["node1"], job.events("node_evicted")
+    attribution = job.events("attribution")[0]["detail"]
+    assert attribution["rule"] == "straggler-compute" and attribution["culprit_nodes"] == ["node1"], attribution
+    assert job.events("decision")[0]["detail"]["decision"] == "evict_node"
+    assert [e["node"] for e in job.events("spare_promoted")] == ["node2"], job.events("spare_promoted")
+
+
 def test_trace_and_heatmap_say_clearly_what_is_wrong(tmp_path, no_leftovers):
     job = Job(tmp_path, "short", [PYTHON, EXAMPLE, "--steps", "5", "--ckpt-dir", str(tmp_path / "ckpt")],
               nnodes=1, nproc=1)

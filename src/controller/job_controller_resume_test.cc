@@ -1,0 +1,239 @@
+// JobController::Resume: a controller started again on the store of a job
+// whose controller died takes it back.
+#include "controller/job_controller_test_fixture.h"
+
+namespace trainguard {
+namespace {
+
+class ResumeTest : public JobControllerTest {
+ protected:
+  // Generation 0 of 2 nodes x 2 ranks runs, has stepped and checkpointed.
+  void RunGeneration0() {
+    Make(2, 2, 2, /*attribute=*/true);
+    Register(0);
+    Register(1);
+    for (int node : {0, 1}) {
+      v1::AgentMessage m;
+      m.mutable_started()->set_generation(0);
+      for (int local : {0, 1}) *m.mutable_started()->add_ranks() = Rank(node * 2 + local, -1);
+      controller_->OnMessage(node + 1, m);
+    }
+    for (int node : {0, 1}) {
+      v1::RankStatus a = Rank(node * 2, 12), b = Rank(node * 2 + 1, 12);
+      for (v1::RankStatus* r : {&a, &b}) {
+        r->set_first_step_unix_ms(clock_.WallNanos() / kMillisecond - 5000);
+        r->set_last_step_unix_ms(clock_.WallNanos() / kMillisecond);
+        r->set_checkpoint_step(10);
+      }
+      Heartbeat(node, 0, {a, b});
+    }
+    ASSERT_EQ(EventsOf("first_step").size(), 1u);
+    ASSERT_EQ(EventsOf("checkpoint_committed").size(), 1u);
+  }
+  // The old controller is gone without a word; a new one resumes.
+  Status Restart() {
+    controller_.reset();
+    links_.clear();
+    clock_.Advance(3 * kSecond);
+    controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, rules_.get());
+    return controller_->Resume();
+  }
+  // Node `i` reconnects (conn 10 + i) asking to keep its ranks of `generation`.
+  FakeAgentLink* Reconnect(int i, std::int64_t generation, std::int64_t step = 14) {
+    auto link = std::make_shared<FakeAgentLink>();
+    links_.push_back(link);
+    controller_->OnConnect(10 + i, link);
+    v1::AgentMessage m;
+    v1::Register* r = m.mutable_register_();
+    r->set_protocol_version(kProtocolVersion);
+    r->set_node_id("node" + std::to_string(i));
+    r->set_address("10.0.0." + std::to_string(i));
+    r->set_free_port(41000 + i);
+    if (generation >= 0) {
+      r->set_resume_generation(generation);
+      r->set_resume_group_rank(i);
+      for (int local : {0, 1}) *r->add_resume_ranks() = Rank(i * 2 + local, step);
+    }
+    controller_->OnMessage(10 + i, m);
+    return link.get();
+  }
+};
+
+// The policy's memory is part of the job's status: a deterministic failure
+// that a controller restart separates from its repeat is still stopped there.
+TEST_F(ResumeTest, ADeterministicFailureStopsAtItsFirstRepeatAcrossAControllerRestart) {
+  RunGeneration0();
+  const std::string line = "ValueError: Expected input batch_size (4) to match target batch_size (1).";
+  auto exit_and_stop = [&](std::uint64_t conn0, std::uint64_t conn1, std::int64_t gen) {
+    v1::AgentMessage m;
+    auto* e = m.mutable_rank_exited();
+    e->set_generation(gen);
+    *e->mutable_rank() = Rank(1, 41);
+    e->mutable_rank()->set_running(false);
+    e->mutable_rank()->set_exit_code(1);
+    e->add_log_tail(line);
+    e->set_exit_unix_ms(clock_.WallNanos() / kMillisecond);
+    controller_->OnMessage(conn0, m);
+    for (std::uint64_t conn : {conn0, conn1}) {
+      v1::AgentMessage st;
+      st.mutable_stopped()->set_generation(gen);
+      st.mutable_stopped()->set_free_port(50000 + static_cast<int>(conn));
+      controller_->OnMessage(conn, st);
+    }
+  };
+  exit_and_stop(1, 2, 0);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);  // restarted once: it may be transient
+  EXPECT_EQ(Detail("decision")["decision"], "restart");
+  EXPECT_EQ(Detail("decision")["policy"]["signatures"].size(), 1u);
+  ASSERT_TRUE(Restart().ok());
+  Reconnect(0, 1, 0);
+  Reconnect(1, 1, 0);
+  ASSERT_EQ(EventsOf("job_resumed").size(), 1u);
+  exit_and_stop(10, 11, 1);
+  EXPECT_EQ(controller_->state(), JobState::kFailed);
+  EXPECT_EQ(controller_->restart_count(), 1);
+  EXPECT_NE(controller_->summary().find("deterministic"), std::string::npos) << controller_->summary();
+  EXPECT_EQ(Detail("decision", 1)["decision"], "stop");
+}
+
+TEST_F(ResumeTest, TheAgentsOfTheRunningGenerationComeBackWithTheirRanksAndNothingIsRecordedTwice) {
+  RunGeneration0();
+  ASSERT_TRUE(Restart().ok());
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  ASSERT_EQ(EventsOf("controller_restarted").size(), 1u);
+  EXPECT_EQ(Detail("controller_restarted")["previous_state"], "RUNNING");
+  FakeAgentLink* a = Reconnect(0, 0);
+  ASSERT_NE(a->Last(Kind::kWelcome), nullptr);
+  EXPECT_TRUE(a->Last(Kind::kWelcome)->welcome().resumed());
+  EXPECT_TRUE(EventsOf("job_resumed").empty());
+  FakeAgentLink* b = Reconnect(1, 0);
+  EXPECT_TRUE(b->Last(Kind::kWelcome)->welcome().resumed());
+  EXPECT_EQ(a->Count(Kind::kStart) + b->Count(Kind::kStart), 0);  // the ranks go on
+  ASSERT_EQ(EventsOf("node_reconnected").size(), 2u);
+  EXPECT_EQ(Detail("node_reconnected", 1)["pids"]["3"], 1003);
+  ASSERT_EQ(EventsOf("job_resumed").size(), 1u);
+  EXPECT_EQ(controller_->Snapshot().max_step, 14);
+  EXPECT_EQ(controller_->Snapshot().checkpoint_step, 10);
+  // Heartbeats after the restart: the same first step and checkpoint are not news.
+  for (int node : {0, 1}) {
+    v1::RankStatus x = Rank(node * 2, 15), y = Rank(node * 2 + 1, 15);
+    for (v1::RankStatus* r : {&x, &y}) {
+      r->set_first_step_unix_ms(clock_.WallNanos() / kMillisecond - 8000);
+      r->set_checkpoint_step(10);
+    }
+    controller_->OnMessage(10 + node, [&] {
+      v1::AgentMessage m;
+      m.mutable_heartbeat()->set_generation(0);
+      *m.mutable_heartbeat()->add_ranks() = x;
+      *m.mutable_heartbeat()->add_ranks() = y;
+      return m;
+    }());
+  }
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  for (int node : {0, 1}) {
+    for (int local : {0, 1}) {
+      v1::AgentMessage m;
+      auto* e = m.mutable_rank_exited();
+      e->set_generation(0);
+      *e->mutable_rank() = Rank(node * 2 + local, 20);
+      e->mutable_rank()->set_running(false);
+      e->mutable_rank()->set_exit_code(0);
+      controller_->OnMessage(10 + node, m);
+    }
+  }
+  EXPECT_EQ(controller_->state(), JobState::kSucceeded);
+  for (const char* once : {"job_created", "generation_started", "first_step", "checkpoint_committed", "job_succeeded"}) {
+    EXPECT_EQ(EventsOf(once).size(), 1u) << once;
+  }
+  EXPECT_EQ(EventsOf("ranks_started").size(), 2u);
+  EXPECT_EQ(controller_->restart_count(), 0);
+}
+
+TEST_F(ResumeTest, ARankThatDiedWhileTheControllerWasAwayIsHandledWhenItsAgentIsBack) {
+  RunGeneration0();
+  ASSERT_TRUE(Restart().ok());
+  Reconnect(0, 0);
+  Reconnect(1, 0);
+  Exit(1, 0, 3, 1, 0, 13, "RuntimeError: CUDA error: an illegal memory access was encountered");
+  // (Exit sends on conn node + 1: the old connection; resend on the new one.)
+  v1::AgentMessage m;
+  auto* e = m.mutable_rank_exited();
+  e->set_generation(0);
+  *e->mutable_rank() = Rank(3, 13);
+  e->mutable_rank()->set_running(false);
+  e->mutable_rank()->set_exit_code(1);
+  e->add_log_tail("RuntimeError: CUDA error: an illegal memory access was encountered");
+  e->set_exit_unix_ms(clock_.WallNanos() / kMillisecond - 2000);  // while the controller was away
+  controller_->OnMessage(11, m);
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+  auto failures = EventsOf("failure");
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0].rank, 3);
+  EXPECT_GT(failures[0].id, EventsOf("controller_restarted")[0].id);
+}
+
+TEST_F(ResumeTest, ANodeThatDoesNotComeBackInTheWindowIsLost) {
+  RunGeneration0();
+  ASSERT_TRUE(Restart().ok());
+  Reconnect(0, 0);
+  // Node 0 heartbeats as its agent does; node 1 stays away.
+  auto beat = [&] {
+    v1::AgentMessage m;
+    m.mutable_heartbeat()->set_generation(0);
+    *m.mutable_heartbeat()->add_ranks() = Rank(0, 15);
+    *m.mutable_heartbeat()->add_ranks() = Rank(1, 15);
+    controller_->OnMessage(10, m);
+  };
+  for (Nanos t = 0; t < config_.reconnect_window - 1 * kSecond; t += 1 * kSecond) {
+    clock_.Advance(1 * kSecond);
+    beat();
+    controller_->Tick();
+  }
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_TRUE(EventsOf("node_lost").empty());
+  clock_.Advance(1500 * kMillisecond);
+  beat();
+  controller_->Tick();
+  ASSERT_EQ(EventsOf("node_lost").size(), 1u);
+  EXPECT_EQ(EventsOf("node_lost")[0].node, "node1");
+  EXPECT_NE(EventsOf("node_lost")[0].message.find("did not reconnect within 60 s"), std::string::npos);
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+}
+
+TEST_F(ResumeTest, ANodeThatComesBackWithoutItsRanksIsLost) {
+  // Node 1's agent came back as a new process: its ranks are gone.
+  RunGeneration0();
+  ASSERT_TRUE(Restart().ok());
+  Reconnect(0, 0);
+  FakeAgentLink* fresh = Reconnect(1, -1);
+  ASSERT_NE(fresh->Last(Kind::kWelcome), nullptr);
+  EXPECT_FALSE(fresh->Last(Kind::kWelcome)->welcome().resumed());
+  auto lost = EventsOf("node_lost");
+  ASSERT_FALSE(lost.empty());
+  EXPECT_NE(lost.back().message.find("without the ranks of generation 0"), std::string::npos) << lost.back().message;
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+}
+
+TEST_F(ResumeTest, NothingToResumeIsAClearError) {
+  Make();
+  controller_.reset();
+  JobConfig other = config_;
+  other.job_id = "never-ran";
+  JobController c(other, &clock_, &store_, &provider_);
+  Status s = c.Resume();
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("never-ran is not in the store"), std::string::npos);
+  controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_);
+  ASSERT_TRUE(controller_->Resume().ok());  // STARTING: nothing ran
+  EXPECT_EQ(controller_->state(), JobState::kStarting);
+  controller_->Cancel("enough");
+  ASSERT_TRUE(controller_->FlushStore(std::chrono::seconds(10)));
+  JobController again(config_, &clock_, &store_, &provider_);
+  s = again.Resume();
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(s.message().find("has ended (FAILED)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainguard

@@ -1,0 +1,120 @@
+// JobController: step timings on the controller's clock, stragglers
+// reported and, with --straggler-action evict, evicted at every job size.
+#include "controller/job_controller_test_fixture.h"
+
+namespace trainguard {
+namespace {
+
+TEST_F(JobControllerTest, StepTimingsAreStoredOnTheControllersClock) {
+  Make(2, 1);
+  FakeAgentLink* a = Register(0);
+  FakeAgentLink* b = Register(1);
+  controller_->Tick();
+  ASSERT_NE(a->Last(Kind::kClockProbe), nullptr);
+  std::int64_t t0 = a->Last(Kind::kClockProbe)->clock_probe().controller_unix_us();
+  EXPECT_EQ(b->Last(Kind::kClockProbe)->clock_probe().controller_unix_us(), t0);
+  clock_.Advance(2 * kMillisecond);
+  v1::AgentMessage echo;
+  echo.mutable_clock_echo()->set_controller_unix_us(t0);
+  echo.mutable_clock_echo()->set_agent_unix_us(t0 + 1000 + 5'000'000);  // node0: 5 s ahead
+  controller_->OnMessage(1, echo);
+  echo.mutable_clock_echo()->set_agent_unix_us(t0 + 1000 + 300);        // node1: 0.3 ms, within 1 ms
+  controller_->OnMessage(2, echo);
+  Timings(0, 0, 1, 0, 3, 1.0, -1, 10'000'000);
+  Timings(1, 0, 1, 0, 3, 1.0, -1, 10'000'000);
+  auto rows = Stored().StepTimings("job", 0, 100).value();
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_EQ(rows[0].rank, 0);
+  EXPECT_EQ(rows[0].node, "node0");
+  EXPECT_EQ(rows[0].start_us, 10'000'000 - 5'000'000);
+  EXPECT_EQ(rows[0].clock_error_us, 1000);
+  EXPECT_EQ(rows[1].start_us, 10'000'000);
+  EXPECT_EQ(rows[0].totals, "forward=30000;backward=60000;comm:all_reduce=500");
+  EXPECT_EQ(rows[0].intervals.substr(0, 18), "forward,1,0,30000;");
+}
+
+TEST_F(JobControllerTest, AStragglerIsReportedAndWithEvictTakenOutOfTheJob) {
+  config_.straggler_action = "evict";
+  Make(4, 2, 3, true);
+  std::vector<FakeAgentLink*> links;
+  for (int i = 0; i < 4; ++i) links.push_back(Register(i));
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  const StragglerPolicy p;
+  for (std::int64_t step = 0; step < (p.windows_to_evict + 2) * p.window_steps; step += 10) {
+    for (int node = 0; node < 4; ++node) Timings(node, 0, 2, step, step + 10, 1.2, 2);
+    if (controller_->state() != JobState::kRunning) break;
+  }
+  auto found = EventsOf("straggler");
+  ASSERT_EQ(found.size(), 2u);  // reported, then evictable
+  EXPECT_EQ(found[0].node, "node2");
+  EXPECT_EQ(Detail("straggler")["signal"], "compute");
+  EXPECT_FALSE(Detail("straggler", 0)["evict"].get<bool>());
+  EXPECT_TRUE(Detail("straggler", 1)["evict"].get<bool>());
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+  for (int node = 0; node < 4; ++node) Stopped(node, 0);
+  EXPECT_EQ(Detail("attribution")["rule"], "straggler-compute");
+  EXPECT_EQ(Detail("decision")["decision"], "evict_node");
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node2"});
+  EXPECT_EQ(Stored().GetNodeHealth("node2")->status, "cordoned");
+}
+
+// The eviction is the detector's typed verdict, whatever the job's size (with
+// fewer than 3 nodes the detector judges ranks) and whatever a site's rule
+// file says of the lines: a rule that claims the straggler's own id, and one
+// that matches every line with the highest priority, change nothing.
+class StragglerEvictionTest : public JobControllerTest, public testing::WithParamInterface<int> {};
+
+TEST_P(StragglerEvictionTest, TheSlowNodeIsEvictedAndNoRuleFileChangesThat) {
+  const int nnodes = GetParam();
+  config_.straggler_action = "evict";
+  config_.spares = 1;
+  rules_override_ = R"({"format": "trainguard-attribution-rules", "version": 1, "rules": [
+    {"id": "straggler-compute", "category": "user_code", "priority": 100, "role": "cause", "persistence": "persistent",
+     "hardware": false, "action": "stop", "pattern": "straggler", "description": "hostile"},
+    {"id": "catch-all", "category": "user_code", "priority": 100, "role": "cause", "persistence": "persistent",
+     "hardware": false, "action": "stop", "pattern": ".", "description": "hostile"}]})";
+  const int nproc = nnodes == 1 ? 4 : 2;  // the detector needs 3 units to compare
+  Make(nnodes, nproc, 3, true);
+  for (int i = 0; i < nnodes; ++i) Register(i);
+  Register(nnodes);  // the spare
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  const int slow_node = nnodes - 1;
+  slow_rank_ = slow_node * nproc + 1;  // one rank of the last node computes 60 % slower
+  const StragglerPolicy p;
+  for (std::int64_t step = 0; step < (p.windows_to_evict + 2) * p.window_steps; step += 10) {
+    for (int node = 0; node < nnodes; ++node) Timings(node, 0, nproc, step, step + 10, 1.6, -1);
+    if (controller_->state() != JobState::kRunning) break;
+  }
+  ASSERT_EQ(controller_->state(), JobState::kStopping) << nnodes << " node(s)";
+  for (int node = 0; node < nnodes; ++node) Stopped(node, 0);
+  const std::string slow = "node" + std::to_string(slow_node);
+  EXPECT_EQ(Detail("failure")["failure_kind"], "straggler");
+  EXPECT_EQ(Detail("attribution")["rule"], "straggler-compute");
+  EXPECT_EQ(Detail("attribution")["category"], "other");
+  EXPECT_EQ(Detail("decision")["decision"], "evict_node");
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{slow});
+  EXPECT_EQ(Stored().GetNodeHealth(slow)->status, "cordoned");
+  EXPECT_EQ(EventsOf("spare_promoted").size(), 1u);
+  EXPECT_EQ(controller_->state(), JobState::kRunning);  // restarted with the spare
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, StragglerEvictionTest, testing::Values(1, 2, 3, 8));
+
+TEST_F(JobControllerTest, AStragglerIsOnlyReportedByDefault) {
+  Make(4, 1);
+  for (int i = 0; i < 4; ++i) Register(i);
+  for (std::int64_t step = 0; step < 200; step += 10) {
+    for (int node = 0; node < 4; ++node) Timings(node, 0, 1, step, step + 10, 1.3, 1);
+  }
+  EXPECT_EQ(EventsOf("straggler").size(), 2u);
+  EXPECT_EQ(EventsOf("straggler")[0].node, "node1");
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_TRUE(provider_.evicted.empty());
+  // Timings of another generation are stored but judge nobody.
+  Timings(3, 7, 1, 500, 600, 5.0, 3);
+  EXPECT_EQ(EventsOf("straggler").size(), 2u);
+  EXPECT_EQ(Stored().StepTimings("job", 500, 600)->size(), 100u);
+}
+
+}  // namespace
+}  // namespace trainguard
