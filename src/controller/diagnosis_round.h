@@ -29,6 +29,10 @@ enum class DiagStage {
 };
 const char* DiagStageName(DiagStage stage);
 
+// Why a round runs, which says what follows it: the first start, or the
+// restart after an incident.
+enum class DiagnosisPurpose { kPreflight, kIncident };
+
 class DiagnosisRound {
  public:
   // `nodes` in the order they are to be asked; parallelism 0 = all at once.

@@ -236,7 +236,7 @@ class JobController {
   // Orders a diagnosis round of every connected node (DIAGNOSING); when it is
   // done, failing nodes are evicted and the job goes on: a restart with
   // pending_verdict_, or the first start.
-  void StartDiagnosis(const std::string& purpose);
+  void StartDiagnosis(DiagnosisPurpose why);
   void SendDiagnosisOrders();
   // The network probe's neighbours of a node in the round: the nodes before
   // and after it in the round's ring that serve the probe (HOST:PORT).
@@ -321,6 +321,7 @@ class JobController {
   bool started_ = false;
   std::vector<std::pair<std::uint64_t, v1::Register>> early_registrations_;  // before Start
   std::optional<DiagnosisRound> diagnosis_;  // in DIAGNOSING
+  DiagnosisPurpose diagnosis_purpose_ = DiagnosisPurpose::kPreflight;  // of diagnosis_
   std::int64_t diagnosis_rounds_ = 0;
   bool preflight_done_ = false;
   Verdict pending_verdict_;                  // the restart a diagnosis round holds up

@@ -15,7 +15,12 @@ namespace trainguard {
 
 using nlohmann::json;
 
-void JobController::StartDiagnosis(const std::string& purpose) {
+void JobController::StartDiagnosis(DiagnosisPurpose why) {
+  diagnosis_purpose_ = why;
+  const std::string purpose =
+      why == DiagnosisPurpose::kPreflight
+          ? std::string("preflight")
+          : "incident " + std::to_string(incident_ ? incident_->number : incident_count_);
   // Job nodes in group-rank order, then the spares: a bad spare is found
   // before it takes a place.
   std::vector<const Node*> asked;
@@ -230,7 +235,7 @@ void JobController::MaybeFinishDiagnosis() {
            (failing.empty() ? std::string("every node passed") : "failing: " + failed_text),
        json{{"round", round.id()}, {"purpose", round.purpose()}, {"nodes", nodes}, {"evicted", failing}}
            .dump(-1, ' ', false, kReplaceBadUtf8));
-  if (round.purpose() == "preflight") {
+  if (diagnosis_purpose_ == DiagnosisPurpose::kPreflight) {
     preflight_done_ = true;
     waiting_since_mono_ = clock_->MonotonicNanos();
     SetState(JobState::kStarting, "preflight diagnosis done");

@@ -29,7 +29,7 @@ void JobController::MaybeStartGeneration() {
   if (!empty.empty() && !MayStartWithout(empty)) return;
   waiting_said_.clear();
   if (state_ == JobState::kStarting && config_.diagnose != "off" && !preflight_done_) {
-    StartDiagnosis("preflight");
+    StartDiagnosis(DiagnosisPurpose::kPreflight);
     return;
   }
   if (!empty.empty()) RenumberGroupRanks(&slots);
@@ -99,7 +99,7 @@ void JobController::Restart(const Verdict& verdict, bool diagnosed) {
     EvictCordonedNodes();
     if (config_.diagnose != "off") {
       pending_verdict_ = verdict;
-      StartDiagnosis("incident " + std::to_string(incident_ ? incident_->number : incident_count_));
+      StartDiagnosis(DiagnosisPurpose::kIncident);
       return;
     }
   }
