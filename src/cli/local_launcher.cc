@@ -196,20 +196,21 @@ std::optional<ExitInfo> ZombieExit(pid_t pid) {
 
 }  // namespace
 
-std::string LocalLauncher::ExplainLoss(const std::string& node_id) {
+LossExplanation LocalLauncher::ExplainLoss(const std::string& node_id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto live = agents_.find(node_id);
   if (live != agents_.end()) {
     // Connection gone, process exiting: it may not be a zombie yet.
     for (int i = 0; i < 20; ++i) {
-      if (auto e = ZombieExit(live->second)) return DescribeAgentExit(node_id, *e);
+      if (auto e = ZombieExit(live->second)) return {DescribeAgentExit(node_id, *e), AgentExitedVerdict()};
       if (kill(live->second, 0) != 0) break;  // reaped meanwhile
       usleep(1000);
     }
-    return "";
+    return {};
   }
   auto gone = exits_.find(node_id);
-  return gone == exits_.end() ? "" : DescribeAgentExit(node_id, gone->second);
+  if (gone == exits_.end()) return {};
+  return {DescribeAgentExit(node_id, gone->second), AgentExitedVerdict()};
 }
 
 void LocalLauncher::Loop() {

@@ -60,7 +60,7 @@ class LocalLauncher final : public NodeProvider {
   void StopAgentsWith(int sig, int grace_ms);
   // The agent's exit status when its process has exited (this host is up:
   // it is the one running the launcher): a fault of the agent, not the node.
-  std::string ExplainLoss(const std::string& node_id) override;
+  LossExplanation ExplainLoss(const std::string& node_id) override;
   // Waits up to `timeout_ms` for all agents to exit, then SIGKILLs the rest
   // and reaps them. Returns the number that had to be killed.
   int StopAll(int timeout_ms);

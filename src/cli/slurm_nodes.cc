@@ -59,11 +59,12 @@ bool SlurmNodes::EvictNode(const std::string& node_id, const std::string& reason
   return false;
 }
 
-std::string SlurmNodes::ExplainLoss(const std::string& node_id) {
+LossExplanation SlurmNodes::ExplainLoss(const std::string& node_id) {
   auto node = Slurm::Node(node_id, 3 * kSecond);  // the controller waits for this answer
   if (node.ok() && node->Failed()) {
-    return "Slurm reports node " + node_id + " " + node->state +
-           (node->reason.empty() ? "" : " (" + node->reason + ")");
+    return {"Slurm reports node " + node_id + " " + node->state +
+                (node->reason.empty() ? "" : " (" + node->reason + ")"),
+            HostDownVerdict(node_id)};
   }
   // slurmctld notices a dead host only after SlurmdTimeout; its slurmd can
   // be asked now (a bounded connect: the controller waits for this answer).
@@ -71,7 +72,8 @@ std::string SlurmNodes::ExplainLoss(const std::string& node_id) {
   if (slurmd_port_ > 0 && address != addresses_.end()) {
     const std::string silent = TcpAnswers(address->second + ":" + std::to_string(slurmd_port_), 1 * kSecond);
     if (!silent.empty()) {
-      return "Slurm's daemon on node " + node_id + " does not answer (" + silent + "): its host is down or cut off";
+      return {"Slurm's daemon on node " + node_id + " does not answer (" + silent + "): its host is down or cut off",
+              HostDownVerdict(node_id)};
     }
   }
   // The host is up: what the agent's step said when it ended (srun's exit

@@ -45,7 +45,7 @@ class SlurmNodes final : public NodeProvider {
   // Drains the node in Slurm and stops its step. The allocation's other
   // nodes are the spares: no new node comes (false).
   bool EvictNode(const std::string& node_id, const std::string& reason) override;
-  std::string ExplainLoss(const std::string& node_id) override;
+  LossExplanation ExplainLoss(const std::string& node_id) override;
   // Waits (bounded) for the drains asked for so far.
   void Flush(int timeout_ms);
 

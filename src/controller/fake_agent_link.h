@@ -40,10 +40,10 @@ class FakeNodeProvider final : public NodeProvider {
     evicted.push_back(node_id);
     return replaces_evicted;
   }
-  std::string ExplainLoss(const std::string& node_id) override { return explanation; }
+  LossExplanation ExplainLoss(const std::string& node_id) override { return explanation; }
   std::vector<std::string> replaced;
   std::vector<std::string> evicted;
-  std::string explanation;  // what ExplainLoss says of any node
+  LossExplanation explanation;  // what ExplainLoss says of any node
   bool replaces_evicted = true;
 };
 

@@ -78,6 +78,23 @@ class AgentLink {
   virtual void Close() = 0;
 };
 
+// What a scheduler backend knows of a lost node: one sentence for people
+// ("the agent of node X exited ... while its host stayed up", "Slurm
+// reports node X DOWN"), and the verdict it supports — from the backend's
+// structured knowledge (an exit status, Slurm's node state), never from the
+// sentence. Empty when nothing is known.
+struct LossExplanation {
+  std::string sentence;
+  std::optional<DetectorVerdict> verdict;
+};
+
+// The verdicts of the backends: the host is down or cut off (node_failure,
+// hardware, persistent: evict the node) and the agent process ended while its
+// host stayed up (other, software, transient: restart; no suspicion on the
+// node).
+DetectorVerdict HostDownVerdict(const std::string& node_id);
+DetectorVerdict AgentExitedVerdict();
+
 // Scheduler backend: what is done about a node that was lost.
 class NodeProvider {
  public:
@@ -93,12 +110,11 @@ class NodeProvider {
     ReplaceNode(node_id, reason);
     return true;
   }
-  // What the backend knows of why the node's agent went away, as one
-  // sentence ("the agent of node X exited ... while its host stayed up"), or
-  // "" if nothing. Called before ReplaceNode. Must not block.
-  virtual std::string ExplainLoss(const std::string& node_id) {
+  // What the backend knows of why the node's agent went away (nothing by
+  // default). Called before ReplaceNode. Must not block.
+  virtual LossExplanation ExplainLoss(const std::string& node_id) {
     (void)node_id;
-    return "";
+    return {};
   }
 };
 

@@ -210,7 +210,7 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
        json{{"reason", why}, {"group_rank", group_rank}}.dump(-1, ' ', false, kReplaceBadUtf8));
   // What the scheduler backend knows of the loss (an agent process that
   // exited while its host stayed up) outweighs the bare loss.
-  std::string known = provider_ != nullptr ? provider_->ExplainLoss(id) : "";
+  LossExplanation known = provider_ != nullptr ? provider_->ExplainLoss(id) : LossExplanation{};
   if (provider_ != nullptr) provider_->ReplaceNode(id, why);
   // A replacement, or the agent itself, may come back: the slot is awaited.
   if (group_rank >= 0) given_up_slots_.erase(group_rank);
@@ -221,7 +221,8 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
     f.node = id;
     f.fault_wall = fault_wall;
     f.lines.push_back({-1, id, "trainguard: node " + id + " lost: " + why});
-    if (!known.empty()) f.lines.push_back({-1, id, "trainguard: " + known});
+    if (!known.sentence.empty()) f.lines.push_back({-1, id, "trainguard: " + known.sentence});
+    f.verdict = known.verdict;  // the backend's own judgement, not a rule's reading of its sentence
     f.detail_json = json{{"reason", why}}.dump(-1, ' ', false, kReplaceBadUtf8);
     Fail(f);
   } else if (state_ == JobState::kStopping) {

@@ -374,8 +374,9 @@ TEST_F(JobControllerTest, ASigkillWithoutOomEvidenceIsNotAnOom) {
 }
 
 TEST_F(JobControllerTest, AnAgentThatExitedOnALiveHostDoesNotMakeTheNodeSuspect) {
-  provider_.explanation = "the agent of node node1 was killed by signal 9 while its host stayed up: "
-                          "a fault of the agent process, not of the node";
+  provider_.explanation = {"the agent of node node1 was killed by signal 9 while its host stayed up: "
+                           "a fault of the agent process, not of the node",
+                           AgentExitedVerdict()};
   Make(2, 1, 3, true);
   Register(0);
   Register(1);
