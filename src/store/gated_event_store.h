@@ -1,8 +1,9 @@
 // GatedEventStore: a fake that stands for a store in trouble, around a real
 // one. While down(), every write fails with kUnavailable (a stopped
 // PostgreSQL); while held(), every write waits until released (a SQLite file
-// another process holds locked, a stalled server). Reads pass through. For
-// tests of what writes to a store (StoreWriter, the controller).
+// another process holds locked, a stalled server); events of a refused kind
+// are refused as wrong (kInvalidArgument). Reads pass through. For tests of
+// what writes to a store (StoreWriter, the controller).
 #pragma once
 
 #include <atomic>
@@ -20,6 +21,8 @@ class GatedEventStore final : public EventStore {
   explicit GatedEventStore(EventStore* inner) : inner_(inner) {}
 
   void SetDown(bool down) { down_ = down; }
+  // Appends of events of this kind fail with kInvalidArgument (set before use).
+  void RefuseEventsOfKind(std::string kind) { refused_kind_ = std::move(kind); }
   void Hold() {
     std::lock_guard<std::mutex> lock(mu_);
     held_ = true;
@@ -45,7 +48,12 @@ class GatedEventStore final : public EventStore {
   Status UpdateJob(const std::string& job_id, const std::string& state, const std::string& summary) override {
     return Gate("UpdateJob", [&] { return inner_->UpdateJob(job_id, state, summary); });
   }
-  Status Append(const Event& event) override { return Gate("Append", [&] { return inner_->Append(event); }); }
+  Status Append(const Event& event) override {
+    return Gate("Append", [&] {
+      if (!refused_kind_.empty() && event.kind == refused_kind_) return InvalidArgument("refused event " + event.kind);
+      return inner_->Append(event);
+    });
+  }
   StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id, int limit) override {
     return inner_->EventsAfter(job_id, after_id, limit);
   }
@@ -105,6 +113,7 @@ class GatedEventStore final : public EventStore {
   std::condition_variable cv_;
   bool held_ = false;
   std::vector<std::string> written_;
+  std::string refused_kind_;
 };
 
 }  // namespace trainguard

@@ -148,45 +148,15 @@ TEST(StoreWriterTest, TimingBatchesBeyondTheBulkLaneAreDroppedAndCounted) {
 // A write the store refuses as wrong would never succeed: it is given up
 // (counted) and the writes behind it go on.
 TEST(StoreWriterTest, AWriteRefusedAsWrongIsGivenUpAndTheRestGoOn) {
-  struct Refuse final : public EventStore {
-    InMemoryEventStore inner;
-    Status CreateJob(const JobRecord& j) override { return inner.CreateJob(j); }
-    Status UpdateJob(const std::string& a, const std::string& b, const std::string& c) override {
-      return inner.UpdateJob(a, b, c);
-    }
-    Status Append(const Event& e) override {
-      if (e.kind == "bad") return InvalidArgument("bad event");
-      return inner.Append(e);
-    }
-    StatusOr<std::vector<Event>> EventsAfter(const std::string& j, std::int64_t a, int l) override {
-      return inner.EventsAfter(j, a, l);
-    }
-    StatusOr<std::vector<JobRecord>> Jobs() override { return inner.Jobs(); }
-    Status RecordIncident(const IncidentRecord& i) override { return inner.RecordIncident(i); }
-    StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& n) override {
-      return inner.IncidentsOnNode(n);
-    }
-    Status SetNodeHealth(const NodeHealth& h) override { return inner.SetNodeHealth(h); }
-    StatusOr<NodeHealth> GetNodeHealth(const std::string& n) override { return inner.GetNodeHealth(n); }
-    StatusOr<std::vector<NodeHealth>> ListNodeHealth() override { return inner.ListNodeHealth(); }
-    Status RecordNodeAction(const NodeAction& a) override { return inner.RecordNodeAction(a); }
-    StatusOr<std::vector<NodeAction>> NodeActions(const std::string& n) override { return inner.NodeActions(n); }
-    Status RecordDiagnostics(const DiagnosticsRecord& r) override { return inner.RecordDiagnostics(r); }
-    StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() override { return inner.LatestDiagnostics(); }
-    Status AppendStepTimings(const std::vector<StepTimingRecord>& r) override { return inner.AppendStepTimings(r); }
-    StatusOr<std::vector<StepTimingRecord>> StepTimings(const std::string& j, std::int64_t f, std::int64_t t) override {
-      return inner.StepTimings(j, f, t);
-    }
-    Status CompactStepTimings(const std::string& j, std::int64_t b, int k) override {
-      return inner.CompactStepTimings(j, b, k);
-    }
-  } store;
+  InMemoryEventStore inner;
+  GatedEventStore store(&inner);
+  store.RefuseEventsOfKind("bad");
   StoreWriter w(&store, Fast());
   w.Append(Ev("good", 0));
   w.Append(Ev("bad", 1));
   w.Append(Ev("good", 2));
   ASSERT_TRUE(w.Flush(milliseconds(10000)));
-  EXPECT_EQ(store.inner.Events("job").value().size(), 2u);
+  EXPECT_EQ(inner.Events("job").value().size(), 2u);
   EXPECT_EQ(w.stats().given_up, 1);
   EXPECT_EQ(w.stats().retries, 0);
 }
