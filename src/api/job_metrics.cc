@@ -122,7 +122,7 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
   int counted = static_cast<int>(report.incidents.size());
   if (job.incidents > counted) categories["unattributed"] += job.incidents - counted;
   MetricFamily incidents = Family("trainguard_job_incidents_total", "counter", "Incidents by attributed category");
-  for (const auto& [category, n] : categories) incidents.samples.push_back({with({{"category", category}}), n});
+  for (const auto& [category, n] : categories) incidents.samples.push_back({with({{"category", category}}), static_cast<double>(n)});
   out.push_back(incidents);
 
   MetricFamily up = Family("trainguard_node_up", "gauge", "1 if the node's agent is connected");

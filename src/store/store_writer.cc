@@ -31,7 +31,15 @@ StoreWriter::StoreWriter(EventStore* store, Options options) : store_(store), op
 }
 
 StoreWriter::~StoreWriter() {
-  bool drained = Flush(options_.drain_timeout);
+  // Drains while the store takes writes; a store that is away is not waited
+  // for here (whoever needed the drain called Flush with its own bound).
+  bool drained = false;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    drained = done_cv_.wait_for(lock, options_.drain_timeout, [&] {
+      return (lanes_[0].empty() && lanes_[1].empty() && lanes_[2].empty() && !in_flight_) || stats_.failing;
+    }) && !stats_.failing;
+  }
   std::int64_t left = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -31,8 +31,11 @@
 // health of a node, which readers consult before the store.
 //
 // Thread safety: every method may be called from any thread. Nothing is
-// called back. The writer's thread blocks every signal. The destructor drains for at most `drain_timeout`, then stops,
-// printing on stderr how many writes it could not store.
+// called back. The writer's thread blocks every signal. The destructor
+// drains for at most `drain_timeout` while the store takes writes (a store
+// that is away is not waited for again: callers that need the drain call
+// Flush with their own bound), then stops, printing on stderr how many
+// writes it could not store.
 #pragma once
 
 #include <chrono>
