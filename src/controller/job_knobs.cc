@@ -18,8 +18,9 @@ std::string Number(double v) {
   return buf;
 }
 
-Knob Count(std::string name, std::string flags, std::string help, int JobConfig::*member, int min,
-           int max = 1'000'000'000) {
+// A whole-number knob at `field` of a JobConfig (a member, or one nested in one).
+Knob CountAt(std::string name, std::string flags, std::string help, std::function<int*(JobConfig*)> field, int min,
+             int max = 1'000'000'000) {
   Knob k;
   k.name = std::move(name);
   k.flags = std::move(flags);
@@ -27,9 +28,15 @@ Knob Count(std::string name, std::string flags, std::string help, int JobConfig:
   k.help = std::move(help);
   k.min = min;
   k.max = max;
-  k.get = [member](const JobConfig& c) { return std::to_string(c.*member); };
-  k.put = [member](JobConfig* c, const std::string& v) { c->*member = std::stoi(v); };
+  k.get = [field](const JobConfig& c) { return std::to_string(*field(const_cast<JobConfig*>(&c))); };
+  k.put = [field](JobConfig* c, const std::string& v) { *field(c) = std::stoi(v); };
   return k;
+}
+
+Knob Count(std::string name, std::string flags, std::string help, int JobConfig::*member, int min,
+           int max = 1'000'000'000) {
+  return CountAt(std::move(name), std::move(flags), std::move(help), [member](JobConfig* c) { return &(c->*member); },
+                 min, max);
 }
 
 Knob Duration(std::string name, std::string flags, std::string help, Nanos JobConfig::*member, double min,
@@ -156,21 +163,12 @@ std::vector<Knob> MakeKnobs() {
     k.put = [](JobConfig* c, const std::string& v) { c->straggler.min_slowdown = std::stod(v); };
     t.push_back(std::move(k));
   }
-  {
-    Knob k = Count("straggler_window", "--straggler-window", "steps per judged window", nullptr, 1);
-    k.get = [](const JobConfig& c) { return std::to_string(c.straggler.window_steps); };
-    k.put = [](JobConfig* c, const std::string& v) { c->straggler.window_steps = std::stoi(v); };
-    t.push_back(std::move(k));
-  }
-  {
-    Knob k = Count("straggler_evict_windows", "--straggler-evict-windows",
-                   "slow windows (a slow window counts one up, a normal one one down) before evict acts; a node "
-                   "is reported after 3",
-                   nullptr, 2);
-    k.get = [](const JobConfig& c) { return std::to_string(c.straggler.windows_to_evict); };
-    k.put = [](JobConfig* c, const std::string& v) { c->straggler.windows_to_evict = std::stoi(v); };
-    t.push_back(std::move(k));
-  }
+  t.push_back(CountAt("straggler_window", "--straggler-window", "steps per judged window",
+                      [](JobConfig* c) { return &c->straggler.window_steps; }, 1));
+  t.push_back(CountAt("straggler_evict_windows", "--straggler-evict-windows",
+                      "slow windows (a slow window counts one up, a normal one one down) before evict acts; a node "
+                      "is reported after 3",
+                      [](JobConfig* c) { return &c->straggler.windows_to_evict; }, 2));
   // Telemetry.
   t.push_back(Duration("clock_probe_interval", "", "seconds between probes of each node's clock offset",
                        &JobConfig::clock_probe_interval, 0, true));
