@@ -51,6 +51,9 @@ JobConfig MakeConfig(const JobOptions& o, const std::string& job_id) {
   c.env = o.env;
   c.diag_paths = o.diag_paths;
   c.diag_parallelism = std::max(o.diag_parallel, 0);
+  // The ticker below runs every kTickInterval: twenty missed ticks mean the
+  // controller itself did not run.
+  c.watch_gap_grace = 20 * kTickInterval;
   return c;
 }
 
@@ -277,7 +280,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   std::thread ticker([&] {
     while (ticking.load() && !controller.finished()) {
       controller.Tick();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::chrono::nanoseconds(kTickInterval));
     }
   });
   std::fprintf(stderr, "trainguard: job %s: controller on port %d, %d node(s) x %d rank(s), store %s\n",

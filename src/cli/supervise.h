@@ -33,6 +33,9 @@ struct SlurmSetup {
 };
 
 // The knobs as their flags set them (controller/job_knobs.h), and the job.
+// How often the controller daemon calls JobController::Tick.
+constexpr Nanos kTickInterval = 50 * kMillisecond;
+
 JobConfig MakeConfig(const JobOptions& o, const std::string& job_id);
 
 // Whether `id` is cordoned in the store; if so, says that the job does not

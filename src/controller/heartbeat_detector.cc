@@ -1,6 +1,7 @@
 #include "controller/heartbeat_detector.h"
 #include "common/json_text.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "controller/describe.h"
@@ -11,7 +12,7 @@ std::vector<Finding> DetectSilentNodes(const JobView& view, const JobConfig& con
   std::vector<Finding> found;
   Nanos limit = config.heartbeat_interval * config.missed_heartbeats;
   for (const NodeView* n : view.nodes) {
-    Nanos silent = view.now_mono - n->last_heartbeat_mono;
+    Nanos silent = view.now_mono - std::max(n->last_heartbeat_mono, view.silence_from_mono);
     if (silent <= limit) continue;
     Finding f;
     f.kind = FindingKind::kNodeLost;

@@ -43,6 +43,11 @@ struct JobConfig {
   Nanos heartbeat_interval = 1 * kSecond;
   // A node is lost after this many heartbeat intervals without one.
   int missed_heartbeats = 5;
+  // Ticks further apart than this mean the controller itself did not run
+  // (its process was frozen or starved): silence is then counted afresh
+  // from that Tick, never blamed on the nodes. The daemon, which ticks
+  // every 50 ms, sets 1 s; 0 (tests that leap a fake clock): off.
+  Nanos watch_gap_grace = 0;
   // A rank whose step has not advanced for this long is hung.
   Nanos hang_timeout = 300 * kSecond;
   // --hang-timeout auto: the timeout is hang_timeout_multiple x the slowest

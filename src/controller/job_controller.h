@@ -76,6 +76,11 @@ class AgentLink {
   virtual void Send(const v1::ControllerMessage& msg) = 0;
   // Ends the session; the transport reports OnDisconnect afterwards.
   virtual void Close() = 0;
+  // When the transport last received anything from the agent, on the
+  // controller's monotonic clock, stamped on arrival: however long the
+  // message then waits for the controller, the node was alive then. 0:
+  // the transport does not say (the controller's own receipt counts).
+  virtual Nanos LastHeardMono() const { return 0; }
 };
 
 // What a scheduler backend knows of a lost node: one sentence for people
@@ -242,6 +247,11 @@ class JobController {
   // What the detectors look at now.
   JobView View() const;
   void CheckHeartbeats();
+  // Takes each node's arrival stamp from its link (AgentLink::LastHeardMono).
+  void RefreshLiveness();
+  // A gap between Ticks beyond watch_gap_grace: the controller did not run;
+  // silence is counted from now (recorded as controller_stalled).
+  void NoteWatchGap(Nanos now);
   void NodeLost(Node* node, const std::string& why, Nanos fault_wall);
   // Opens an incident for `finding` and stops every rank.
   void Fail(const Finding& finding);
@@ -345,6 +355,8 @@ class JobController {
   LinkMonitor link_monitor_;
   ClockSync clock_sync_;
   Nanos next_clock_probe_mono_ = 0;
+  Nanos last_tick_mono_ = 0;
+  Nanos silence_from_mono_ = 0;  // JobView::silence_from_mono
   StragglerDetector stragglers_;
   std::map<std::string, std::int64_t> timings_dropped_;  // per node, the last count reported
   std::int64_t timing_newest_step_ = -1;

@@ -39,7 +39,7 @@ void JobController::Fail(const Finding& f) {
   inc.first_rank_step = f.rank_step;
   inc.hung_ranks = f.hung_ranks;
   inc.hang_roots = f.roots;
-  inc.lines = f.lines;
+  for (const auto& line : f.lines) inc.AddLine(line);
   if (f.rank >= 0 && f.kind == FindingKind::kRankFailed) inc.exit_times[f.rank] = f.fault_wall;
   for (const auto& n : nodes_) {
     for (const auto& [r, view] : n.ranks) {

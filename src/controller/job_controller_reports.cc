@@ -88,13 +88,13 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   if (!ok && exited.generation() == generation_ && incident_ && state_ == JobState::kStopping) {
     // A rank that died on its own while the job was being stopped: its last
     // words are evidence for the attribution (usually of a symptom).
-    for (const auto& line : tail) incident_->lines.push_back({r.global_rank(), node->node_id, line});
+    for (const auto& line : tail) incident_->AddLine({r.global_rank(), node->node_id, line});
     if (exited.has_error()) {
       for (const auto& line : RankErrorLines(exited.error(), tail)) {
-        incident_->lines.push_back({r.global_rank(), node->node_id, line});
+        incident_->AddLine({r.global_rank(), node->node_id, line});
       }
     }
-    incident_->lines.push_back({r.global_rank(), node->node_id, "trainguard: " + what});
+    incident_->AddLine({r.global_rank(), node->node_id, "trainguard: " + what});
   }
   if (!current) return;
   UpdateRank(node, r);
@@ -134,17 +134,11 @@ void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
     for (const auto& r : stopped.ranks()) {
       int rank = r.rank().global_rank();
       incident_->rank_steps[rank] = r.rank().step();
-      for (const auto& line : r.log_tail()) {
-        bool seen = false;  // its RankExited may have carried the same lines
-        for (const auto& l : incident_->lines) seen |= l.rank == rank && l.text == line;
-        if (!seen) incident_->lines.push_back({rank, node->node_id, line});
-      }
+      // Its RankExited may have carried the same lines.
+      for (const auto& line : r.log_tail()) incident_->AddLine({rank, node->node_id, line}, /*unique=*/true);
     }
-    for (const auto& line : stopped.kernel_lines()) {
-      bool seen = false;  // a rank exit may have carried the same lines
-      for (const auto& l : incident_->lines) seen |= l.node == node->node_id && l.text == line;
-      if (!seen) incident_->lines.push_back({-1, node->node_id, line});
-    }
+    // A rank exit may have carried the same kernel lines.
+    for (const auto& line : stopped.kernel_lines()) incident_->AddLine({-1, node->node_id, line}, /*unique=*/true);
   }
   node->stopped_generation = stopped.generation();
   MaybeAllStopped();

@@ -21,6 +21,7 @@ using nlohmann::json;
 void JobController::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   Nanos now = clock_->MonotonicNanos();
+  NoteWatchGap(now);
   ProbeClocks();
   CheckResumeDeadline();
   switch (state_) {
@@ -78,10 +79,34 @@ void JobController::Tick() {
   }
 }
 
+void JobController::NoteWatchGap(Nanos now) {
+  Nanos gap = last_tick_mono_ > 0 ? now - last_tick_mono_ : 0;
+  last_tick_mono_ = now;
+  if (config_.watch_gap_grace <= 0 || gap <= config_.watch_gap_grace) return;
+  silence_from_mono_ = now;
+  Emit("controller_stalled", "", -1, -1,
+       "the controller did not run for " + Seconds(gap) +
+           " (its process was frozen, starved or held up): every node's silence is counted afresh",
+       json{{"gap_ms", gap / kMillisecond}}.dump(-1, ' ', false, kReplaceBadUtf8));
+}
+
+void JobController::RefreshLiveness() {
+  const Nanos now_mono = clock_->MonotonicNanos(), now_wall = clock_->WallNanos();
+  for (auto& n : nodes_) {
+    if (n.link == nullptr) continue;
+    Nanos heard = n.link->LastHeardMono();  // stamped on arrival by the transport
+    if (heard > n.last_heartbeat_mono) {
+      n.last_heartbeat_mono = heard;
+      n.last_heartbeat_wall = now_wall - (now_mono - heard);
+    }
+  }
+}
+
 JobView JobController::View() const {
   JobView view;
   view.now_mono = clock_->MonotonicNanos();
   view.now_wall = clock_->WallNanos();
+  view.silence_from_mono = silence_from_mono_;
   for (const auto& n : nodes_) {
     if (n.conn != 0 && n.group_rank >= 0) view.nodes.push_back(&n);
   }
@@ -89,6 +114,7 @@ JobView JobController::View() const {
 }
 
 void JobController::CheckHeartbeats() {
+  RefreshLiveness();
   for (const Finding& f : DetectSilentNodes(View(), config_)) {
     if (state_ != JobState::kRunning && state_ != JobState::kStopping) return;
     Node* node = NodeById(f.node);

@@ -22,6 +22,8 @@ struct RankView {
 struct NodeView {
   std::string node_id;
   int group_rank = -1;
+  // When anything of the node last arrived (stamped by the transport on
+  // arrival where it can: AgentLink::LastHeardMono).
   Nanos last_heartbeat_mono = 0;
   Nanos last_heartbeat_wall = 0;
   std::map<int, RankView> ranks;  // by global rank
@@ -31,6 +33,9 @@ struct JobView {
   std::vector<const NodeView*> nodes;  // connected nodes holding a slot
   Nanos now_mono = 0;
   Nanos now_wall = 0;
+  // Silence counts from no earlier than this: before it, the controller
+  // itself was not running (JobConfig::watch_gap_grace).
+  Nanos silence_from_mono = 0;
 };
 
 }  // namespace trainguard

@@ -11,114 +11,190 @@
 #include <thread>
 
 #include "proto/trainguard.grpc.pb.h"
+#include "transport/controller_inbox.h"
 
 namespace trainguard {
 
 namespace {
 
-// Outgoing side of one server session: a queue drained by a writer thread, so
-// that JobController never blocks on the network.
-class SessionLink final : public AgentLink {
- public:
-  SessionLink(grpc::ServerContext* ctx,
-              grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream)
-      : ctx_(ctx), stream_(stream) {
-    writer_ = std::thread([this] { WriteLoop(); });
-  }
-  ~SessionLink() override { StopWriter(); }
+class SessionReactor;
 
-  void Send(const v1::ControllerMessage& msg) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return;
-    out_.push_back(msg);
-    cv_.notify_all();
-  }
-  void Close() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (closed_) return;
-      closing_ = true;  // flush what is queued, then cancel
-      cv_.notify_all();
-    }
-  }
-  // Called by the session thread once reading ended.
-  void StopWriter() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closed_ = true;
-      cv_.notify_all();
-    }
-    if (writer_.joinable()) writer_.join();
-  }
+// One agent's session as the controller holds it (its AgentLink). Shared by
+// the controller and the session's reactor, which gRPC owns until OnDone:
+// every use of the reactor is under `mu_` and stops once it is done.
+// Sends are queued and written one at a time on gRPC's threads, so that the
+// controller never blocks on the network.
+class Session final : public AgentLink {
+ public:
+  // An agent that has read nothing of this many messages is cut off.
+  static constexpr std::size_t kMaxQueuedSends = 1000;
+
+  explicit Session(SessionReactor* reactor) : reactor_(reactor) {}
+  void Send(const v1::ControllerMessage& msg) override;
+  void Close() override;
+  Nanos LastHeardMono() const override { return last_heard_.load(std::memory_order_relaxed); }
+
+  void Heard(Nanos mono) { last_heard_.store(mono, std::memory_order_relaxed); }
+  // From the reactor's reactions.
+  void WriteDone(bool ok);
+  void ReadEnded();
+  void ResumeReading();
+  void Detach();
 
  private:
-  void WriteLoop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      cv_.wait(lock, [&] { return closed_ || closing_ || !out_.empty(); });
-      while (!out_.empty() && !closed_) {
-        v1::ControllerMessage msg = std::move(out_.front());
-        out_.pop_front();
-        lock.unlock();
-        bool ok = stream_->Write(msg);
-        lock.lock();
-        if (!ok) closed_ = true;
-      }
-      if (closing_ && !closed_) {
-        closed_ = true;
-        lock.unlock();
-        ctx_->TryCancel();
-        return;
-      }
-      if (closed_) return;
-    }
-  }
+  // Ends the call once (mu_ held, no write in flight).
+  void FinishLocked();
 
-  grpc::ServerContext* ctx_;
-  grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  SessionReactor* reactor_;  // null once done
   std::deque<v1::ControllerMessage> out_;
-  bool closing_ = false;
-  bool closed_ = false;
-  std::thread writer_;
+  bool writing_ = false;
+  bool closing_ = false;   // finish once what is queued is written
+  bool finished_ = false;
+  std::atomic<Nanos> last_heard_{0};
 };
 
-class Service final : public v1::Controller::Service {
+// Reads an agent's messages into the inbox, stamped on arrival, and writes
+// what its Session queues. Runs on gRPC's callback threads, never waits
+// for the controller.
+class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage> {
  public:
-  explicit Service(JobController* controller) : controller_(controller) {}
+  SessionReactor(ControllerInbox* inbox, std::uint64_t conn, Clock* clock)
+      : inbox_(inbox), conn_(conn), clock_(clock), session_(std::make_shared<Session>(this)) {
+    std::weak_ptr<Session> weak = session_;
+    inbox_->Connect(conn_, session_, [weak] {
+      if (auto s = weak.lock()) s->ResumeReading();
+    });
+    StartRead(&in_);
+  }
 
-  grpc::Status Session(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<v1::ControllerMessage, v1::AgentMessage>* stream) override {
-    std::uint64_t conn = next_conn_.fetch_add(1);
-    auto link = std::make_shared<SessionLink>(ctx, stream);
-    controller_->OnConnect(conn, link);
-    v1::AgentMessage msg;
-    while (stream->Read(&msg)) controller_->OnMessage(conn, msg);
-    controller_->OnDisconnect(conn);
-    link->StopWriter();
-    return grpc::Status::OK;
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      session_->ReadEnded();
+      return;
+    }
+    session_->Heard(clock_->MonotonicNanos());
+    v1::AgentMessage msg = std::move(in_);
+    in_.Clear();
+    // Paused (false): the dispatcher resumes the reads once it caught up.
+    if (inbox_->Message(conn_, std::move(msg))) StartRead(&in_);
+  }
+  void OnWriteDone(bool ok) override { session_->WriteDone(ok); }
+  void OnDone() override {
+    session_->Detach();
+    inbox_->Disconnect(conn_);
+    delete this;
+  }
+  void ReadAgain() { StartRead(&in_); }
+
+ private:
+  ControllerInbox* const inbox_;
+  const std::uint64_t conn_;
+  Clock* const clock_;
+  std::shared_ptr<Session> session_;
+  v1::AgentMessage in_;
+};
+
+void Session::Send(const v1::ControllerMessage& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reactor_ == nullptr || closing_ || finished_) return;
+  if (out_.size() >= kMaxQueuedSends) {  // the agent reads nothing: cut it off
+    out_.clear();
+    closing_ = true;
+    if (!writing_) FinishLocked();
+    return;
+  }
+  out_.push_back(msg);
+  if (!writing_) {
+    writing_ = true;
+    reactor_->StartWrite(&out_.front());
+  }
+}
+
+void Session::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closing_ = true;  // what is queued (a refusal, a Shutdown) goes first
+  if (!writing_) FinishLocked();
+}
+
+void Session::WriteDone(bool ok) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!out_.empty()) out_.pop_front();
+  if (!ok) out_.clear();
+  if (!out_.empty() && reactor_ != nullptr && !finished_) {
+    reactor_->StartWrite(&out_.front());
+    return;
+  }
+  writing_ = false;
+  if (closing_ || !ok) FinishLocked();
+}
+
+void Session::ReadEnded() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closing_ = true;  // the agent went away (or half-closed): nothing more to say
+  out_.clear();
+  if (!writing_) FinishLocked();
+}
+
+void Session::ResumeReading() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (reactor_ != nullptr && !finished_) reactor_->ReadAgain();
+}
+
+void Session::Detach() {
+  std::lock_guard<std::mutex> lock(mu_);
+  reactor_ = nullptr;
+  out_.clear();
+}
+
+void Session::FinishLocked() {
+  if (finished_ || reactor_ == nullptr) return;
+  finished_ = true;
+  reactor_->Finish(grpc::Status::OK);
+}
+
+class Service final : public v1::Controller::CallbackService {
+ public:
+  Service(ControllerInbox* inbox, Clock* clock) : inbox_(inbox), clock_(clock) {}
+
+  grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage>* Session(
+      grpc::CallbackServerContext*) override {
+    return new SessionReactor(inbox_, next_conn_.fetch_add(1), clock_);
   }
 
  private:
-  JobController* controller_;
+  ControllerInbox* const inbox_;
+  Clock* const clock_;
   std::atomic<std::uint64_t> next_conn_{1};
+};
+
+// Hands what the inbox delivers to the controller.
+class ControllerSink final : public InboxSink {
+ public:
+  explicit ControllerSink(JobController* c) : c_(c) {}
+  void OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> link) override { c_->OnConnect(conn, std::move(link)); }
+  void OnMessage(std::uint64_t conn, const v1::AgentMessage& msg) override { c_->OnMessage(conn, msg); }
+  void OnDisconnect(std::uint64_t conn) override { c_->OnDisconnect(conn); }
+
+ private:
+  JobController* const c_;
 };
 
 }  // namespace
 
 class GrpcControllerServer::Impl {
  public:
-  explicit Impl(JobController* c) : service(c) {}
+  Impl(JobController* c, Clock* clock) : sink(c), inbox(&sink), service(&inbox, clock) {}
+  ControllerSink sink;
+  ControllerInbox inbox;
   Service service;
+  std::thread dispatcher;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
 };
 
-GrpcControllerServer::GrpcControllerServer(JobController* controller)
-    : impl_(std::make_unique<Impl>(controller)) {}
-
+GrpcControllerServer::GrpcControllerServer(JobController* controller, Clock* clock)
+    : impl_(std::make_unique<Impl>(controller, clock)) {}
 GrpcControllerServer::~GrpcControllerServer() { Shutdown(1000); }
 
 namespace {
@@ -157,6 +233,9 @@ Status GrpcControllerServer::Start(const std::string& address, const TlsServerFi
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   impl_->server = builder.BuildAndStart();
+  if (impl_->server != nullptr && impl_->port != 0) {
+    impl_->dispatcher = std::thread([this] { impl_->inbox.Run(); });
+  }
   if (impl_->server == nullptr || impl_->port == 0) {
     impl_->server.reset();
     if (!tls.cert.empty()) {
@@ -174,9 +253,13 @@ void GrpcControllerServer::Shutdown(int deadline_ms) {
   if (impl_->server == nullptr) return;
   impl_->server->Shutdown(std::chrono::system_clock::now() +
                           std::chrono::milliseconds(deadline_ms));
-  impl_->server->Wait();
+  impl_->server->Wait();  // every session is done: its disconnect is queued
   impl_->server.reset();
+  impl_->inbox.Stop();
+  if (impl_->dispatcher.joinable()) impl_->dispatcher.join();
 }
+
+GrpcControllerServer::Stats GrpcControllerServer::stats() const { return impl_->inbox.stats(); }
 
 // ---------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@
 
 #include "agent/agent.h"
 #include "controller/job_controller.h"
+#include "transport/controller_inbox.h"
 #include "trainguard/status.h"
 
 namespace trainguard {
@@ -21,11 +22,16 @@ struct TlsServerFiles {
   std::string key;
 };
 
-// Serves the Controller service and feeds a JobController.
-// Thread safety: Start/Shutdown from one thread; sessions run on gRPC's threads.
+// Serves the Controller service and feeds a JobController. Sessions run on
+// gRPC's asynchronous (callback) API: a small pool of gRPC's threads reads and
+// writes every session, stamps each message's arrival on `clock` (the
+// controller's) and queues it in a ControllerInbox; one dispatcher thread
+// hands the inbox to the controller (controller_inbox.h).
+// Thread safety: Start/Shutdown from one thread.
 class GrpcControllerServer {
  public:
-  explicit GrpcControllerServer(JobController* controller);
+  using Stats = ControllerInbox::Stats;
+  explicit GrpcControllerServer(JobController* controller, Clock* clock = RealClock::Get());
   ~GrpcControllerServer();
   // Listens on `address` ("HOST:PORT", port 0 = any free port), with TLS
   // when `tls` names files (errors name them).
@@ -33,6 +39,7 @@ class GrpcControllerServer {
   int port() const;
   // Ends all sessions and stops serving, waiting at most `deadline_ms`.
   void Shutdown(int deadline_ms);
+  Stats stats() const;
 
  private:
   class Impl;
