@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "controller/crash_detector.h"
 #include "controller/hang_detector.h"
@@ -255,6 +256,59 @@ TEST(HangDetectorTest, AnOperationInFlightPastTheTimeoutIsAHangEvenWhileBusy) {
   EXPECT_NE(f->description.find("waiting in communication"), std::string::npos);
   job.nodes[0].ranks[0].status.mutable_ops_in_flight(0)->set_age_ms(9'000);
   EXPECT_FALSE(DetectHang(job.View(), Config()).has_value());
+}
+
+// HangDeadline is what lets the controller skip DetectHang between
+// deadlines: for ranks of every kind (attached or not, sampled or not,
+// before or after their first step, with or without operations in flight,
+// stuck already or not), DetectHang finds nothing just before it and a hang
+// just after it; and the deadline DetectHang reports is the earliest.
+TEST(HangDetectorTest, HangDeadlineIsExactlyWhenDetectHangFirstFires) {
+  std::mt19937 random(7);
+  auto pick = [&](int n) { return static_cast<int>(random() % n); };
+  int checked = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    JobConfig c = Config();
+    c.hang_timeout_auto = pick(2) == 0;
+    c.hang_timeout_floor = 8 * kSecond;
+    Job job;
+    Nanos timeout_lower_bound = LowestHangTimeout(c);
+    const int ranks = 1 + pick(3);
+    for (int i = 0; i < ranks; ++i) {
+      RankView r = Rank(i, pick(3) == 0 ? 0 : 1 + pick(50), pick(30000) / 1000.0, pick(30000) / 1000.0);
+      r.status.set_attached(pick(4) != 0);
+      r.status.set_activity_sampled(pick(4) != 0);
+      r.status.set_running(pick(10) != 0);
+      if (pick(3) == 0) r.status.set_max_step_ms(200 + pick(2000));
+      for (int k = pick(3); k > 0; --k) r.status.add_ops_in_flight()->set_age_ms(pick(30000));
+      r.received_mono = kNowMono - pick(20000) * kMillisecond;
+      job.Put(i % 2, r);
+    }
+    JobView view = job.View();
+    Nanos reported = 0;
+    DetectHang(view, c, &reported);
+    Nanos earliest = kNoHangDeadline, lowest = kNoHangDeadline;
+    const Nanos timeout = EffectiveHangTimeout(view, c);
+    for (const NodeView* n : view.nodes) {
+      for (const auto& [rank, rv] : n->ranks) {
+        earliest = std::min(earliest, HangDeadline(rv, timeout, c));
+        lowest = std::min(lowest, HangDeadline(rv, timeout_lower_bound, c));
+      }
+    }
+    ASSERT_EQ(reported, earliest) << "trial " << trial;
+    ASSERT_LE(lowest, earliest) << "a lower timeout must never give a later deadline (trial " << trial << ")";
+    if (earliest == kNoHangDeadline) {
+      view.now_mono = kNowMono + 3600 * kSecond;
+      EXPECT_FALSE(DetectHang(view, c).has_value()) << "trial " << trial;
+      continue;
+    }
+    view.now_mono = earliest;  // DetectHang's tests are strict: not yet
+    EXPECT_FALSE(DetectHang(view, c).has_value()) << "trial " << trial;
+    view.now_mono = earliest + 1;
+    EXPECT_TRUE(DetectHang(view, c).has_value()) << "trial " << trial;
+    ++checked;
+  }
+  EXPECT_GT(checked, 500);  // most trials have a deadline
 }
 
 }  // namespace

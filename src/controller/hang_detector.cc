@@ -23,8 +23,34 @@ Nanos EffectiveHangTimeout(const JobView& view, const JobConfig& config) {
   return std::max(config.hang_timeout_floor, slowest * config.hang_timeout_multiple);
 }
 
-std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config) {
+Nanos LowestHangTimeout(const JobConfig& config) {
+  return config.hang_timeout_auto ? std::min(config.hang_timeout_floor, config.startup_timeout) : config.hang_timeout;
+}
+
+Nanos HangDeadline(const RankView& rv, Nanos timeout, const JobConfig& config) {
+  const v1::RankStatus& s = rv.status;
+  if (!s.running()) return kNoHangDeadline;
+  // DetectHang's tests, solved for the time: "age + (now - received) > limit"
+  // holds once now > received + limit - age.
+  auto after = [&](Nanos limit, Nanos age) { return rv.received_mono + limit - age; };
+  Nanos activity = s.activity_age_ms() * kMillisecond;
+  if (!s.attached()) return s.activity_sampled() ? after(timeout, activity) : kNoHangDeadline;
+  Nanos limit = s.step_count() > 0 ? timeout : config.startup_timeout;
+  Nanos stuck = after(limit, s.progress_age_ms() * kMillisecond);
+  Nanos quiet = s.activity_sampled() ? after(limit, activity) : INT64_MIN;
+  Nanos op = kNoHangDeadline;
+  for (const auto& o : s.ops_in_flight()) op = std::min(op, after(timeout, o.age_ms() * kMillisecond));
+  return std::max(stuck, std::min(quiet, op));
+}
+
+std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, Nanos* next_check) {
   const Nanos timeout = EffectiveHangTimeout(view, config);
+  if (next_check != nullptr) {
+    *next_check = kNoHangDeadline;
+    for (const NodeView* n : view.nodes) {
+      for (const auto& [rank, rv] : n->ranks) *next_check = std::min(*next_check, HangDeadline(rv, timeout, config));
+    }
+  }
   struct Stuck {
     const NodeView* node;
     const v1::RankStatus* status;

@@ -9,6 +9,7 @@
 // A long step that keeps computing is not a stall.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include "controller/finding.h"
@@ -24,7 +25,25 @@ Nanos EffectiveHangTimeout(const JobView& view, const JobConfig& config);
 
 // The hang finding, or nothing. Its rank is the likeliest culprit: a stopped
 // process (state T) first, then a quiet rank over a busy one, then the rank
-// that stopped progressing first. O(ranks).
-std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config);
+// that stopped progressing first. O(ranks). With `next_check`, also the
+// earliest monotonic time at which the answer could turn into a hang if
+// nothing new is reported (see HangDeadline): a caller need not ask before.
+std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, Nanos* next_check = nullptr);
+
+// Never: a rank that cannot hang without a new report (not running, or not
+// attached and not sampled).
+constexpr Nanos kNoHangDeadline = INT64_MAX;
+
+// The earliest monotonic time after which this rank alone makes DetectHang
+// find a hang, with a timeout of `timeout` (startup_timeout before its
+// first step), if nothing new is reported of it: when it is stuck and, by
+// then, quiet or waiting in an operation for the timeout. A larger timeout
+// only moves it later, so a lower bound of the timeout gives a safe (early)
+// time. O(its operations in flight): the controller keeps the earliest as
+// reports arrive and runs DetectHang only once it has passed.
+Nanos HangDeadline(const RankView& rank, Nanos timeout, const JobConfig& config);
+
+// The lowest timeout EffectiveHangTimeout can give under `config`.
+Nanos LowestHangTimeout(const JobConfig& config);
 
 }  // namespace trainguard

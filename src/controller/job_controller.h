@@ -356,6 +356,7 @@ class JobController {
   ClockSync clock_sync_;
   Nanos next_clock_probe_mono_ = 0;
   Nanos last_tick_mono_ = 0;
+  Nanos next_hang_check_mono_ = 0;  // DetectHang need not run before (hang_detector.h: HangDeadline)
   Nanos silence_from_mono_ = 0;  // JobView::silence_from_mono
   StragglerDetector stragglers_;
   std::map<std::string, std::int64_t> timings_dropped_;  // per node, the last count reported

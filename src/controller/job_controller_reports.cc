@@ -12,6 +12,7 @@
 #include "common/utf8.h"
 #include "controller/crash_detector.h"
 #include "controller/describe.h"
+#include "controller/hang_detector.h"
 #include "controller/log_alert_detector.h"
 
 namespace trainguard {
@@ -22,6 +23,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
   RankView& view = node->ranks[status.global_rank()];
   view.status = status;
   view.received_mono = clock_->MonotonicNanos();
+  next_hang_check_mono_ = std::min(next_hang_check_mono_, HangDeadline(view, LowestHangTimeout(config_), config_));
   if (status.checkpoint_step() > checkpoint_step_) {
     checkpoint_step_ = status.checkpoint_step();
     Emit("checkpoint_committed", node->node_id, status.global_rank(), checkpoint_step_,

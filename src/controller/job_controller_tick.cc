@@ -22,13 +22,17 @@ void JobController::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   Nanos now = clock_->MonotonicNanos();
   NoteWatchGap(now);
+  if (state_ != JobState::kRunning) next_hang_check_mono_ = 0;  // a new generation is checked in full
   ProbeClocks();
   CheckResumeDeadline();
   switch (state_) {
     case JobState::kRunning:
       CheckHeartbeats();
-      if (state_ == JobState::kRunning) {
-        if (std::optional<Finding> hang = DetectHang(View(), config_)) {
+      // Only once the earliest rank could be hung (reports move it:
+      // UpdateRank): at 100,000 ranks, no pass over them every tick.
+      if (state_ == JobState::kRunning && now >= next_hang_check_mono_) {
+        std::optional<Finding> hang = DetectHang(View(), config_, &next_hang_check_mono_);
+        if (hang) {
           AttachLocation(LocateHang(View()), &*hang);
           Fail(*hang);
         }
