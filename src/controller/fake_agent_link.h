@@ -13,6 +13,7 @@ class FakeAgentLink final : public AgentLink {
  public:
   void Send(const v1::ControllerMessage& msg) override { sent.push_back(msg); }
   void Close() override { closed = true; }
+  Nanos LastHeardMono() const override { return heard; }
 
   // The last message of a kind, or nullptr.
   const v1::ControllerMessage* Last(v1::ControllerMessage::KindCase kind) const {
@@ -28,6 +29,7 @@ class FakeAgentLink final : public AgentLink {
   }
 
   std::vector<v1::ControllerMessage> sent;
+  Nanos heard = 0;  // LastHeardMono: what a transport stamped on arrival
   bool closed = false;
 };
 

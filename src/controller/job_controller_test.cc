@@ -260,6 +260,64 @@ TEST_F(JobControllerTest, RanksWithoutTheClientAreNeverCalledHung) {
   EXPECT_EQ(controller_->state(), JobState::kRunning);
 }
 
+// A controller held up for 10 s (its lock taken, its messages queued in
+// the transport) does not blame the nodes: the transport stamped their
+// messages on arrival, and that is what silence is measured from.
+TEST_F(JobControllerTest, ABusyControllerLosesNoNodeWhoseMessagesArrived) {
+  Make();
+  FakeAgentLink* a = Register(0);
+  FakeAgentLink* b = Register(1);
+  Heartbeat(0, 0, {Rank(0, 1), Rank(1, 1)});
+  Heartbeat(1, 0, {Rank(2, 1), Rank(3, 1)});
+  for (int s = 0; s < 10; ++s) {  // the transport goes on receiving; the controller handles nothing
+    clock_.Advance(kSecond);
+    a->heard = b->heard = clock_.MonotonicNanos();
+  }
+  controller_->Tick();
+  EXPECT_TRUE(EventsOf("node_lost").empty());
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  // Node 1's messages stop arriving: it is lost after the limit (3 s).
+  for (int s = 0; s < 4; ++s) {
+    clock_.Advance(kSecond);
+    a->heard = clock_.MonotonicNanos();
+    controller_->Tick();
+  }
+  auto lost = EventsOf("node_lost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].node, "node1");
+}
+
+// A controller that did not run at all for 10 s (its process frozen: the
+// transport stamped nothing either) counts every node's silence afresh
+// from the tick that ended the gap, and records that it stalled; a node
+// silent for the limit after that is lost as usual.
+TEST_F(JobControllerTest, AFrozenControllerCountsSilenceAfreshAfterTheGap) {
+  config_.watch_gap_grace = kSecond;
+  Make();
+  Register(0);
+  Register(1);
+  Heartbeat(0, 0, {Rank(0, 1), Rank(1, 1)});
+  Heartbeat(1, 0, {Rank(2, 1), Rank(3, 1)});
+  controller_->Tick();
+  clock_.Advance(10 * kSecond);
+  controller_->Tick();
+  EXPECT_TRUE(EventsOf("node_lost").empty());
+  ASSERT_EQ(EventsOf("controller_stalled").size(), 1u);
+  EXPECT_EQ(Detail("controller_stalled")["gap_ms"], 10000);
+  for (int ms = 0; ms < 3000; ms += 50) {  // node 0 goes on; node 1 stays silent
+    clock_.Advance(50 * kMillisecond);
+    if (ms % 1000 == 0) Heartbeat(0, 0, {Rank(0, 2), Rank(1, 2)});
+    controller_->Tick();
+  }
+  EXPECT_TRUE(EventsOf("node_lost").empty()) << "3 s after the gap is the limit, not past it";
+  clock_.Advance(50 * kMillisecond);
+  controller_->Tick();
+  auto lost = EventsOf("node_lost");
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].node, "node1");
+  EXPECT_EQ(EventsOf("controller_stalled").size(), 1u);
+}
+
 TEST_F(JobControllerTest, MissedHeartbeatsLoseTheNodeAndReplaceIt) {
   Make();
   Register(0);
