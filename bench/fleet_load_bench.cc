@@ -573,11 +573,11 @@ int main(int argc, char** argv) {
   bool all_stopped = WaitFor([&] {
     for (auto& a : agents) if (a->stops_ < 1 && !a->closed_by_controller_) return false;
     return true;
-  }, 120);
+  }, 60);
   bool all_restarted = WaitFor([&] {
     for (auto& a : agents) if (a->starts_ <= starts_before && !a->closed_by_controller_) return false;
     return true;
-  }, 300);
+  }, 60);
   std::vector<double> stop_ms, start_s;
   for (auto& a : agents) {
     if (a->stops_ > 0) stop_ms.push_back(1e3 * Since(t_fail, a->last_stop_));
@@ -597,20 +597,23 @@ int main(int argc, char** argv) {
   kill_controller();
   for (auto& a : agents) a->End();
 
-  int lost_events = -1;
+  int lost_events = -1, stalls = -1;
   if (auto s = OpenEventStore(store); s.ok()) {
-    if (auto events = (*s)->EventsAfter(job, 0, 10000000); events.ok()) {
-      lost_events = 0;
-      for (const auto& e : *events) lost_events += e.kind == "node_lost" ? 1 : 0;
+    if (auto events = (*s)->EventsAfter(job, 0, -1); events.ok()) {
+      lost_events = stalls = 0;
+      for (const auto& e : *events) {
+        lost_events += e.kind == "node_lost" ? 1 : 0;
+        stalls += e.kind == "controller_stalled" ? 1 : 0;
+      }
     }
   }
   std::printf("  healthy nodes dropped by the controller: %d (node_lost events: %d); controller peak RSS %.0f MiB, "
               "%d threads\n",
               dropped, lost_events, end.rss_kb / 1024.0, end.threads);
   std::printf("RESULT nodes=%d ranks=%d start_all_s=%.2f core=%.3f us_per_hb=%.1f stop_p50_ms=%.0f stop_p99_ms=%.0f "
-              "stop_max_ms=%.0f restart_s=%.2f dropped=%d node_lost=%d rss_mib=%.0f threads=%d\n",
+              "stop_max_ms=%.0f restart_s=%.2f dropped=%d node_lost=%d stalls=%d rss_mib=%.0f threads=%d\n",
               o.nodes, o.nodes * o.nproc, start_all_s, core, 1e6 * core / hb_rate, Percentile(stop_ms, 0.5),
-              Percentile(stop_ms, 0.99), Percentile(stop_ms, 1.0), Percentile(start_s, 1.0), dropped, lost_events,
+              Percentile(stop_ms, 0.99), Percentile(stop_ms, 1.0), Percentile(start_s, 1.0), dropped, lost_events, stalls,
               end.rss_kb / 1024.0, end.threads);
   std::filesystem::remove_all(dir);
   return all_stopped && all_restarted && dropped == 0 ? 0 : 1;

@@ -35,6 +35,7 @@ TIERS = {
     "test_auth.py": ("slow",),
     "test_autoinstrument.py": ("slow",),
     "test_checkpoint_kill.py": ("slow",),
+    "test_controller_capacity.py": ("slow",),
     "test_controller_restart.py": ("slow",),
     "test_dashboard.py": ("browser", "slow"),
     "test_diag.py": ("root", "slow"),

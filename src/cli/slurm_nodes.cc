@@ -60,14 +60,14 @@ bool SlurmNodes::EvictNode(const std::string& node_id, const std::string& reason
 }
 
 LossExplanation SlurmNodes::ExplainLoss(const std::string& node_id) {
-  auto node = Slurm::Node(node_id, 3 * kSecond);  // the controller waits for this answer
+  auto node = Slurm::Node(node_id, 3 * kSecond);  // bounded: the decision on the incident waits for it
   if (node.ok() && node->Failed()) {
     return {"Slurm reports node " + node_id + " " + node->state +
                 (node->reason.empty() ? "" : " (" + node->reason + ")"),
             HostDownVerdict(node_id)};
   }
   // slurmctld notices a dead host only after SlurmdTimeout; its slurmd can
-  // be asked now (a bounded connect: the controller waits for this answer).
+  // be asked now (a bounded connect, off the controller's lock like all of this).
   auto address = addresses_.find(node_id);
   if (slurmd_port_ > 0 && address != addresses_.end()) {
     const std::string silent = TcpAnswers(address->second + ":" + std::to_string(slurmd_port_), 1 * kSecond);

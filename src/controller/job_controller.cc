@@ -13,6 +13,7 @@
 #include "common/json_text.h"
 #include "common/utf8.h"
 #include "controller/job_knobs.h"
+#include "controller/loss_explainer.h"
 
 namespace trainguard {
 
@@ -41,6 +42,7 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
       store_(store),
       writer_(std::make_unique<StoreWriter>(write_store != nullptr ? write_store : store)),
       provider_(provider),
+      explainer_(std::make_unique<LossExplainer>(4)),
       policy_(config_.no_progress_restarts),
       link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}),
       stragglers_(config_.straggler) {}
@@ -76,8 +78,20 @@ StatusOr<NodeHealth> JobController::HealthOf(const std::string& node_id) {
 }
 
 void JobController::SetNodeProvider(NodeProvider* provider) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    provider_ = provider;
+  }
+  explainer_->WaitIdle();  // the old backend is asked nothing more
   std::lock_guard<std::mutex> lock(mu_);
-  provider_ = provider;
+  TakeExplanations();
+}
+
+void JobController::SetLossExplainerThreads(int threads) {
+  explainer_->WaitIdle();
+  std::lock_guard<std::mutex> lock(mu_);
+  TakeExplanations();
+  explainer_ = std::make_unique<LossExplainer>(threads);
 }
 
 Status JobController::Start() {

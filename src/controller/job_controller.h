@@ -66,6 +66,8 @@
 
 namespace trainguard {
 
+class LossExplainer;
+
 enum class JobState { kStarting, kRunning, kStopping, kDiagnosing, kRestarting, kSucceeded, kFailed };
 const char* JobStateName(JobState s);
 
@@ -116,7 +118,9 @@ class NodeProvider {
     return true;
   }
   // What the backend knows of why the node's agent went away (nothing by
-  // default). Called before ReplaceNode. Must not block.
+  // default). Called before ReplaceNode, off the controller's lock, on a
+  // thread of its LossExplainer (loss_explainer.h): it may take seconds
+  // (ask the scheduler), but must be bounded.
   virtual LossExplanation ExplainLoss(const std::string& node_id) {
     (void)node_id;
     return {};
@@ -144,8 +148,12 @@ class JobController {
   // Drains the store writer (bounded): false when writes are still queued.
   ~JobController();
 
-  // Replaces the node provider (null: none). Takes effect for the next loss.
+  // Replaces the node provider (null: none). Takes effect for the next loss;
+  // returns once the old one is no longer being asked why a node was lost.
   void SetNodeProvider(NodeProvider* provider);
+  // How many losses are explained at once, off the lock (default 4); 0:
+  // inline, under the lock (unit tests whose fake backend answers at once).
+  void SetLossExplainerThreads(int threads);
   // Every event recorded from now on also goes to `listener` (null: none).
   void SetEventListener(EventListener* listener);
 
@@ -253,6 +261,11 @@ class JobController {
   // silence is counted from now (recorded as controller_stalled).
   void NoteWatchGap(Nanos now);
   void NodeLost(Node* node, const std::string& why, Nanos fault_wall);
+  // The backend's answers on lost nodes (LossExplainer): each node is
+  // replaced once explained; the incident a loss opened takes its sentence
+  // and verdict, and is decided only then (or after kExplainWait).
+  void TakeExplanations();
+  void ApplyExplanation(const std::string& node_id, const LossExplanation& known);
   // Opens an incident for `finding` and stops every rank.
   void Fail(const Finding& finding);
   void MaybeAllStopped();
@@ -310,6 +323,9 @@ class JobController {
   // How long a new generation's Start waits for its generation_started event
   // to be in the store (then it goes anyway, and the event follows).
   static constexpr std::chrono::milliseconds kDurableStartWait{200};
+  // How long an incident opened by a lost node waits for the backend to say
+  // why (bounded by the backend itself: Slurm's answers take up to 4 s).
+  static constexpr Nanos kExplainWait = 10 * kSecond;
 
   const JobConfig config_;
   const RuleSet* const rules_;
@@ -318,6 +334,10 @@ class JobController {
   EventStore* const store_;                   // reads
   const std::unique_ptr<StoreWriter> writer_;  // every write, off the mutex
   NodeProvider* provider_;  // guarded by mu_
+  std::unique_ptr<LossExplainer> explainer_;
+  std::map<std::string, std::string> explaining_;  // lost node -> why, until its explanation is back
+  std::string awaiting_explanation_;               // the lost node the open incident waits to hear of
+  Nanos awaiting_since_mono_ = 0;
   EventListener* listener_ = nullptr;  // guarded by mu_
 
   mutable std::mutex mu_;

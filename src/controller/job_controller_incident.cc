@@ -81,6 +81,7 @@ void JobController::Fail(const Finding& f) {
 
 void JobController::MaybeAllStopped() {
   if (state_ != JobState::kStopping) return;
+  if (!awaiting_explanation_.empty()) return;  // the backend has not said yet why the node was lost
   for (const auto& n : nodes_) {
     if (n.conn != 0 && n.group_rank >= 0 && n.stopped_generation != generation_) return;
   }

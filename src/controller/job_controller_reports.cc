@@ -13,6 +13,7 @@
 #include "controller/crash_detector.h"
 #include "controller/describe.h"
 #include "controller/hang_detector.h"
+#include "controller/loss_explainer.h"
 #include "controller/log_alert_detector.h"
 
 namespace trainguard {
@@ -205,9 +206,12 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
   Emit("node_lost", id, -1, -1, "node " + id + " lost: " + why,
        json{{"reason", why}, {"group_rank", group_rank}}.dump(-1, ' ', false, kReplaceBadUtf8));
   // What the scheduler backend knows of the loss (an agent process that
-  // exited while its host stayed up) outweighs the bare loss.
-  LossExplanation known = provider_ != nullptr ? provider_->ExplainLoss(id) : LossExplanation{};
-  if (provider_ != nullptr) provider_->ReplaceNode(id, why);
+  // exited while its host stayed up, Slurm's node state) outweighs the bare
+  // loss: asked off the lock; the node is replaced once it has answered.
+  if (provider_ != nullptr) {
+    explaining_[id] = why;
+    explainer_->Explain(provider_, id);
+  }
   // A replacement, or the agent itself, may come back: the slot is awaited.
   if (group_rank >= 0) given_up_slots_.erase(group_rank);
   if (state_ == JobState::kRunning) {
@@ -217,13 +221,37 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
     f.node = id;
     f.fault_wall = fault_wall;
     f.lines.push_back({-1, id, "trainguard: node " + id + " lost: " + why});
-    if (!known.sentence.empty()) f.lines.push_back({-1, id, "trainguard: " + known.sentence});
-    f.verdict = known.verdict;  // the backend's own judgement, not a rule's reading of its sentence
     f.detail_json = json{{"reason", why}}.dump(-1, ' ', false, kReplaceBadUtf8);
+    if (provider_ != nullptr) {  // the decision waits for the backend's word
+      awaiting_explanation_ = id;
+      awaiting_since_mono_ = clock_->MonotonicNanos();
+    }
     Fail(f);
   } else if (state_ == JobState::kStopping) {
     MaybeAllStopped();
   }
+  TakeExplanations();  // an inline explainer has answered already
+}
+
+void JobController::TakeExplanations() {
+  for (const auto& [id, known] : explainer_->Take()) ApplyExplanation(id, known);
+}
+
+void JobController::ApplyExplanation(const std::string& id, const LossExplanation& known) {
+  std::string why = "lost";
+  if (auto it = explaining_.find(id); it != explaining_.end()) {
+    why = it->second;
+    explaining_.erase(it);
+  }
+  if (provider_ != nullptr) provider_->ReplaceNode(id, why);
+  if (awaiting_explanation_ != id) return;
+  awaiting_explanation_.clear();
+  if (incident_) {
+    if (!known.sentence.empty()) incident_->AddLine({-1, id, "trainguard: " + known.sentence});
+    // The backend's own judgement, not a rule's reading of its sentence.
+    if (!incident_->verdict) incident_->verdict = known.verdict;
+  }
+  MaybeAllStopped();
 }
 
 }  // namespace trainguard

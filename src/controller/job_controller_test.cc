@@ -119,6 +119,7 @@ TEST_F(JobControllerTest, AgentsThatRegisterBeforeStartAreWelcomedByIt) {
   config_.nproc_per_node = 1;
   config_.argv = {"true"};
   controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, nullptr);
+  controller_->SetLossExplainerThreads(0);
   auto link = std::make_shared<FakeAgentLink>();
   links_.push_back(link);
   controller_->OnConnect(1, link);
@@ -443,6 +444,100 @@ TEST_F(JobControllerTest, AnAgentThatExitedOnALiveHostDoesNotMakeTheNodeSuspect)
   EXPECT_EQ(Detail("attribution")["rule"], "agent-exited");
   EXPECT_EQ(Detail("decision")["decision"], "restart");
   EXPECT_EQ(Stored().GetNodeHealth("node1")->status, "");
+}
+
+// A scheduler that takes seconds to answer (Slurm: up to 3 s from
+// slurmctld and a 1 s connect per lost node) is asked off the controller's
+// lock: every node is told to stop at once and the controller answers
+// meanwhile; the decision waits for the answer and takes its verdict; the
+// node is replaced only once explained.
+TEST_F(JobControllerTest, ASlowSchedulerIsAskedOffTheLockAndTheDecisionWaitsForIt) {
+  struct SlowScheduler final : NodeProvider {
+    void ReplaceNode(const std::string& node_id, const std::string&) override {
+      std::lock_guard<std::mutex> lock(mu);
+      replaced.push_back(node_id);
+    }
+    LossExplanation ExplainLoss(const std::string& node_id) override {
+      std::unique_lock<std::mutex> lock(mu);
+      asked = true;
+      cv.notify_all();
+      cv.wait_for(lock, std::chrono::seconds(20), [&] { return released; });
+      return {"Slurm reports node " + node_id + " DOWN (Not responding)", HostDownVerdict(node_id)};
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    bool asked = false, released = false;
+    std::vector<std::string> replaced;
+  } slurm;
+  explainer_threads_ = 2;
+  Make(2, 1, 3, true);
+  controller_->SetNodeProvider(&slurm);
+  FakeAgentLink* a = Register(0);
+  Register(1);
+  controller_->OnDisconnect(2);  // node1 is lost; Slurm is asked and does not answer yet
+  {
+    std::unique_lock<std::mutex> lock(slurm.mu);
+    ASSERT_TRUE(slurm.cv.wait_for(lock, std::chrono::seconds(10), [&] { return slurm.asked; }));
+  }
+  // While Slurm is being asked: node0 was told to stop, the controller
+  // answers, and it decides nothing.
+  ASSERT_NE(a->Last(Kind::kStop), nullptr);
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+  Stopped(0, 0);
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+  EXPECT_TRUE(EventsOf("decision").empty());
+  {
+    std::lock_guard<std::mutex> lock(slurm.mu);
+    EXPECT_TRUE(slurm.replaced.empty()) << "replaced before the scheduler said why it was lost";
+    slurm.released = true;
+    slurm.cv.notify_all();
+  }
+  ASSERT_TRUE(WaitUntil([&] {
+    controller_->Tick();
+    return controller_->state() != JobState::kStopping;
+  }));
+  EXPECT_EQ(Detail("attribution")["rule"], "slurm-node-down");
+  EXPECT_EQ(Detail("decision")["decision"], "evict_node");
+  std::lock_guard<std::mutex> lock(slurm.mu);
+  ASSERT_FALSE(slurm.replaced.empty());  // then again by the eviction (EvictNode's default)
+  EXPECT_EQ(slurm.replaced.front(), "node1");
+}
+
+// A scheduler that never answers holds the decision up for kExplainWait
+// only; the incident is then decided on what else is known.
+TEST_F(JobControllerTest, ASchedulerThatNeverAnswersHoldsTheDecisionUpForTenSecondsOnly) {
+  struct SilentScheduler final : NodeProvider {
+    void ReplaceNode(const std::string&, const std::string&) override {}
+    LossExplanation ExplainLoss(const std::string&) override {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait_for(lock, std::chrono::seconds(20), [&] { return released; });
+      return {};
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    bool released = false;
+  } silent;
+  explainer_threads_ = 1;
+  Make(2, 1, 3, true);
+  controller_->SetNodeProvider(&silent);
+  Register(0);
+  Register(1);
+  controller_->OnDisconnect(2);
+  Stopped(0, 0);
+  clock_.Advance(10 * kSecond);
+  controller_->Tick();
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+  clock_.Advance(kMillisecond);
+  controller_->Tick();
+  EXPECT_NE(controller_->state(), JobState::kStopping);
+  EXPECT_FALSE(EventsOf("decision").empty());
+  {
+    std::lock_guard<std::mutex> lock(silent.mu);
+    silent.released = true;
+    silent.cv.notify_all();
+  }
+  controller_->SetNodeProvider(nullptr);  // waits for the explainer before `silent` goes
 }
 
 TEST_F(JobControllerTest, AHangIsPinnedOnTheRankOutsideTheCollective) {

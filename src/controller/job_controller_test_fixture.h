@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "controller/fake_agent_link.h"
@@ -42,6 +44,7 @@ class JobControllerTest : public testing::Test {
       }
     }
     controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, rules_.get(), write_store_);
+    controller_->SetLossExplainerThreads(explainer_threads_);  // 0: the fake backend answers inline
     ASSERT_TRUE(controller_->Start().ok());
   }
 
@@ -169,6 +172,18 @@ class JobControllerTest : public testing::Test {
     controller_->OnMessage(node + 1, m);
   }
 
+  // Polls `done` (which may drive the controller) every millisecond of real
+  // time, for at most 10 s; whether it came true.
+  template <typename Pred>
+  static bool WaitUntil(Pred done) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
   // The store once the controller's writes are in it.
   InMemoryEventStore& Stored() {
     if (controller_) {
@@ -192,6 +207,7 @@ class JobControllerTest : public testing::Test {
   JobConfig config_;
   std::string rules_override_;  // a --rules file merged over the shipped rules
   int slow_rank_ = -1;          // Timings: this global rank is slowed as well
+  int explainer_threads_ = 0;   // Make: the controller's LossExplainer threads
   EventStore* write_store_ = nullptr;  // Make: where the controller writes (null: store_)
   std::unique_ptr<RuleSet> rules_;
   FakeClock clock_;

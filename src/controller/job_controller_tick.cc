@@ -13,6 +13,7 @@
 #include "controller/hang_detector.h"
 #include "controller/hang_locator.h"
 #include "controller/heartbeat_detector.h"
+#include "controller/loss_explainer.h"
 
 namespace trainguard {
 
@@ -22,6 +23,16 @@ void JobController::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   Nanos now = clock_->MonotonicNanos();
   NoteWatchGap(now);
+  TakeExplanations();
+  if (!awaiting_explanation_.empty() && now - awaiting_since_mono_ > kExplainWait) {
+    std::string id = awaiting_explanation_;
+    awaiting_explanation_.clear();
+    if (incident_) {
+      incident_->AddLine({-1, id, "trainguard: the scheduler backend did not say within " + Seconds(kExplainWait) +
+                                      " why node " + id + " was lost"});
+    }
+    MaybeAllStopped();
+  }
   if (state_ != JobState::kRunning) next_hang_check_mono_ = 0;  // a new generation is checked in full
   ProbeClocks();
   CheckResumeDeadline();
