@@ -181,7 +181,7 @@ void JobController::OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> lin
   nodes_.push_back(std::move(pending));
 }
 
-void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg) {
+void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg, Nanos arrived_mono) {
   std::lock_guard<std::mutex> lock(mu_);
   if (msg.has_register_()) {
     if (!started_) {
@@ -201,7 +201,7 @@ void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg) {
     case v1::AgentMessage::kLogAlert: HandleLogAlert(node, msg.log_alert()); break;
     case v1::AgentMessage::kDiagnostics: HandleDiagnostics(node, msg.diagnostics()); break;
     case v1::AgentMessage::kTimings: HandleTimings(node, msg.timings()); break;
-    case v1::AgentMessage::kClockEcho: HandleClockEcho(node, msg.clock_echo()); break;
+    case v1::AgentMessage::kClockEcho: HandleClockEcho(node, msg.clock_echo(), arrived_mono); break;
     default: break;
   }
 }

@@ -169,7 +169,10 @@ class JobController {
   Status Resume();
 
   void OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> link);
-  void OnMessage(std::uint64_t conn, const v1::AgentMessage& msg);
+  // `arrived_mono`: when the transport received it (the controller's
+  // monotonic clock; 0: now). Clock echoes are timed by it, not by when the
+  // controller got to them.
+  void OnMessage(std::uint64_t conn, const v1::AgentMessage& msg, Nanos arrived_mono = 0);
   void OnDisconnect(std::uint64_t conn);
   void Tick();
   // Stops every rank and fails the job (user interrupt).
@@ -233,7 +236,7 @@ class JobController {
   // Step timings (job_controller_timings.cc): into the store with the node's
   // clock offset removed, and through the straggler detector.
   void HandleTimings(Node* node, const v1::Timings& timings);
-  void HandleClockEcho(Node* node, const v1::ClockEcho& echo);
+  void HandleClockEcho(Node* node, const v1::ClockEcho& echo, Nanos arrived_mono);
   // Probes every connected node's clock every clock_probe_interval.
   void ProbeClocks();
   // Records a straggler finding; with --straggler-action evict, fails the
@@ -376,7 +379,8 @@ class JobController {
   ClockSync clock_sync_;
   Nanos next_clock_probe_mono_ = 0;
   Nanos last_tick_mono_ = 0;
-  Nanos next_hang_check_mono_ = 0;  // DetectHang need not run before (hang_detector.h: HangDeadline)
+  Nanos next_hang_check_mono_ = 0;
+  Nanos next_silence_check_mono_ = 0;  // CheckHeartbeats need not look before  // DetectHang need not run before (hang_detector.h: HangDeadline)
   Nanos silence_from_mono_ = 0;  // JobView::silence_from_mono
   StragglerDetector stragglers_;
   std::map<std::string, std::int64_t> timings_dropped_;  // per node, the last count reported

@@ -34,6 +34,7 @@ void JobController::Tick() {
     MaybeAllStopped();
   }
   if (state_ != JobState::kRunning) next_hang_check_mono_ = 0;  // a new generation is checked in full
+  if (state_ != JobState::kRunning && state_ != JobState::kStopping) next_silence_check_mono_ = 0;
   ProbeClocks();
   CheckResumeDeadline();
   switch (state_) {
@@ -129,6 +130,9 @@ JobView JobController::View() const {
 }
 
 void JobController::CheckHeartbeats() {
+  // Nothing to look at before the earliest node could have been silent for
+  // the limit: a node's last word only moves later.
+  if (clock_->MonotonicNanos() < next_silence_check_mono_) return;
   RefreshLiveness();
   for (const Finding& f : DetectSilentNodes(View(), config_)) {
     if (state_ != JobState::kRunning && state_ != JobState::kStopping) return;
@@ -136,6 +140,12 @@ void JobController::CheckHeartbeats() {
     if (node != nullptr && node->conn != 0 && node->group_rank >= 0) {
       NodeLost(node, f.description, f.fault_wall);
     }
+  }
+  const Nanos limit = config_.heartbeat_interval * config_.missed_heartbeats;
+  next_silence_check_mono_ = INT64_MAX;
+  for (const NodeView* n : View().nodes) {
+    next_silence_check_mono_ =
+        std::min(next_silence_check_mono_, std::max(n->last_heartbeat_mono, silence_from_mono_) + limit);
   }
 }
 

@@ -27,9 +27,14 @@ void JobController::ProbeClocks() {
   }
 }
 
-void JobController::HandleClockEcho(Node* node, const v1::ClockEcho& echo) {
+void JobController::HandleClockEcho(Node* node, const v1::ClockEcho& echo, Nanos arrived_mono) {
+  // The round trip ends when the echo arrived, however long it then waited
+  // for the controller (it began when the probe was written: the transport
+  // stamps it then).
+  Nanos now_mono = clock_->MonotonicNanos();
+  Nanos waited = arrived_mono > 0 && arrived_mono <= now_mono ? now_mono - arrived_mono : 0;
   clock_sync_.AddSample(node->node_id, echo.controller_unix_us(), echo.agent_unix_us(),
-                        clock_->WallNanos() / 1000);
+                        (clock_->WallNanos() - waited) / 1000);
 }
 
 void JobController::HandleTimings(Node* node, const v1::Timings& t) {

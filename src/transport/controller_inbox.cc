@@ -15,7 +15,7 @@ void ControllerInbox::Connect(std::uint64_t conn, std::shared_ptr<AgentLink> lin
   cv_.notify_one();
 }
 
-bool ControllerInbox::Message(std::uint64_t conn, v1::AgentMessage msg) {
+bool ControllerInbox::Message(std::uint64_t conn, v1::AgentMessage msg, Nanos arrived_mono) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = conns_.find(conn);
   if (it == conns_.end() || it->second.gone) return true;  // nothing can follow a disconnect
@@ -23,6 +23,7 @@ bool ControllerInbox::Message(std::uint64_t conn, v1::AgentMessage msg) {
   const bool heartbeat = msg.has_heartbeat();
   if (heartbeat && c.heartbeat != nullptr) {
     c.heartbeat->msg = std::move(msg);  // still the last of its node: the newer status replaces it
+    c.heartbeat->arrived_mono = arrived_mono;
     stats_.heartbeats_coalesced++;
     return true;
   }
@@ -33,7 +34,7 @@ bool ControllerInbox::Message(std::uint64_t conn, v1::AgentMessage msg) {
     }
     queued_timings_++;
   }
-  queue_.push_back({What::kMessage, conn, std::move(msg), nullptr});
+  queue_.push_back({What::kMessage, conn, std::move(msg), nullptr, arrived_mono});
   stats_.max_queued = std::max(stats_.max_queued, queue_.size());
   c.queued++;
   if (heartbeat) {
@@ -79,7 +80,7 @@ bool ControllerInbox::DeliverBatch(std::unique_lock<std::mutex>* lock) {
       case What::kConnect: sink_->OnConnect(item.conn, std::move(item.link)); break;
       case What::kMessage:
         timings += item.msg.has_timings() ? 1 : 0;
-        sink_->OnMessage(item.conn, item.msg);
+        sink_->OnMessage(item.conn, item.msg, item.arrived_mono);
         break;
       case What::kDisconnect: sink_->OnDisconnect(item.conn); break;
     }

@@ -39,7 +39,8 @@ class InboxSink {
  public:
   virtual ~InboxSink() = default;
   virtual void OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> link) = 0;
-  virtual void OnMessage(std::uint64_t conn, const v1::AgentMessage& msg) = 0;
+  // `arrived_mono`: when the transport received it.
+  virtual void OnMessage(std::uint64_t conn, const v1::AgentMessage& msg, Nanos arrived_mono) = 0;
   virtual void OnDisconnect(std::uint64_t conn) = 0;
 };
 
@@ -64,7 +65,7 @@ class ControllerInbox {
   void Connect(std::uint64_t conn, std::shared_ptr<AgentLink> link, std::function<void()> resume);
   // False: the connection is paused; read nothing more from it until its
   // `resume` is called.
-  bool Message(std::uint64_t conn, v1::AgentMessage msg);
+  bool Message(std::uint64_t conn, v1::AgentMessage msg, Nanos arrived_mono = 0);
   void Disconnect(std::uint64_t conn);
 
   // Delivers until Stop, then what is queued. Call on one thread.
@@ -81,6 +82,7 @@ class ControllerInbox {
     std::uint64_t conn;
     v1::AgentMessage msg;
     std::shared_ptr<AgentLink> link;
+    Nanos arrived_mono = 0;
   };
   struct Conn {
     std::size_t queued = 0;       // messages of it in queue_ (heartbeats included)

@@ -29,7 +29,7 @@ class Session final : public AgentLink {
   // An agent that has read nothing of this many messages is cut off.
   static constexpr std::size_t kMaxQueuedSends = 1000;
 
-  explicit Session(SessionReactor* reactor) : reactor_(reactor) {}
+  Session(SessionReactor* reactor, Clock* clock) : reactor_(reactor), clock_(clock) {}
   void Send(const v1::ControllerMessage& msg) override;
   void Close() override;
   Nanos LastHeardMono() const override { return last_heard_.load(std::memory_order_relaxed); }
@@ -44,9 +44,13 @@ class Session final : public AgentLink {
  private:
   // Ends the call once (mu_ held, no write in flight).
   void FinishLocked();
+  // Writes the front of out_ (mu_ held). A clock probe is stamped now, when
+  // it goes out, not when it was queued behind a fan-out.
+  void WriteFrontLocked();
 
   std::mutex mu_;
   SessionReactor* reactor_;  // null once done
+  Clock* const clock_;
   std::deque<v1::ControllerMessage> out_;
   bool writing_ = false;
   bool closing_ = false;   // finish once what is queued is written
@@ -60,7 +64,7 @@ class Session final : public AgentLink {
 class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1::ControllerMessage> {
  public:
   SessionReactor(ControllerInbox* inbox, std::uint64_t conn, Clock* clock)
-      : inbox_(inbox), conn_(conn), clock_(clock), session_(std::make_shared<Session>(this)) {
+      : inbox_(inbox), conn_(conn), clock_(clock), session_(std::make_shared<Session>(this, clock)) {
     std::weak_ptr<Session> weak = session_;
     inbox_->Connect(conn_, session_, [weak] {
       if (auto s = weak.lock()) s->ResumeReading();
@@ -73,11 +77,12 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
       session_->ReadEnded();
       return;
     }
-    session_->Heard(clock_->MonotonicNanos());
+    const Nanos arrived = clock_->MonotonicNanos();
+    session_->Heard(arrived);
     v1::AgentMessage msg = std::move(in_);
     in_.Clear();
     // Paused (false): the dispatcher resumes the reads once it caught up.
-    if (inbox_->Message(conn_, std::move(msg))) StartRead(&in_);
+    if (inbox_->Message(conn_, std::move(msg), arrived)) StartRead(&in_);
   }
   void OnWriteDone(bool ok) override { session_->WriteDone(ok); }
   void OnDone() override {
@@ -107,8 +112,14 @@ void Session::Send(const v1::ControllerMessage& msg) {
   out_.push_back(msg);
   if (!writing_) {
     writing_ = true;
-    reactor_->StartWrite(&out_.front());
+    WriteFrontLocked();
   }
+}
+
+void Session::WriteFrontLocked() {
+  v1::ControllerMessage& next = out_.front();
+  if (next.has_clock_probe()) next.mutable_clock_probe()->set_controller_unix_us(clock_->WallNanos() / 1000);
+  reactor_->StartWrite(&next);
 }
 
 void Session::Close() {
@@ -122,7 +133,7 @@ void Session::WriteDone(bool ok) {
   if (!out_.empty()) out_.pop_front();
   if (!ok) out_.clear();
   if (!out_.empty() && reactor_ != nullptr && !finished_) {
-    reactor_->StartWrite(&out_.front());
+    WriteFrontLocked();
     return;
   }
   writing_ = false;
@@ -173,7 +184,9 @@ class ControllerSink final : public InboxSink {
  public:
   explicit ControllerSink(JobController* c) : c_(c) {}
   void OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> link) override { c_->OnConnect(conn, std::move(link)); }
-  void OnMessage(std::uint64_t conn, const v1::AgentMessage& msg) override { c_->OnMessage(conn, msg); }
+  void OnMessage(std::uint64_t conn, const v1::AgentMessage& msg, Nanos arrived_mono) override {
+    c_->OnMessage(conn, msg, arrived_mono);
+  }
   void OnDisconnect(std::uint64_t conn) override { c_->OnDisconnect(conn); }
 
  private:
