@@ -157,28 +157,45 @@ bool JobController::WaitFinished(std::chrono::milliseconds timeout) {
   });
 }
 
+// Both lookups remember where they found a node and check it is still
+// there before trusting it (nodes_ shifts on the rare erase): every agent
+// message looks its node up, and a scan of 12,500 nodes for each would cost
+// more than the message.
 JobController::Node* JobController::NodeByConn(std::uint64_t conn) {
-  for (auto& n : nodes_) {
-    if (n.conn == conn && conn != 0) return &n;
+  if (conn == 0) return nullptr;
+  if (auto it = conn_pos_.find(conn); it != conn_pos_.end()) {
+    if (it->second < nodes_.size() && nodes_[it->second].conn == conn) return &nodes_[it->second];
+    conn_pos_.erase(it);
+  }
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].conn == conn) {
+      if (conn_pos_.size() > 2 * nodes_.size() + 64) conn_pos_.clear();  // closed connections' entries
+      conn_pos_[conn] = i;
+      return &nodes_[i];
+    }
   }
   return nullptr;
 }
 
 JobController::Node* JobController::NodeById(const std::string& id) {
-  for (auto& n : nodes_) {
-    if (n.node_id == id) return &n;
+  if (auto it = id_pos_.find(id); it != id_pos_.end()) {
+    if (it->second < nodes_.size() && nodes_[it->second].node_id == id) return &nodes_[it->second];
+    id_pos_.erase(it);
+  }
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].node_id == id) {
+      if (id_pos_.size() > 2 * nodes_.size() + 64) id_pos_.clear();
+      id_pos_[id] = i;
+      return &nodes_[i];
+    }
   }
   return nullptr;
 }
 
 void JobController::OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> link) {
   std::lock_guard<std::mutex> lock(mu_);
-  // The node is not known until it registers; remember the link under a
-  // placeholder so that Register can find it.
-  Node pending;
-  pending.conn = conn;
-  pending.link = std::move(link);
-  nodes_.push_back(std::move(pending));
+  // The node is not known until it registers: its link waits for Register.
+  pending_links_[conn] = std::move(link);
 }
 
 void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg, Nanos arrived_mono) {
@@ -192,7 +209,7 @@ void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg, N
     return;
   }
   Node* node = NodeByConn(conn);
-  if (node == nullptr || node->node_id.empty()) return;  // not registered: ignore
+  if (node == nullptr) return;  // not registered: ignore
   switch (msg.kind_case()) {
     case v1::AgentMessage::kHeartbeat: HandleHeartbeat(node, msg.heartbeat()); break;
     case v1::AgentMessage::kStarted: HandleStarted(node, msg.started()); break;
@@ -232,6 +249,7 @@ void JobController::Finish(JobState final_state, const std::string& summary) {
   for (auto& n : nodes_) {
     if (n.conn != 0) n.link->Send(msg);
   }
+  for (auto& [conn, link] : pending_links_) link->Send(msg);  // connected, never registered
   finished_cv_.notify_all();
 }
 

@@ -45,6 +45,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "attribution/attribution.h"
@@ -346,7 +347,11 @@ class JobController {
   mutable std::mutex mu_;
   std::condition_variable finished_cv_;
   JobState state_ = JobState::kStarting;
-  std::vector<Node> nodes_;
+  std::vector<Node> nodes_;  // registered nodes
+  std::unordered_map<std::uint64_t, std::shared_ptr<AgentLink>> pending_links_;  // connected, not registered yet
+  std::unordered_map<std::uint64_t, std::size_t> conn_pos_;  // NodeByConn's memory: conn -> index in nodes_
+  std::unordered_map<std::string, std::size_t> id_pos_;      // NodeById's
+  int exited_ok_ranks_ = 0;  // ranks of the generation that exited 0 (a recount confirms "all")
   std::int64_t generation_ = -1;     // generation running or being stopped
   int active_nnodes_ = 0;            // the nodes of generation_ (fewer than nnodes after a shrink)
   // Group ranks nobody is expected to fill: evicted with no replacement

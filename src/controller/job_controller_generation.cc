@@ -80,6 +80,7 @@ void JobController::MaybeStartGeneration() {
     std::fprintf(stderr, "trainguard: generation %lld starts before the store has its record (the store is slow or "
                          "away; the record follows)\n", static_cast<long long>(generation_));
   }
+  exited_ok_ranks_ = 0;
   for (Node* n : slots) {
     start->set_group_rank(n->group_rank);
     n->ranks.clear();

@@ -19,12 +19,11 @@ namespace trainguard {
 using nlohmann::json;
 
 void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) {
-  // Find the placeholder the connection created.
-  auto pending = std::find_if(nodes_.begin(), nodes_.end(),
-                              [&](const Node& n) { return n.conn == conn && n.node_id.empty(); });
-  if (pending == nodes_.end()) return;
-  std::shared_ptr<AgentLink> link = pending->link;
-  nodes_.erase(pending);
+  // The connection's link, kept since it connected.
+  auto pending = pending_links_.find(conn);
+  if (pending == pending_links_.end()) return;
+  std::shared_ptr<AgentLink> link = std::move(pending->second);
+  pending_links_.erase(pending);
 
   v1::ControllerMessage welcome;
   welcome.mutable_welcome()->set_protocol_version(kProtocolVersion);
@@ -92,17 +91,40 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   }
   // A node takes the slot it asks for if free, else its old slot if free,
   // else the lowest free one.
-  std::set<int> taken;
+  // Flags, not a set: every registration looks at every node (12,500 of them).
+  std::vector<bool> taken_flags(static_cast<std::size_t>(std::max(config_.nnodes, 0)), false);
+  int taken_count = 0;
   for (const auto& n : nodes_) {
-    if (&n != node && n.group_rank >= 0) taken.insert(n.group_rank);
+    if (&n != node && n.group_rank >= 0 && n.group_rank < config_.nnodes && !taken_flags[n.group_rank]) {
+      taken_flags[n.group_rank] = true;
+      ++taken_count;
+    }
   }
+  struct {
+    std::vector<bool>* flags;
+    int* count;
+    bool count_of(int g) const { return g >= 0 && g < static_cast<int>(flags->size()) && (*flags)[g]; }
+    std::size_t size() const { return static_cast<std::size_t>(*count); }
+    void erase(int g) {
+      if (count_of(g)) {
+        (*flags)[g] = false;
+        --*count;
+      }
+    }
+    void insert(int g) {
+      if (g >= 0 && g < static_cast<int>(flags->size()) && !(*flags)[g]) {
+        (*flags)[g] = true;
+        ++*count;
+      }
+    }
+  } taken{&taken_flags, &taken_count};
   const int wanted = reg.has_preferred_group_rank() ? reg.preferred_group_rank() : -1;
   node->asked_for_slot = wanted >= 0 && wanted < config_.nnodes;
   // Before the first start a slot is only a label: a node that asks for it
   // outranks one that took it as the lowest free (with spares, agents race
   // to register), if the latter has somewhere to go.
   Node* bumped = nullptr;
-  if (node->asked_for_slot && taken.count(wanted) && state_ == JobState::kStarting) {
+  if (node->asked_for_slot && taken.count_of(wanted) && state_ == JobState::kStarting) {
     for (auto& n : nodes_) {
       if (&n != node && n.group_rank == wanted && !n.asked_for_slot) bumped = &n;
     }
@@ -113,11 +135,11 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
       bumped = nullptr;
     }
   }
-  if (node->asked_for_slot && !taken.count(wanted)) node->group_rank = wanted;
-  if (node->group_rank < 0 || taken.count(node->group_rank)) {
+  if (node->asked_for_slot && !taken.count_of(wanted)) node->group_rank = wanted;
+  if (node->group_rank < 0 || taken.count_of(node->group_rank)) {
     node->group_rank = -1;
     for (int g = 0; g < config_.nnodes; ++g) {
-      if (!taken.count(g)) {
+      if (!taken.count_of(g)) {
         node->group_rank = g;
         break;
       }
@@ -127,7 +149,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     taken.insert(node->group_rank);
     bumped->group_rank = -1;
     for (int g = 0; g < config_.nnodes; ++g) {
-      if (!taken.count(g)) {
+      if (!taken.count_of(g)) {
         bumped->group_rank = g;
         break;
       }
