@@ -601,10 +601,23 @@ int main(int argc, char** argv) {
   if (auto s = OpenEventStore(store); s.ok()) {
     if (auto events = (*s)->EventsAfter(job, 0, -1); events.ok()) {
       lost_events = stalls = 0;
+      std::int64_t failure_ns = 0;
+      std::string timeline;
       for (const auto& e : *events) {
         lost_events += e.kind == "node_lost" ? 1 : 0;
         stalls += e.kind == "controller_stalled" ? 1 : 0;
+        if (e.kind == "failure") failure_ns = e.wall_ns;
+        // Where the restart's time goes, from the controller's own record.
+        if (failure_ns > 0 && (e.kind == "stopped" || e.kind == "attribution" || e.kind == "decision" ||
+                               e.kind == "generation_started")) {
+          char b[96];
+          std::snprintf(b, sizeof b, "%s%s +%.0f ms", timeline.empty() ? "" : ", ", e.kind.c_str(),
+                        (e.wall_ns - failure_ns) / 1e6);
+          timeline += b;
+        }
+        if (e.kind == "generation_started" && failure_ns > 0) failure_ns = 0;
       }
+      std::printf("  the controller's record of the failure: failure +0 ms, %s\n", timeline.c_str());
     }
   }
   std::printf("  healthy nodes dropped by the controller: %d (node_lost events: %d); controller peak RSS %.0f MiB, "
