@@ -32,7 +32,7 @@ class HttpApiTest : public testing::Test {
     ASSERT_TRUE(rules.ok()) << rules.status().ToString();
     rules_ = std::make_unique<RuleSet>(std::move(rules.value()));
     controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, rules_.get());
-    controller_->SetLossExplainerThreads(0);
+    controller_->SetOffLockThreads(0);
     ASSERT_TRUE(controller_->Start().ok());
     HttpApiOptions o;
     o.token = "s3cret-token";

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -47,12 +48,15 @@ struct Incident {
     std::string key = line.rank >= 0 ? "r" + std::to_string(line.rank) : "n" + line.node;
     key += '\n';
     key += line.text;
-    if (!seen_.insert(std::move(key)).second && unique) return;
+    if (!seen_->insert(std::move(key)).second && unique) return;
     lines.push_back(line);
   }
 
  private:
-  std::unordered_set<std::string> seen_;  // "rRANK\nTEXT" or "nNODE\nTEXT" of every line added
+  // "rRANK\nTEXT" or "nNODE\nTEXT" of every line added. Shared by copies:
+  // a copy taken to be read elsewhere (the blame, off the lock) is cheap,
+  // and only the original adds lines.
+  std::shared_ptr<std::unordered_set<std::string>> seen_ = std::make_shared<std::unordered_set<std::string>>();
 };
 
 }  // namespace trainguard

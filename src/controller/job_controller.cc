@@ -13,7 +13,7 @@
 #include "common/json_text.h"
 #include "common/utf8.h"
 #include "controller/job_knobs.h"
-#include "controller/loss_explainer.h"
+#include "controller/off_lock_runner.h"
 
 namespace trainguard {
 
@@ -42,7 +42,8 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
       store_(store),
       writer_(std::make_unique<StoreWriter>(write_store != nullptr ? write_store : store)),
       provider_(provider),
-      explainer_(std::make_unique<LossExplainer>(4)),
+      explain_(std::make_unique<OffLockRunner>(4)),
+      blame_(std::make_unique<OffLockRunner>(1)),
       policy_(config_.no_progress_restarts),
       link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}),
       stragglers_(config_.straggler) {}
@@ -68,7 +69,10 @@ DetectorVerdict AgentExitedVerdict() {
   return v;
 }
 
-JobController::~JobController() = default;  // writer_ drains (bounded) and stops
+JobController::~JobController() {
+  explain_.reset();  // their work reads the members below: it ends first
+  blame_.reset();
+}  // then writer_ drains (bounded) and stops
 
 bool JobController::FlushStore(std::chrono::milliseconds timeout) { return writer_->Flush(timeout); }
 
@@ -82,16 +86,18 @@ void JobController::SetNodeProvider(NodeProvider* provider) {
     std::lock_guard<std::mutex> lock(mu_);
     provider_ = provider;
   }
-  explainer_->WaitIdle();  // the old backend is asked nothing more
+  explain_->WaitIdle();  // the old backend is asked nothing more
   std::lock_guard<std::mutex> lock(mu_);
-  TakeExplanations();
+  TakeOffLockResults();
 }
 
-void JobController::SetLossExplainerThreads(int threads) {
-  explainer_->WaitIdle();
+void JobController::SetOffLockThreads(int threads) {
+  explain_->WaitIdle();
+  blame_->WaitIdle();
   std::lock_guard<std::mutex> lock(mu_);
-  TakeExplanations();
-  explainer_ = std::make_unique<LossExplainer>(threads);
+  TakeOffLockResults();
+  explain_ = std::make_unique<OffLockRunner>(threads);
+  blame_ = std::make_unique<OffLockRunner>(std::min(threads, 1));
 }
 
 Status JobController::Start() {

@@ -37,6 +37,7 @@
 // with that mutex held and must not block or call back into the controller.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -67,7 +68,7 @@
 
 namespace trainguard {
 
-class LossExplainer;
+class OffLockRunner;
 
 enum class JobState { kStarting, kRunning, kStopping, kDiagnosing, kRestarting, kSucceeded, kFailed };
 const char* JobStateName(JobState s);
@@ -120,7 +121,7 @@ class NodeProvider {
   }
   // What the backend knows of why the node's agent went away (nothing by
   // default). Called before ReplaceNode, off the controller's lock, on a
-  // thread of its LossExplainer (loss_explainer.h): it may take seconds
+  // thread of its OffLockRunner (off_lock_runner.h): it may take seconds
   // (ask the scheduler), but must be bounded.
   virtual LossExplanation ExplainLoss(const std::string& node_id) {
     (void)node_id;
@@ -152,9 +153,10 @@ class JobController {
   // Replaces the node provider (null: none). Takes effect for the next loss;
   // returns once the old one is no longer being asked why a node was lost.
   void SetNodeProvider(NodeProvider* provider);
-  // How many losses are explained at once, off the lock (default 4); 0:
-  // inline, under the lock (unit tests whose fake backend answers at once).
-  void SetLossExplainerThreads(int threads);
+  // Threads that explain lost nodes off the lock (off_lock_runner.h),
+  // default 4, incidents being blamed on one more; 0: both inline, under
+  // the lock (unit tests whose fakes answer at once).
+  void SetOffLockThreads(int threads);
   // Every event recorded from now on also goes to `listener` (null: none).
   void SetEventListener(EventListener* listener);
 
@@ -265,10 +267,11 @@ class JobController {
   // silence is counted from now (recorded as controller_stalled).
   void NoteWatchGap(Nanos now);
   void NodeLost(Node* node, const std::string& why, Nanos fault_wall);
-  // The backend's answers on lost nodes (LossExplainer): each node is
-  // replaced once explained; the incident a loss opened takes its sentence
-  // and verdict, and is decided only then (or after kExplainWait).
-  void TakeExplanations();
+  // Runs what the off-lock work finished (explain_, blame_).
+  void TakeOffLockResults();
+  // The backend's answer on a lost node: the node is replaced once
+  // explained; the incident a loss opened takes its sentence and verdict,
+  // and is decided only then (or after kExplainWait).
   void ApplyExplanation(const std::string& node_id, const LossExplanation& known);
   // Opens an incident for `finding` and stops every rank.
   void Fail(const Finding& finding);
@@ -295,10 +298,16 @@ class JobController {
   // a flapping node fails the job's generation (or, idle, is evicted).
   void ObserveLinks(Node* node, const v1::NodeMetrics& metrics);
   void MaybeFinishDiagnosis();
-  // Blames the incident being recovered from and asks the policy what to do;
-  // records both with their evidence.
-  Verdict Decide();
+  // Once every rank stopped: blames the incident off the lock (the rules
+  // over every line, other jobs' history from the store), then Decide.
+  void BlameOffLock();
+  // Asks the policy what to do about the blamed incident; records the
+  // blame and the decision with their evidence.
+  Verdict Decide(const Blame& b, const FleetFinding& fleet);
+  // After Decide: restarts, evicts or ends the job.
+  void CarryOut(const Verdict& verdict);
   // What other jobs' incidents in the store say of this one (fleet_history.h).
+  // Off the lock: reads the store and the writer only.
   FleetFinding ReadFleet(const Blame& blame);
   // Takes the node out of the job and cordons it in the store (no job gives
   // it ranks until an operator uncordons it), with `evidence` (a JSON object).
@@ -338,7 +347,11 @@ class JobController {
   EventStore* const store_;                   // reads
   const std::unique_ptr<StoreWriter> writer_;  // every write, off the mutex
   NodeProvider* provider_;  // guarded by mu_
-  std::unique_ptr<LossExplainer> explainer_;
+  // Off the lock: lost nodes explained (a few at once), and incidents
+  // blamed (a thread of their own: explanations that take seconds each
+  // must not hold a decision up).
+  std::unique_ptr<OffLockRunner> explain_;
+  std::unique_ptr<OffLockRunner> blame_;
   std::map<std::string, std::string> explaining_;  // lost node -> why, until its explanation is back
   std::string awaiting_explanation_;               // the lost node the open incident waits to hear of
   Nanos awaiting_since_mono_ = 0;
@@ -371,7 +384,8 @@ class JobController {
   int last_failure_status_ = 1;  // FailureExitStatus()
   RecoveryPolicy policy_;
   std::string summary_;
-  std::int64_t store_read_errors_ = 0;  // reads of the store that failed (writes: writer_->stats())
+  std::atomic<std::int64_t> store_read_errors_{0};  // reads of the store that failed (writes: writer_->stats())
+  int blaming_ = 0;  // the incident whose blame runs off the lock (0: none)
   bool started_ = false;
   std::vector<std::pair<std::uint64_t, v1::Register>> early_registrations_;  // before Start
   std::optional<DiagnosisRound> diagnosis_;  // in DIAGNOSING

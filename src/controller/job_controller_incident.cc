@@ -1,7 +1,8 @@
 // JobController: one incident from its finding to its decision. Fail opens it
-// and stops every rank; once all stopped, Decide blames it (recovery_policy:
-// a detector's verdict as it stands, else the rules over its lines, and other
-// jobs' history) and the policy's typed Verdict restarts, evicts or stops.
+// and stops every rank; once all stopped, it is blamed off the lock
+// (recovery_policy: a detector's verdict as it stands, else the rules over
+// its lines, and other jobs' history), Decide asks the policy, and CarryOut
+// acts on its typed Verdict: restart, evict or stop.
 #include "controller/job_controller.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "controller/describe.h"
 #include "controller/downtime.h"
 #include "controller/fleet_history.h"
+#include "controller/off_lock_runner.h"
 
 namespace trainguard {
 
@@ -82,6 +84,7 @@ void JobController::Fail(const Finding& f) {
 void JobController::MaybeAllStopped() {
   if (state_ != JobState::kStopping) return;
   if (!awaiting_explanation_.empty()) return;  // the backend has not said yet why the node was lost
+  if (blaming_ != 0) return;                   // every rank stopped; the blame is on its way
   for (const auto& n : nodes_) {
     if (n.conn != 0 && n.group_rank >= 0 && n.stopped_generation != generation_) return;
   }
@@ -93,7 +96,47 @@ void JobController::MaybeAllStopped() {
              Seconds(now_wall - incident_->detected_wall) + " after detection",
          json{{"shutdown_ms", (now_wall - incident_->detected_wall) / kMillisecond}}.dump(-1, ' ', false, kReplaceBadUtf8));
   }
-  Verdict verdict = incident_ ? Decide() : Verdict{};
+  if (incident_) {
+    BlameOffLock();  // comes back to Decide and CarryOut
+  } else {
+    CarryOut(Verdict{});
+  }
+}
+
+void JobController::BlameOffLock() {
+  Incident& live = *incident_;
+  blaming_ = live.number;
+  // The work takes the lines (moved: two million of them at 100,000 ranks)
+  // and a copy of the rest; lines that arrive meanwhile follow them back.
+  std::vector<LogLine> lines = std::move(live.lines);
+  live.lines.clear();
+  auto snapshot = std::make_shared<Incident>(live);
+  snapshot->lines = std::move(lines);
+  std::map<int, std::string> rank_nodes;
+  for (const auto& n : nodes_) {
+    for (const auto& [rank, view] : n.ranks) rank_nodes[rank] = n.node_id;
+  }
+  const RuleSet* rules = rules_;
+  blame_->Run([this, snapshot, rules, rank_nodes = std::move(rank_nodes)]() -> OffLockRunner::Apply {
+    Blame b = AssignBlame(rules, *snapshot, [&](int rank) {
+      auto it = rank_nodes.find(rank);
+      return it == rank_nodes.end() ? std::string() : it->second;
+    });
+    FleetFinding fleet = ReadFleet(b);
+    return [this, snapshot, b, fleet] {
+      if (!incident_ || incident_->number != snapshot->number || blaming_ != snapshot->number) return;  // ended meanwhile
+      blaming_ = 0;
+      std::vector<LogLine> later = std::move(incident_->lines);
+      incident_->lines = std::move(snapshot->lines);
+      incident_->lines.insert(incident_->lines.end(), later.begin(), later.end());
+      if (state_ != JobState::kStopping) return;
+      CarryOut(Decide(b, fleet));
+    };
+  });
+  TakeOffLockResults();  // an inline runner (unit tests) has blamed it already
+}
+
+void JobController::CarryOut(const Verdict& verdict) {
   const std::string& why = verdict.why;
   if (restart_count_ >= config_.max_restarts) {
     Finish(JobState::kFailed,
@@ -117,10 +160,8 @@ std::string JobController::NodeOfRank(int rank) const {
   return "";
 }
 
-Verdict JobController::Decide() {
+Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
   const Incident& inc = *incident_;
-  Blame b = AssignBlame(rules_, inc, [this](int rank) { return NodeOfRank(rank); });
-  const FleetFinding fleet = ReadFleet(b);
   Verdict v = policy_.Decide(b, inc, fleet);
   const Attribution& a = b.attribution;
   const char* decision_name = DecisionName(v.decision);

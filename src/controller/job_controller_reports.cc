@@ -13,7 +13,7 @@
 #include "controller/crash_detector.h"
 #include "controller/describe.h"
 #include "controller/hang_detector.h"
-#include "controller/loss_explainer.h"
+#include "controller/off_lock_runner.h"
 #include "controller/log_alert_detector.h"
 
 namespace trainguard {
@@ -213,7 +213,11 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
   // loss: asked off the lock; the node is replaced once it has answered.
   if (provider_ != nullptr) {
     explaining_[id] = why;
-    explainer_->Explain(provider_, id);
+    NodeProvider* provider = provider_;
+    explain_->Run([this, provider, id]() -> OffLockRunner::Apply {
+      LossExplanation known = provider->ExplainLoss(id);
+      return [this, id, known] { ApplyExplanation(id, known); };
+    });
   }
   // A replacement, or the agent itself, may come back: the slot is awaited.
   if (group_rank >= 0) given_up_slots_.erase(group_rank);
@@ -233,11 +237,12 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
   } else if (state_ == JobState::kStopping) {
     MaybeAllStopped();
   }
-  TakeExplanations();  // an inline explainer has answered already
+  TakeOffLockResults();  // an inline runner has answered already
 }
 
-void JobController::TakeExplanations() {
-  for (const auto& [id, known] : explainer_->Take()) ApplyExplanation(id, known);
+void JobController::TakeOffLockResults() {
+  for (const auto& apply : explain_->Take()) apply();
+  for (const auto& apply : blame_->Take()) apply();
 }
 
 void JobController::ApplyExplanation(const std::string& id, const LossExplanation& known) {

@@ -36,7 +36,7 @@ class ResumeTest : public JobControllerTest {
     links_.clear();
     clock_.Advance(3 * kSecond);
     controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, rules_.get());
-    controller_->SetLossExplainerThreads(0);
+    controller_->SetOffLockThreads(0);
     return controller_->Resume();
   }
   // Node `i` reconnects (conn 10 + i) asking to keep its ranks of `generation`.
@@ -226,7 +226,7 @@ TEST_F(ResumeTest, NothingToResumeIsAClearError) {
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
   EXPECT_NE(s.message().find("never-ran is not in the store"), std::string::npos);
   controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_);
-  controller_->SetLossExplainerThreads(0);
+  controller_->SetOffLockThreads(0);
   ASSERT_TRUE(controller_->Resume().ok());  // STARTING: nothing ran
   EXPECT_EQ(controller_->state(), JobState::kStarting);
   controller_->Cancel("enough");

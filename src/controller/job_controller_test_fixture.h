@@ -44,7 +44,7 @@ class JobControllerTest : public testing::Test {
       }
     }
     controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, rules_.get(), write_store_);
-    controller_->SetLossExplainerThreads(explainer_threads_);  // 0: the fake backend answers inline
+    controller_->SetOffLockThreads(off_lock_threads_);  // 0: the fake backend answers inline
     ASSERT_TRUE(controller_->Start().ok());
   }
 
@@ -207,7 +207,7 @@ class JobControllerTest : public testing::Test {
   JobConfig config_;
   std::string rules_override_;  // a --rules file merged over the shipped rules
   int slow_rank_ = -1;          // Timings: this global rank is slowed as well
-  int explainer_threads_ = 0;   // Make: the controller's LossExplainer threads
+  int off_lock_threads_ = 0;    // Make: the controller's OffLockRunner threads
   EventStore* write_store_ = nullptr;  // Make: where the controller writes (null: store_)
   std::unique_ptr<RuleSet> rules_;
   FakeClock clock_;

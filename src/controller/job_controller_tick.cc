@@ -13,7 +13,7 @@
 #include "controller/hang_detector.h"
 #include "controller/hang_locator.h"
 #include "controller/heartbeat_detector.h"
-#include "controller/loss_explainer.h"
+#include "controller/off_lock_runner.h"
 
 namespace trainguard {
 
@@ -23,7 +23,7 @@ void JobController::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   Nanos now = clock_->MonotonicNanos();
   NoteWatchGap(now);
-  TakeExplanations();
+  TakeOffLockResults();
   if (!awaiting_explanation_.empty() && now - awaiting_since_mono_ > kExplainWait) {
     std::string id = awaiting_explanation_;
     awaiting_explanation_.clear();
