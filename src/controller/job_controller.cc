@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/json_text.h"
 #include "common/utf8.h"
@@ -205,6 +206,10 @@ void JobController::OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> lin
 }
 
 void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg, Nanos arrived_mono) {
+  // A Tick waiting for the lock goes first: a burst of thousands of
+  // messages (every node's Stopped) would otherwise take the mutex back
+  // before the ticker wakes, and hold the detectors up for seconds.
+  while (tick_waiting_.load(std::memory_order_acquire)) std::this_thread::yield();
   std::lock_guard<std::mutex> lock(mu_);
   if (msg.has_register_()) {
     if (!started_) {

@@ -358,6 +358,7 @@ class JobController {
   EventListener* listener_ = nullptr;  // guarded by mu_
 
   mutable std::mutex mu_;
+  std::atomic<bool> tick_waiting_{false};  // Tick wants mu_: OnMessage lets it go first
   std::condition_variable finished_cv_;
   JobState state_ = JobState::kStarting;
   std::vector<Node> nodes_;  // registered nodes

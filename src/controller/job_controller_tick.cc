@@ -20,7 +20,9 @@ namespace trainguard {
 using nlohmann::json;
 
 void JobController::Tick() {
+  tick_waiting_.store(true, std::memory_order_release);  // messages wait (OnMessage)
   std::lock_guard<std::mutex> lock(mu_);
+  tick_waiting_.store(false, std::memory_order_release);
   Nanos now = clock_->MonotonicNanos();
   NoteWatchGap(now);
   TakeOffLockResults();
