@@ -18,7 +18,10 @@
 // controller dropped (sessions it closed) and the node_lost events in the
 // store.
 //
-//   build/bench/fleet_load_bench --nodes 2000 [--nproc 8] [--steady 20] [--stall 0]
+// With --lock-store, another process holds the job's SQLite store locked
+// from before the failure until every node restarted.
+//
+//   build/bench/fleet_load_bench --nodes 2000 [--nproc 8] [--steady 20] [--stall 0] [--lock-store]
 //                                [--timings] [--log-lines 20] [--trainguard build/trainguard]
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -45,6 +48,8 @@
 #include <thread>
 #include <vector>
 
+#include <sqlite3.h>
+
 #include "proto/protocol.h"
 #include "proto/trainguard.grpc.pb.h"
 #include "store/event_store.h"
@@ -65,6 +70,7 @@ struct Options {
   int nproc = 8;
   double steady_s = 15;
   double stall_s = 0;
+  bool lock_store = false;
   bool timings = false;
   int log_lines = 20;
   std::string trainguard = TG_BINARY;
@@ -439,6 +445,7 @@ int main(int argc, char** argv) {
     else if (a == "--nproc") o.nproc = std::stoi(next());
     else if (a == "--steady") o.steady_s = std::stod(next());
     else if (a == "--stall") o.stall_s = std::stod(next());
+    else if (a == "--lock-store") o.lock_store = true;
     else if (a == "--timings") o.timings = true;
     else if (a == "--log-lines") o.log_lines = std::stoi(next());
     else if (a == "--trainguard") o.trainguard = next();
@@ -565,6 +572,18 @@ int main(int argc, char** argv) {
     std::printf("  controller frozen (SIGSTOP) for %.0f s: %d node(s) dropped after it went on\n", o.stall_s, dropped);
   }
 
+  // --lock-store: another process holds the job's SQLite store locked
+  // (BEGIN EXCLUSIVE) through the failure and the restart: a slow store.
+  sqlite3* locker = nullptr;
+  if (o.lock_store) {
+    if (sqlite3_open(store.c_str(), &locker) != SQLITE_OK ||
+        sqlite3_exec(locker, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr) != SQLITE_OK) {
+      std::fprintf(stderr, "cannot lock the store %s: %s\n", store.c_str(), sqlite3_errmsg(locker));
+      kill_controller();
+      return 1;
+    }
+    std::printf("  the store is locked by another process from here to the restart\n");
+  }
   // A failure: rank 0 exits 1.
   for (auto& a : agents) a->stops_ = 0;
   int starts_before = agents[0]->starts_;
@@ -588,6 +607,10 @@ int main(int argc, char** argv) {
               all_stopped ? "" : " NOT ALL");
   std::printf("  failure -> every node restarted (its next Start): %.2f s (%zu of %d nodes)%s\n",
               Percentile(start_s, 1.0), start_s.size(), o.nodes, all_restarted ? "" : " NOT ALL");
+  if (locker != nullptr) {
+    sqlite3_exec(locker, "ROLLBACK", nullptr, nullptr, nullptr);
+    sqlite3_close(locker);
+  }
   std::this_thread::sleep_for(std::chrono::seconds(3));
   ProcStats end = ReadProc(controller);
   beating = false;

@@ -1,9 +1,12 @@
 #include "controller/off_lock_runner.h"
 
+#include "common/signal_free_thread.h"
+
 namespace trainguard {
 
 OffLockRunner::OffLockRunner(int threads) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Loop(); });
+  // Made with the controller, before the daemon's signal watcher.
+  for (int i = 0; i < threads; ++i) threads_.push_back(SignalFreeThread([this] { Loop(); }));
 }
 
 OffLockRunner::~OffLockRunner() {

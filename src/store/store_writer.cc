@@ -1,10 +1,9 @@
 #include "store/store_writer.h"
 
-#include <pthread.h>
-#include <signal.h>
-
 #include <algorithm>
 #include <cstdio>
+
+#include "common/signal_free_thread.h"
 
 namespace trainguard {
 
@@ -20,14 +19,7 @@ const char* StoreWriterLaneName(StoreWriter::Lane lane) {
 StoreWriter::StoreWriter(EventStore* store) : StoreWriter(store, Options()) {}
 
 StoreWriter::StoreWriter(EventStore* store, Options options) : store_(store), options_(options) {
-  // The thread takes no process signals (SIGINT, SIGTERM go to the daemon's
-  // signal watcher, whichever thread was made first): it starts with every
-  // signal blocked, the mask it inherits from here.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, &old);
-  thread_ = std::thread([this] { Run(); });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  thread_ = SignalFreeThread([this] { Run(); });
 }
 
 StoreWriter::~StoreWriter() {
