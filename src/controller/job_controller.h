@@ -35,6 +35,11 @@
 // Thread safety: all public methods may be called from any thread; one mutex
 // serializes them. AgentLink::Send and NodeProvider::ReplaceNode are called
 // with that mutex held and must not block or call back into the controller.
+// What takes seconds at a fleet's size runs off the mutex, on threads of
+// OffLockRunner (off_lock_runner.h), and comes back through Tick: asking
+// the scheduler why a node was lost (NodeProvider::ExplainLoss), and
+// blaming an incident (its lines through the rules, the fleet's history).
+// Scale: docs/scale.md.
 #pragma once
 
 #include <atomic>

@@ -85,6 +85,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::AgentMessage, v1
     if (inbox_->Message(conn_, std::move(msg), arrived)) StartRead(&in_);
   }
   void OnWriteDone(bool ok) override { session_->WriteDone(ok); }
+  // The agent went away or the server shuts down: a session whose reads the
+  // inbox paused has no read to fail, so it ends here.
+  void OnCancel() override { session_->ReadEnded(); }
   void OnDone() override {
     session_->Detach();
     inbox_->Disconnect(conn_);
