@@ -133,6 +133,7 @@ class StragglerDetector {
   const StragglerPolicy policy_;
   std::map<std::int64_t, Window> windows_;   // by window index, not yet judged
   std::map<int, std::int64_t> rank_last_;    // each rank's newest step
+  std::map<std::int64_t, int> last_counts_;  // newest step -> how many ranks are at it
   int world_size_ = 0;
   std::int64_t judged_below_ = INT64_MIN;    // windows below this index are done
   std::map<std::string, Streak> streaks_;
