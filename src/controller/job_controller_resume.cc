@@ -43,6 +43,11 @@ Status JobController::Resume() {
     if (e.kind == "state") {
       if (auto s = JobStateFromName(d.value("to", ""))) last = *s;
     } else if (e.kind == "generation_started") {
+      // Recorded before the agents are told to start, and followed by the
+      // state change to RUNNING: a controller killed between the two left
+      // a generation whose ranks may run. It is taken back as running (its
+      // nodes come back with their ranks), not restarted once more.
+      last = JobState::kRunning;
       generation_ = e.generation;
       restart_count_ = d.value("restart_count", restart_count_);
       active_nnodes_ = d.value("nnodes", active_nnodes_);

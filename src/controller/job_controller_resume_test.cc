@@ -174,6 +174,34 @@ TEST_F(ResumeTest, ARankThatDiedWhileTheControllerWasAwayIsHandledWhenItsAgentIs
   EXPECT_GT(failures[0].id, EventsOf("controller_restarted")[0].id);
 }
 
+// Killed after it recorded a new generation (and so may have told its
+// agents to start it) but before its change to RUNNING was stored: the
+// generation is taken back as running, not started once more.
+TEST_F(ResumeTest, AGenerationRecordedButNotYetMarkedRunningIsTakenBackNotStartedAgain) {
+  RunGeneration0();
+  controller_.reset();  // the old controller's writes are in the store
+  auto append = [&](const std::string& kind, std::int64_t generation, const std::string& detail) {
+    Event e;
+    e.job_id = "job";
+    e.wall_ns = clock_.WallNanos();
+    e.kind = kind;
+    e.generation = generation;
+    e.detail_json = detail;
+    ASSERT_TRUE(store_.Append(e).ok());
+  };
+  append("state", 0, R"({"from": "RUNNING", "to": "STOPPING"})");
+  append("state", 0, R"({"from": "STOPPING", "to": "RESTARTING"})");
+  append("generation_started", 1, R"({"restart_count": 1, "nnodes": 2, "group_ranks": {"node0": 0, "node1": 1}})");
+  ASSERT_TRUE(Restart().ok());
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  Reconnect(0, 1);
+  Reconnect(1, 1);
+  EXPECT_EQ(EventsOf("node_reconnected").size(), 2u);
+  EXPECT_EQ(EventsOf("generation_started").size(), 2u) << "generation 1 was started a second time";
+  EXPECT_TRUE(EventsOf("node_lost").empty());
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+}
+
 TEST_F(ResumeTest, ANodeThatDoesNotComeBackInTheWindowIsLost) {
   RunGeneration0();
   ASSERT_TRUE(Restart().ok());

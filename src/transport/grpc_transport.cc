@@ -47,6 +47,9 @@ class Session final : public AgentLink {
   // Writes the front of out_ (mu_ held). A clock probe is stamped now, when
   // it goes out, not when it was queued behind a fan-out.
   void WriteFrontLocked();
+  // Drops what is queued but not being written (mu_ held): gRPC still reads
+  // the front while a write is in flight.
+  void DropUnsentLocked() { out_.erase(out_.begin() + (writing_ && !out_.empty() ? 1 : 0), out_.end()); }
 
   std::mutex mu_;
   SessionReactor* reactor_;  // null once done
@@ -107,7 +110,7 @@ void Session::Send(const v1::ControllerMessage& msg) {
   std::lock_guard<std::mutex> lock(mu_);
   if (reactor_ == nullptr || closing_ || finished_) return;
   if (out_.size() >= kMaxQueuedSends) {  // the agent reads nothing: cut it off
-    out_.clear();
+    DropUnsentLocked();
     closing_ = true;
     if (!writing_) FinishLocked();
     return;
@@ -146,7 +149,7 @@ void Session::WriteDone(bool ok) {
 void Session::ReadEnded() {
   std::lock_guard<std::mutex> lock(mu_);
   closing_ = true;  // the agent went away (or half-closed): nothing more to say
-  out_.clear();
+  DropUnsentLocked();
   if (!writing_) FinishLocked();
 }
 
