@@ -162,6 +162,20 @@ int ShowHang(const HangOptions& options);
 int WriteTrace(const TraceOptions& options);
 int WriteHeatmap(const HeatmapCommandOptions& options);
 
+// trainguard sim: a simulated job of thousands of nodes run by the real
+// controller (cli/sim_command.cc, docs/simulator.md).
+struct SimCommandOptions {
+  std::string model = "llama3";  // a shipped model's name or a JSON file
+  std::string params_file;       // JSON parameters, under the flags
+  std::map<std::string, double> set;  // parameters given as flags (name -> value)
+  std::string diagnose;          // "" = the params'
+  std::vector<std::string> sweep;  // NAME=V1,V2,... (each a parameter)
+  std::string out = ".";         // where a sweep writes sim-sweep.csv and sim-sweep.svg
+  std::string store;             // keep the simulated job's store here ("" = a temporary one)
+  bool json = false;
+};
+int SimCommand(const SimCommandOptions& options);
+
 // Checks a job's options and command; "" if fine, else a one-line error.
 std::string ValidateJob(const JobOptions& options);
 

@@ -233,6 +233,46 @@ int main(int argc, char** argv) {
                        "every job in the store: incidents per category, node and job, and the failures that recur "
                        "across jobs (the same error on one node; the same program failing at the same step)");
 
+  trainguard::SimCommandOptions sim;
+  CLI::App* sim_cmd = app.add_subcommand(
+      "sim", "simulate a job of up to 100,000s of GPUs, run by the real controller: ETTR and where the time went");
+  sim_cmd->add_option("--failure-model", sim.model, "llama3, meta_rsc, mtbf, or a model file (JSON)")->capture_default_str();
+  sim_cmd->add_option("--params", sim.params_file, "parameters as a JSON object (flags override it)");
+  struct SimFlag {
+    const char* flag;
+    const char* name;
+    const char* help;
+  };
+  static const SimFlag sim_flags[] = {
+      {"--gpus", "gpus", "GPUs in the job (default 16384)"},
+      {"--gpus-per-node", "gpus_per_node", "default: the failure model's (8)"},
+      {"--days", "days", "simulated days (default 30)"},
+      {"--seed", "seed", "random seed (default 1)"},
+      {"--step-s", "step_s", "seconds per training step (default 5)"},
+      {"--checkpoint-interval", "checkpoint_interval_s", "seconds between checkpoints (default 1800)"},
+      {"--checkpoint-blocked", "checkpoint_blocked_s", "seconds a save blocks training (default 0.159, measured)"},
+      {"--restart-s", "restart_s", "launch -> first step, seconds (default 3.52, measured on a 4-rank job)"},
+      {"--shutdown-s", "shutdown_s", "Stop -> ranks stopped on a node, seconds (default 0.128, measured)"},
+      {"--diagnose-s", "diagnose_s", "one node's diagnostics, seconds (default 2.12, measured)"},
+      {"--spares", "spares", "hot spare nodes (default 0)"},
+      {"--replacement-s", "replacement_s", "the scheduler brings a node in this long; -1: never (default 300)"},
+      {"--pool", "pool", "nodes the scheduler can bring before repairs return some; -1: unlimited"},
+      {"--hang-timeout", "hang_timeout_s", "seconds (default 300)"},
+      {"--max-restarts", "max_restarts", "-1: unlimited (default)"},
+  };
+  for (const SimFlag& f : sim_flags) {
+    sim_cmd->add_option_function<double>(f.flag, [&sim, name = std::string(f.name)](double v) { sim.set[name] = v; },
+                                         f.help);
+  }
+  sim_cmd->add_option("--diagnose", sim.diagnose, "off, quick or full (default off)")
+      ->check(CLI::IsMember({"off", "quick", "full"}));
+  sim_cmd->add_option("--sweep", sim.sweep,
+                      "NAME=V1,V2,... a parameter's values (repeatable: every combination runs); writes "
+                      "sim-sweep.csv and sim-sweep.svg (ETTR against gpus) to --out");
+  sim_cmd->add_option("--out", sim.out, "directory of a sweep's files")->capture_default_str();
+  sim_cmd->add_option("--store", sim.store, "keep the simulated job's events in this SQLite file (must not exist)");
+  sim_cmd->add_flag("--json", sim.json, "JSON output");
+
   trainguard::StatusCommandOptions status;
   status.stored.store = trainguard::DefaultStorePath();
   CLI::App* status_cmd = app.add_subcommand(
@@ -378,6 +418,7 @@ int main(int argc, char** argv) {
   if (heatmap_cmd->parsed()) return trainguard::WriteHeatmap(heatmap);
   if (report_cmd->parsed()) return trainguard::ShowReport(report);
   if (status_cmd->parsed()) return trainguard::ShowStatus(status);
+  if (sim_cmd->parsed()) return trainguard::SimCommand(sim);
   if (hang_cmd->parsed()) return trainguard::ShowHang(hang);
   if (nodes_cmd->parsed()) return trainguard::ShowNodes(nodes);
   if (cordon_cmd->parsed()) return trainguard::CordonNode(cordon_store, cordon_node, cordon_reason);

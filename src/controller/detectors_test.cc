@@ -126,6 +126,22 @@ TEST(HangDetectorTest, ProgressingRanksAreNotHung) {
   EXPECT_FALSE(DetectHang(job.View(), Config()).has_value());
 }
 
+TEST(HangDetectorTest, AHangOfThousandsOfRanksDescribesABoundedNumber) {
+  Job job;
+  for (int r = 0; r < 1000; ++r) job.Put(r / 8, Rank(r, 10, 12, r == 517 ? 11 : 0.2));
+  auto f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->rank, 517);
+  EXPECT_EQ(f->hung_ranks.size(), 1000u);
+  ASSERT_EQ(f->capture_stacks_of.size(), kHungRanksDescribed);
+  EXPECT_EQ(f->capture_stacks_of.front(), 517);
+  auto detail = nlohmann::json::parse(f->detail_json);
+  EXPECT_EQ(detail["hung_ranks"].size(), kHungRanksDescribed);
+  EXPECT_EQ(detail["hung_ranks_total"], 1000);
+  ASSERT_EQ(f->lines.size(), kHungRanksDescribed + 1);
+  EXPECT_NE(f->lines.back().text.find("936 more rank(s)"), std::string::npos);
+}
+
 TEST(HangDetectorTest, NoProgressButBusyEverywhereIsALongStepNotAHang) {
   Job job;
   for (int r = 0; r < 4; ++r) job.Put(r / 2, Rank(r, 10, 25, 0.5));
@@ -146,7 +162,8 @@ TEST(HangDetectorTest, OneQuietRankMakesItAHangWithEveryStuckRankAsEvidence) {
   EXPECT_EQ(f->rank_step, 10);
   EXPECT_EQ(f->fault_wall, kNowWall - 11 * kSecond);
   EXPECT_EQ(f->hung_ranks, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(f->capture_stacks_of, f->hung_ranks);
+  // The culprit's stack first, then the others'.
+  EXPECT_EQ(f->capture_stacks_of, (std::vector<int>{2, 0, 1, 3}));
   EXPECT_EQ(nlohmann::json::parse(f->detail_json)["hung_ranks"].size(), 4u);
   EXPECT_EQ(f->lines.size(), 4u);
 }

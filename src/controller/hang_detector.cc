@@ -97,31 +97,45 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
   const Stuck* culprit = &stuck.front();
   for (const Stuck& s : stuck) {
     if (s.culprit_key > culprit->culprit_key) culprit = &s;
+    f.hung_ranks.push_back(s.status->global_rank());
+  }
+  // Evidence, lines and stack captures for the culprit and a bounded number
+  // of others: at 100,000 ranks a line and a stack dump of every rank is
+  // megabytes per incident, and every Stop message would list them all.
+  auto describe = [&](const Stuck& s) {
     int rank = s.status->global_rank();
-    f.hung_ranks.push_back(rank);
     json e = RankJson(*s.status);
     e["node"] = s.node->node_id;
     e["age_ms"] = s.age / kMillisecond;
     evidence.push_back(e);
+    f.capture_stacks_of.push_back(rank);
     f.lines.push_back({rank, s.node->node_id,
                        "trainguard: rank " + std::to_string(rank) + " made no progress for " +
                            std::to_string(s.age / kSecond) + " s at step " +
                            std::to_string(s.status->step()) + " (process state " +
                            s.status->proc_state() + ", phase '" + s.status->phase() + "')"});
+  };
+  describe(*culprit);
+  for (const Stuck& s : stuck) {
+    if (evidence.size() >= kHungRanksDescribed) break;
+    if (&s != culprit) describe(s);
+  }
+  if (stuck.size() > kHungRanksDescribed) {
+    f.lines.push_back({-1, "", "trainguard: " + std::to_string(stuck.size() - kHungRanksDescribed) +
+                                   " more rank(s) made no progress (not listed)"});
   }
   f.rank = culprit->status->global_rank();
   f.node = culprit->node->node_id;
   f.rank_step = culprit->status->step();
   // The fault happened when the culprit last made progress.
   f.fault_wall = view.now_wall - culprit->age;
-  f.capture_stacks_of = f.hung_ranks;
   f.description = std::to_string(stuck.size()) +
                   (any_quiet ? " rank(s) made no progress and used no CPU or I/O for longer than "
                              : " rank(s) made no progress, waiting in communication for longer than ") +
                   Seconds(timeout) + (config.hang_timeout_auto ? " (--hang-timeout auto)" : "") +
                   "; first stuck: rank " +
                   std::to_string(f.rank) + " on " + f.node + AtStep(f.rank_step);
-  f.detail_json = json{{"hung_ranks", evidence}}.dump(-1, ' ', false, kReplaceBadUtf8);
+  f.detail_json = json{{"hung_ranks", evidence}, {"hung_ranks_total", stuck.size()}}.dump(-1, ' ', false, kReplaceBadUtf8);
   return f;
 }
 

@@ -23,6 +23,10 @@ namespace trainguard {
 // least the floor), or startup_timeout while no rank has timed a step yet.
 Nanos EffectiveHangTimeout(const JobView& view, const JobConfig& config);
 
+// A hang finding describes (evidence, lines, stacks to capture) the culprit
+// and at most this many ranks in all; hung_ranks lists every one.
+constexpr std::size_t kHungRanksDescribed = 64;
+
 // The hang finding, or nothing. Its rank is the likeliest culprit: a stopped
 // process (state T) first, then a quiet rank over a busy one, then the rank
 // that stopped progressing first. O(ranks). With `next_check`, also the

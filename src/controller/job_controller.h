@@ -370,6 +370,7 @@ class JobController {
   std::unordered_map<std::uint64_t, std::shared_ptr<AgentLink>> pending_links_;  // connected, not registered yet
   std::unordered_map<std::uint64_t, std::size_t> conn_pos_;  // NodeByConn's memory: conn -> index in nodes_
   std::unordered_map<std::string, std::size_t> id_pos_;      // NodeById's
+  std::size_t stop_scan_hint_ = 0;  // MaybeAllStopped: the first node found still running
   int exited_ok_ranks_ = 0;  // ranks of the generation that exited 0 (a recount confirms "all")
   std::int64_t generation_ = -1;     // generation running or being stopped
   int active_nnodes_ = 0;            // the nodes of generation_ (fewer than nnodes after a shrink)

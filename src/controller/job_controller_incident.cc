@@ -85,9 +85,23 @@ void JobController::MaybeAllStopped() {
   if (state_ != JobState::kStopping) return;
   if (!awaiting_explanation_.empty()) return;  // the backend has not said yet why the node was lost
   if (blaming_ != 0) return;                   // every rank stopped; the blame is on its way
-  for (const auto& n : nodes_) {
-    if (n.conn != 0 && n.group_rank >= 0 && n.stopped_generation != generation_) return;
+  // Every Stopped asks: resume the scan where the last one found a node
+  // still running (a scan from the start each time is quadratic: 78 million
+  // node visits per restart at 12,500 nodes), then confirm from the start.
+  auto running = [&](const Node& n) { return n.conn != 0 && n.group_rank >= 0 && n.stopped_generation != generation_; };
+  for (std::size_t i = std::min(stop_scan_hint_, nodes_.size()); i < nodes_.size(); ++i) {
+    if (running(nodes_[i])) {
+      stop_scan_hint_ = i;
+      return;
+    }
   }
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    if (running(nodes_[i])) {
+      stop_scan_hint_ = i;
+      return;
+    }
+  }
+  stop_scan_hint_ = 0;
   Nanos now_wall = clock_->WallNanos();
   if (incident_) {
     incident_->stopped_wall = now_wall;

@@ -5,6 +5,7 @@
 // job_controller_diagnosis.cc; the state machine and the failure path in
 // job_controller.cc.
 #include <algorithm>
+#include <set>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -23,21 +24,28 @@ int JobController::IdleSpares() const {
 }
 
 void JobController::PromoteSpares() {
-  std::set<int> taken;
-  for (const auto& n : nodes_) {
-    if (n.conn != 0 && n.group_rank >= 0) taken.insert(n.group_rank);
+  // One pass, no allocation per node: every registration calls this (via
+  // MaybeStartGeneration), and 12,500 nodes register at a job's start.
+  std::vector<char> taken(config_.nnodes, 0);
+  std::vector<Node*> idle;  // connected spares without a slot, in registration order
+  for (auto& n : nodes_) {
+    if (n.conn == 0 || n.node_id.empty()) continue;
+    if (n.group_rank < 0) {
+      idle.push_back(&n);
+    } else if (n.group_rank < config_.nnodes) {
+      taken[n.group_rank] = 1;
+    }
   }
-  for (int g = 0; g < config_.nnodes; ++g) {
-    if (taken.count(g)) continue;
+  std::size_t next = 0;
+  for (int g = 0; g < config_.nnodes && next < idle.size(); ++g) {
+    if (taken[g]) continue;
     // A slot whose holder is away (not connected) is free for a spare.
-    auto spare = std::find_if(nodes_.begin(), nodes_.end(),
-                              [](const Node& n) { return n.conn != 0 && !n.node_id.empty() && n.group_rank < 0; });
-    if (spare == nodes_.end()) return;
     for (auto& n : nodes_) {
       if (n.conn == 0 && n.group_rank == g) n.group_rank = -1;
     }
+    Node* spare = idle[next++];
     spare->group_rank = g;
-    taken.insert(g);
+    taken[g] = 1;
     Emit("spare_promoted", spare->node_id, -1, -1,
          "spare node " + spare->node_id + " takes group rank " + std::to_string(g),
          json{{"group_rank", g}, {"idle_spares_left", IdleSpares()}}.dump(-1, ' ', false, kReplaceBadUtf8));
@@ -47,16 +55,25 @@ void JobController::PromoteSpares() {
 bool JobController::MayStartWithout(const std::vector<int>& empty) {
   const int present = config_.nnodes - static_cast<int>(empty.size());
   const Nanos waited = clock_->MonotonicNanos() - waiting_since_mono_;
+  // Called at each registration: nothing here may cost O(empty slots)
+  // unless it is said (12,500 nodes joining made that quadratic).
   bool awaited = false;
-  std::string ranks;
   for (int g : empty) {
-    awaited = awaited || !given_up_slots_.count(g);
-    ranks += (ranks.empty() ? "" : ", ") + std::to_string(g);
+    if (!given_up_slots_.count(g)) {
+      awaited = true;
+      break;
+    }
   }
   if (present >= MinNodes() && present > 0 && (!awaited || waited >= config_.elastic_wait)) return true;
   // Nodes join one by one at the first start; say why only when a failure
   // left the job short, or when it is short of its minimum.
   if (state_ != JobState::kRestarting && !preflight_done_) return false;
+  constexpr std::size_t kNamed = 20;
+  std::string ranks;
+  for (std::size_t i = 0; i < empty.size() && i < kNamed; ++i) {
+    ranks += (ranks.empty() ? "" : ", ") + std::to_string(empty[i]);
+  }
+  if (empty.size() > kNamed) ranks += ", ... (" + std::to_string(empty.size()) + " in all)";
   std::string why = "waiting for group rank(s) " + ranks + " (" + std::to_string(present) + " of " +
                     std::to_string(config_.nnodes) + " nodes present" +
                     (config_.spares > 0 && IdleSpares() == 0 ? ", no spare left" : "") + "): ";
@@ -135,11 +152,22 @@ void JobController::RemoveFromJob(Node* node, const std::string& why) {
 }
 
 void JobController::EvictCordonedNodes() {
+  // One read of the store's cordons, not one per node: this runs at every
+  // restart, under the lock (12,500 reads at 12,500 nodes).
+  std::set<std::string> in_store;
+  auto all = store_->ListNodeHealth();
+  if (all.ok()) {
+    for (const auto& h : *all) {
+      if (h.status == "cordoned") in_store.insert(h.node);
+    }
+  } else {
+    ++store_read_errors_;
+  }
   std::vector<std::string> cordoned;
   for (const auto& n : nodes_) {
     if (n.conn == 0 || n.group_rank < 0) continue;
-    auto health = HealthOf(n.node_id);
-    if (health.ok() && health->status == "cordoned") cordoned.push_back(n.node_id);
+    auto pending = writer_->PendingHealth(n.node_id);  // queued, not yet in the store
+    if (pending ? pending->status == "cordoned" : in_store.count(n.node_id) > 0) cordoned.push_back(n.node_id);
   }
   for (const auto& id : cordoned) {
     Node* node = NodeById(id);

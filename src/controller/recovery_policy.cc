@@ -185,12 +185,27 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
                           "|" + std::to_string(b.step);
   std::vector<std::string>& signatures = memory_.signatures;
   bool repeat = std::count(signatures.begin(), signatures.end(), signature) > 0;
+  // Related to the incident before: the same culprit rank, or the same
+  // cause (category and rule) unless that is a hardware fault, which is of
+  // the node that had it (another node's is independent evidence). A loop
+  // repeats itself; at a large job's size, independent faults of other
+  // nodes arrive faster than the job gets back past its last failure
+  // (trainguard sim: counted as a loop, they stopped a 100,000-GPU job
+  // within hours) and must not count as one.
+  bool related = false;
+  if (!signatures.empty()) {
+    const std::string& last = signatures.back();
+    const std::string cause = a.category + "|" + a.rule_id + "|";
+    const std::string rank = "|" + std::to_string(b.culprit_rank) + "|";
+    related = (!IsHardwareCategory(a.category) && last.compare(0, cause.size(), cause) == 0) ||
+              (b.culprit_rank >= 0 && last.find(rank, cause.size() - 1) != std::string::npos);
+  }
   signatures.push_back(signature);
   // Progress is judged from the second incident on: did the job get further
   // than it ever got before failing?
   bool progress = signatures.size() == 1 || inc.failure_step > memory_.best_failure_step;
   memory_.best_failure_step = std::max(memory_.best_failure_step, inc.failure_step);
-  memory_.no_progress_incidents = progress ? 0 : memory_.no_progress_incidents + 1;
+  memory_.no_progress_incidents = progress ? 0 : related ? memory_.no_progress_incidents + 1 : 1;
   const int no_progress_incidents_ = memory_.no_progress_incidents;
   const std::int64_t best_failure_step_ = memory_.best_failure_step;
 

@@ -65,7 +65,8 @@ struct PolicyMemory {
 };
 
 // Remembers the incidents of one job: a deterministic failure seen twice, or
-// a run of incidents that never got further, stops the restart loop.
+// a run of related incidents (same cause or culprit rank) that never got
+// further, stops the restart loop.
 class RecoveryPolicy {
  public:
   explicit RecoveryPolicy(int no_progress_restarts) : no_progress_restarts_(no_progress_restarts) {}

@@ -134,6 +134,23 @@ TEST(RecoveryPolicyTest, FailuresThatNeverGetFurtherStopTheRestartLoop) {
   EXPECT_NE(v.why.find("2 failures in a row without getting past step 50"), std::string::npos);
 }
 
+TEST(RecoveryPolicyTest, UnrelatedFailuresOfOtherNodesAreNotARestartLoop) {
+  // A large job: faults of other nodes, other causes, before it gets back
+  // past its last failure. Not a loop; a related one after them is counted.
+  RecoveryPolicy policy(2);
+  EXPECT_EQ(policy.Decide(Attributed("gpu_hardware", "gpu-off-bus", "evict_node", 3, 50), FailedAt(50), {}).decision,
+            Decision::kEvict);
+  EXPECT_EQ(policy.Decide(Attributed("network", "net-completion-error", "restart", 17, 40), FailedAt(40), {}).decision,
+            Decision::kRestart);
+  EXPECT_EQ(policy.Decide(Attributed("user_code", "user-shape", "stop", 40, 45), FailedAt(45), {}).decision,
+            Decision::kRestart);
+  EXPECT_EQ(policy.Decide(Attributed("other", "", "restart", 9, 41), FailedAt(41), {}).decision,
+            Decision::kRestart);
+  Verdict v = policy.Decide(Attributed("other", "", "restart", 12, 42), FailedAt(42), {});
+  EXPECT_EQ(v.decision, Decision::kStop);
+  EXPECT_NE(v.why.find("2 failures in a row without getting past step 50"), std::string::npos);
+}
+
 TEST(RecoveryPolicyTest, ProgressResetsTheStormGuard) {
   RecoveryPolicy policy(2);
   for (std::int64_t step : {50, 40, 60, 55}) {

@@ -54,6 +54,14 @@ class GatedEventStore final : public EventStore {
       return inner_->Append(event);
     });
   }
+  Status AppendEvents(const std::vector<Event>& events) override {
+    return Gate("Append", [&] {
+      for (const Event& e : events) {
+        if (!refused_kind_.empty() && e.kind == refused_kind_) return InvalidArgument("refused event " + e.kind);
+      }
+      return inner_->AppendEvents(events);
+    });
+  }
   StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id, int limit) override {
     return inner_->EventsAfter(job_id, after_id, limit);
   }

@@ -37,6 +37,15 @@ Status InMemoryEventStore::Append(const Event& event) {
   return Status::Ok();
 }
 
+Status InMemoryEventStore::AppendEvents(const std::vector<Event>& events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const Event& event : events) {
+    events_.push_back(event);
+    events_.back().id = static_cast<std::int64_t>(events_.size());
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::vector<Event>> InMemoryEventStore::EventsAfter(const std::string& job_id, std::int64_t after_id,
                                                              int limit) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -205,6 +205,22 @@ class PostgresEventStore final : public EventStore {
         .status();
   }
 
+  Status AppendEvents(const std::vector<Event>& events) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return InTransaction("insert events", [&]() -> Status {
+      for (const Event& e : events) {
+        // Once, not Run: inside the transaction a statement is not retried alone.
+        TG_RETURN_IF_ERROR(Once("insert event " + e.kind,
+                                "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, "
+                                "detail_json) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+                                {Text(e.job_id), Int(e.wall_ns), Text(e.kind), Text(e.node), Int(e.rank),
+                                 Int(e.generation), Int(e.step), Text(e.message), Json(e.detail_json, "{}")})
+                                .status());
+      }
+      return Status::Ok();
+    });
+  }
+
   StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id, int limit) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto r = Run("read events of " + job_id,

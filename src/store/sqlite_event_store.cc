@@ -189,6 +189,35 @@ class SqliteEventStore final : public EventStore {
     return Status::Ok();
   }
 
+  Status AppendEvents(const std::vector<Event>& events) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TG_RETURN_IF_ERROR(Exec("BEGIN"));
+    Stmt s(db_, "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, "
+                "message, detail_json) VALUES(?,?,?,?,?,?,?,?,?)");
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK");
+      return Error("prepare insert event");
+    }
+    for (const Event& e : events) {
+      s.Bind(1, e.job_id);
+      s.Bind(2, e.wall_ns);
+      s.Bind(3, e.kind);
+      s.Bind(4, e.node);
+      s.Bind(5, static_cast<std::int64_t>(e.rank));
+      s.Bind(6, e.generation);
+      s.Bind(7, e.step);
+      s.Bind(8, e.message);
+      s.Bind(9, e.detail_json.empty() ? std::string("{}") : e.detail_json);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) {
+        Status failed = Error("insert event " + e.kind);
+        (void)Exec("ROLLBACK");
+        return failed;
+      }
+      sqlite3_reset(s.get());
+    }
+    return Exec("COMMIT");
+  }
+
   StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id,
                                            int limit) override {
     std::lock_guard<std::mutex> lock(mu_);

@@ -74,7 +74,8 @@ StoreWriter::Ticket StoreWriter::Enqueue(Lane lane, Op op) {
 StoreWriter::Ticket StoreWriter::Append(Event event) {
   Op op;
   op.what = "event " + event.kind;
-  op.write = [e = std::move(event)](EventStore* s) { return s->Append(e); };
+  op.write = [e = event](EventStore* s) { return s->Append(e); };
+  op.event = std::move(event);
   return Enqueue(Lane::kEvents, std::move(op));
 }
 
@@ -189,6 +190,9 @@ StoreWriter::Stats StoreWriter::stats() const {
   return s;
 }
 
+// Events written in one transaction at most.
+constexpr std::size_t kMaxBatch = 1000;
+
 void StoreWriter::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   auto backoff = options_.retry_min;
@@ -201,13 +205,41 @@ void StoreWriter::Run() {
     if (l == 3) return;  // stop_ and nothing left
     if (stop_ && stats_.failing) return;  // the destructor gave up waiting for the store
     // The front write stays queued (PendingHealth sees it) until it is stored.
+    // Events at the front go together, in one transaction.
+    std::vector<Event> batch;
+    if (single_left_ == 0) {
+      for (const Op& op : lanes_[l]) {
+        if (!op.event || batch.size() == kMaxBatch) break;
+        batch.push_back(*op.event);
+      }
+    }
     std::function<Status(EventStore*)> write = lanes_[l].front().write;
-    std::string what = lanes_[l].front().what;
+    std::string what = batch.size() > 1 ? std::to_string(batch.size()) + " events" : lanes_[l].front().what;
     in_flight_ = true;
     lock.unlock();
-    Status s = write(store_);
+    Status s = batch.size() > 1 ? store_->AppendEvents(batch) : write(store_);
     lock.lock();
     in_flight_ = false;
+    if (batch.size() > 1 && s.ok()) {
+      stats_.written += static_cast<std::int64_t>(batch.size());
+      if (stats_.failing) {
+        std::fprintf(stderr, "trainguard: the store takes writes again (%lld attempt(s) retried)\n",
+                     static_cast<long long>(stats_.retries));
+      }
+      stats_.failing = false;
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        done_through_[l] = lanes_[l].front().seq;
+        lanes_[l].pop_front();
+      }
+      backoff = options_.retry_min;
+      done_cv_.notify_all();
+      continue;
+    }
+    if (batch.size() > 1 && !Retriable(s)) {
+      single_left_ = batch.size();  // one of them is refused: find it, store the rest
+      continue;
+    }
+    if (single_left_ > 0) --single_left_;
     if (s.ok() || !Retriable(s)) {
       if (s.ok()) {
         ++stats_.written;

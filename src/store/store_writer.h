@@ -117,6 +117,7 @@ class StoreWriter {
     std::function<Status(EventStore*)> write;
     std::string what;                      // for messages: "event failure", "node health of n1"
     std::optional<NodeHealth> health;      // SetNodeHealth: for PendingHealth
+    std::optional<Event> event;            // Append: written in batches (EventStore::AppendEvents)
     std::chrono::steady_clock::time_point enqueued;
   };
 
@@ -136,6 +137,7 @@ class StoreWriter {
   std::uint64_t done_through_[3] = {0, 0, 0};  // per lane: the seq of the last write finished
   bool in_flight_ = false;                      // the thread holds a lane's front write
   bool stop_ = false;
+  std::size_t single_left_ = 0;  // after a batch the store refused: this many written one by one
   Stats stats_;
   std::thread thread_;
 };
