@@ -206,6 +206,15 @@ void JobController::OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> lin
 }
 
 void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg, Nanos arrived_mono) {
+  HandleMessage(conn, msg, nullptr, arrived_mono);
+}
+
+void JobController::OnMessage(std::uint64_t conn, v1::AgentMessage&& msg, Nanos arrived_mono) {
+  HandleMessage(conn, msg, &msg, arrived_mono);
+}
+
+void JobController::HandleMessage(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned,
+                                  Nanos arrived_mono) {
   // A Tick waiting for the lock goes first: a burst of thousands of
   // messages (every node's Stopped) would otherwise take the mutex back
   // before the ticker wakes, and hold the detectors up for seconds.
@@ -222,8 +231,12 @@ void JobController::OnMessage(std::uint64_t conn, const v1::AgentMessage& msg, N
   Node* node = NodeByConn(conn);
   if (node == nullptr) return;  // not registered: ignore
   switch (msg.kind_case()) {
-    case v1::AgentMessage::kHeartbeat: HandleHeartbeat(node, msg.heartbeat()); break;
-    case v1::AgentMessage::kStarted: HandleStarted(node, msg.started()); break;
+    case v1::AgentMessage::kHeartbeat:
+      HandleHeartbeat(node, msg.heartbeat(), owned != nullptr ? owned->mutable_heartbeat() : nullptr);
+      break;
+    case v1::AgentMessage::kStarted:
+      HandleStarted(node, msg.started(), owned != nullptr ? owned->mutable_started() : nullptr);
+      break;
     case v1::AgentMessage::kRankExited: HandleRankExited(node, msg.rank_exited()); break;
     case v1::AgentMessage::kStopped: HandleStopped(node, msg.stopped()); break;
     case v1::AgentMessage::kLogAlert: HandleLogAlert(node, msg.log_alert()); break;

@@ -181,6 +181,9 @@ class JobController {
   // monotonic clock; 0: now). Clock echoes are timed by it, not by when the
   // controller got to them.
   void OnMessage(std::uint64_t conn, const v1::AgentMessage& msg, Nanos arrived_mono = 0);
+  // The same, taking the message's contents: rank statuses are moved into
+  // the controller's view, not copied (a fifth of a heartbeat's cost).
+  void OnMessage(std::uint64_t conn, v1::AgentMessage&& msg, Nanos arrived_mono = 0);
   void OnDisconnect(std::uint64_t conn);
   void Tick();
   // Stops every rank and fails the job (user interrupt).
@@ -236,8 +239,10 @@ class JobController {
                   v1::ControllerMessage* welcome);
   // Nodes of the running generation not back by the deadline are lost.
   void CheckResumeDeadline();
-  void HandleHeartbeat(Node* node, const v1::Heartbeat& hb);
-  void HandleStarted(Node* node, const v1::RanksStarted& started);
+  // `owned`: the same message, whose statuses may be taken (null: copied).
+  void HandleMessage(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned, Nanos arrived_mono);
+  void HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Heartbeat* owned);
+  void HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned);
   void HandleRankExited(Node* node, const v1::RankExited& exited);
   void HandleStopped(Node* node, const v1::Stopped& stopped);
   void HandleLogAlert(Node* node, const v1::LogAlert& alert);
@@ -255,7 +260,8 @@ class JobController {
   // Waits (returns without recording) while some rank's coordinates are
   // unknown, unless `final_try`.
   void RecordLayout(bool final_try);
-  void UpdateRank(Node* node, const v1::RankStatus& status);
+  // `owned` (may be null): `status` itself, to be swapped in rather than copied.
+  void UpdateRank(Node* node, const v1::RankStatus& status, v1::RankStatus* owned = nullptr);
   void MaybeStartGeneration();
   // With some of the job's group ranks empty (`empty`): whether the job may
   // start without them now (--nnodes MIN:MAX); says once why it waits.

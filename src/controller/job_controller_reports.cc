@@ -20,9 +20,14 @@ namespace trainguard {
 
 using nlohmann::json;
 
-void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
-  RankView& view = node->ranks[status.global_rank()];
-  view.status = status;
+void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::RankStatus* owned) {
+  RankView& view = node->ranks[reported.global_rank()];
+  if (owned != nullptr) {
+    view.status.Swap(owned);
+  } else {
+    view.status = reported;
+  }
+  const v1::RankStatus& status = view.status;
   view.received_mono = clock_->MonotonicNanos();
   next_hang_check_mono_ = std::min(next_hang_check_mono_, HangDeadline(view, LowestHangTimeout(config_), config_));
   if (status.checkpoint_step() > checkpoint_step_) {
@@ -46,20 +51,22 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& status) {
   }
 }
 
-void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb) {
+void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Heartbeat* owned) {
   node->last_heartbeat_mono = clock_->MonotonicNanos();
   node->last_heartbeat_wall = clock_->WallNanos();
   ObserveLinks(node, hb.metrics());
   if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
-  for (const auto& r : hb.ranks()) UpdateRank(node, r);
+  for (int i = 0; i < hb.ranks_size(); ++i) {
+    UpdateRank(node, hb.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);
+  }
 }
 
-void JobController::HandleStarted(Node* node, const v1::RanksStarted& started) {
+void JobController::HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned) {
   if (started.generation() != generation_) return;
   json pids = json::object();
-  for (const auto& r : started.ranks()) {
-    pids[std::to_string(r.global_rank())] = r.pid();
-    UpdateRank(node, r);
+  for (int i = 0; i < started.ranks_size(); ++i) {
+    pids[std::to_string(started.ranks(i).global_rank())] = started.ranks(i).pid();
+    UpdateRank(node, started.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);
   }
   Emit("ranks_started", node->node_id, -1, -1,
        "node " + node->node_id + " started " + std::to_string(started.ranks_size()) +

@@ -177,7 +177,7 @@ class Simulation {
   double Uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
   int AddNode();
   void Connect(int node);
-  void Deliver(int node, const v1::AgentMessage& msg);
+  void Deliver(int node, v1::AgentMessage&& msg);  // its contents are taken
   void FillRanks(int node, Nanos now, google::protobuf::RepeatedPtrField<v1::RankStatus>* out, bool started);
   void Report(int node);  // one heartbeat
   void ReportAll();
@@ -261,10 +261,10 @@ void Simulation::Connect(int i) {
   r->set_free_port(29500);
   r->set_pid(100 + i);
   r->set_runs_diagnostics(p_.diagnose != "off");
-  Deliver(i, scratch_);
+  Deliver(i, std::move(scratch_));
 }
 
-void Simulation::Deliver(int i, const v1::AgentMessage& msg) {
+void Simulation::Deliver(int i, v1::AgentMessage&& msg) {
   ++result_.messages;
   if (opt_.trace != nullptr) {
     SimTraceEntry t;
@@ -273,7 +273,7 @@ void Simulation::Deliver(int i, const v1::AgentMessage& msg) {
     t.msg = msg;
     opt_.trace->push_back(std::move(t));
   }
-  ctl_->OnMessage(static_cast<std::uint64_t>(i) + 1, msg, clock_.MonotonicNanos());
+  ctl_->OnMessage(static_cast<std::uint64_t>(i) + 1, std::move(msg), clock_.MonotonicNanos());
 }
 
 void Simulation::FillRanks(int i, Nanos now, google::protobuf::RepeatedPtrField<v1::RankStatus>* out, bool started) {
@@ -344,7 +344,7 @@ void Simulation::Report(int i) {
   Nanos now = clock_.MonotonicNanos();
   FillRanks(i, now, hb->mutable_ranks(), false);
   hb->set_sent_unix_ms(Wall(now) / kMillisecond);
-  Deliver(i, scratch_);
+  Deliver(i, std::move(scratch_));
 }
 
 void Simulation::ReportAll() {
@@ -455,7 +455,7 @@ void Simulation::Crash(int node, int category) {
   for (const auto& l : c.log_tail) ex->add_log_tail(l);
   for (const auto& l : c.kernel_lines) ex->add_kernel_lines(l);
   ex->set_exit_unix_ms(Wall(now) / kMillisecond);
-  Deliver(node, scratch_);
+  Deliver(node, std::move(scratch_));
 }
 
 void Simulation::OnCommand(int i, const v1::ControllerMessage& msg) {
@@ -568,7 +568,7 @@ void Simulation::Handle(const SimEvent& e) {
       s->set_generation(e.a);
       FillRanks(e.node, now, s->mutable_ranks(), true);
       s->set_started_unix_ms(Wall(now) / kMillisecond);
-      Deliver(e.node, scratch_);
+      Deliver(e.node, std::move(scratch_));
       break;
     }
     case Ev::kFirstStep:
@@ -609,7 +609,7 @@ void Simulation::Handle(const SimEvent& e) {
         for (const auto& l : model_.categories[n.struck].kernel_lines) s->add_kernel_lines(l);
         n.struck = -1;
       }
-      Deliver(e.node, scratch_);
+      Deliver(e.node, std::move(scratch_));
       break;
     }
     case Ev::kDiagnosed: {
@@ -624,7 +624,7 @@ void Simulation::Handle(const SimEvent& e) {
       d->set_figures_json(json::array({{{"name", "compute_gflops"}, {"value", sick ? 40.0 : 1000.0}}}).dump());
       d->set_wall_ms(static_cast<std::int64_t>(p_.diagnose_s * 1000));
       d->set_free_port(29501);
-      Deliver(e.node, scratch_);
+      Deliver(e.node, std::move(scratch_));
       break;
     }
     case Ev::kSdcNan: {
@@ -699,7 +699,7 @@ void Simulation::EndJob() {
       ex->mutable_rank()->set_running(false);
       ex->mutable_rank()->set_exit_code(0);
       ex->set_exit_unix_ms(Wall(now) / kMillisecond);
-      Deliver(node, scratch_);
+      Deliver(node, std::move(scratch_));
     }
     nodes_[node].ranks_running = false;
   }

@@ -1,0 +1,230 @@
+// The simulator: its inputs refused with the field named, its runs
+// deterministic, and what it measures coming from the detectors.
+#include "sim/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "sim/sim_output.h"
+
+namespace trainguard {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Model(const std::string& categories, const std::string& extra = "") {
+  return R"({"name": "test", "source": "a test", )" + extra + R"("categories": [)" + categories + "]}";
+}
+
+TEST(FailureModelTest, TheShippedModelsLoad) {
+  for (const char* name : {"llama3", "meta_rsc", "mtbf"}) {
+    auto m = FailureModel::Load(std::string(TG_MODELS_DIR) + "/" + name + ".json");
+    ASSERT_TRUE(m.ok()) << name << ": " << m.status().ToString();
+    EXPECT_FALSE(m->source.empty());
+  }
+  // Llama 3: 466 interruptions over 2,048 nodes x 54 days.
+  auto llama = FailureModel::Load(std::string(TG_MODELS_DIR) + "/llama3.json");
+  EXPECT_NEAR(llama->PerNodeDay() * 2048 * 54, 466, 1e-6);
+  auto meta = FailureModel::Load(std::string(TG_MODELS_DIR) + "/meta_rsc.json");
+  EXPECT_NEAR(meta->PerNodeDay() * 1000, 6.50, 1e-3);
+}
+
+TEST(FailureModelTest, BadModelsAreRefusedNamingTheField) {
+  struct Case {
+    std::string text;
+    std::string says;
+  };
+  const std::string crash = R"("signals": {"crash": 1}, "exit_code": 1)";
+  for (const Case& c : std::vector<Case>{
+           {"not json", "not valid JSON"},
+           {R"({"name": "x", "categories": []})", "source: missing"},
+           {Model(R"({"name": "a", "per_1000_node_days": 1, )" + crash + "}", R"("colour": 1, )"), "colour: unknown field"},
+           {Model(R"({"name": "a", "count": 3, )" + crash + "}"), "categories[0].count: a count needs the model's basis"},
+           {Model(R"({"name": "a", "per_1000_node_days": 1, "mtbf_node_hours": 5, )" + crash + "}"),
+            "give exactly one of"},
+           {Model(R"({"name": "a", "per_1000_node_days": 1, "signals": {"explode": 1}})"),
+            "categories[0].signals.explode: unknown signal"},
+           {Model(R"({"name": "a", "per_1000_node_days": 1, "persistent": 2, )" + crash + "}"),
+            "categories[0].persistent: expected a number in [0, 1], got 2"},
+           {Model(R"({"name": "a", "per_1000_node_days": "often", )" + crash + "}"),
+            "categories[0].per_1000_node_days: expected a number"},
+           {Model(R"({"name": "a", "per_1000_node_days": 1, "signals": {"crash": 1}, "exit_code": 0})"),
+            "categories[0].exit_code: a crash needs"},
+           {Model(R"({"name": "a", "per_1000_node_days": 1, )" + crash + R"(}, {"name": "a", "per_1000_node_days": 1, )" +
+                  crash + "}"),
+            "categories[1].name: \"a\" is given twice"},
+           {Model(R"({"name": "a", "per_1000_node_days": 0, )" + crash + "}"), "every rate is 0"},
+       }) {
+    auto m = FailureModel::Parse(c.text, "m.json");
+    ASSERT_FALSE(m.ok()) << c.text;
+    EXPECT_NE(m.status().message().find(c.says), std::string::npos) << m.status().message();
+    EXPECT_EQ(m.status().message().rfind("m.json: ", 0), 0u) << m.status().message();
+  }
+}
+
+TEST(SimParamsTest, BadParametersAreRefusedNamingThem) {
+  SimParams p;
+  Status s = p.MergeJson(R"({"checkpoint_intervall_s": 60})", "p.json");
+  EXPECT_NE(s.message().find("p.json: checkpoint_intervall_s: unknown parameter"), std::string::npos) << s.message();
+  s = p.MergeJson(R"({"gpus": "many"})", "p.json");
+  EXPECT_NE(s.message().find("p.json: gpus: expected a number"), std::string::npos) << s.message();
+  s = p.MergeJson(R"({"spares": 1.5})", "p.json");
+  EXPECT_NE(s.message().find("spares: expected a whole number"), std::string::npos) << s.message();
+  SimParams q;
+  q.gpus_per_node = 8;
+  q.gpus = 100;
+  EXPECT_NE(q.Validate().message().find("gpus: 100 is not a whole number of nodes of 8"), std::string::npos);
+  q.gpus = 64;
+  q.hang_timeout_s = 8;
+  EXPECT_NE(q.Validate().message().find("hang_timeout_s"), std::string::npos);
+}
+
+class SimulatorTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("tg-sim-test-" + std::to_string(getpid()) + "-" +
+                                        testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    auto rules = RuleSet::Load(TG_RULES_FILE);
+    ASSERT_TRUE(rules.ok()) << rules.status().ToString();
+    rules_ = std::make_unique<RuleSet>(std::move(rules.value()));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // 8 nodes x 8 GPUs, short steps; `categories` fail often.
+  SimResult Run(const std::string& categories, SimParams p = Small(), const std::string& extra = "",
+                std::vector<SimTraceEntry>* trace = nullptr) {
+    auto m = FailureModel::Parse(Model(categories, extra), "test");
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    SimOptions o;
+    o.store_path = (dir_ / ("run" + std::to_string(runs_++) + ".db")).string();
+    o.rules = rules_.get();
+    o.trace = trace;
+    auto r = RunSimulation(p, *m, o);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? r.value() : SimResult{};
+  }
+  static SimParams Small() {
+    SimParams p;
+    p.gpus = 64;
+    p.gpus_per_node = 8;
+    p.days = 2;
+    p.step_s = 2;
+    p.checkpoint_interval_s = 600;
+    p.hang_timeout_s = 120;
+    p.restart_s = 30;
+    p.replacement_s = 60;
+    return p;
+  }
+
+  fs::path dir_;
+  std::unique_ptr<RuleSet> rules_;
+  int runs_ = 0;
+};
+
+const std::string kXid79 =
+    R"({"name": "gpu", "hardware": true, "per_1000_node_days": 400, "signals": {"crash": 1}, "persistent": 1,
+        "repair_hours": 24, "exit_code": 1, "log_tail": ["RuntimeError: CUDA error: unspecified launch failure"],
+        "kernel_lines": ["NVRM: Xid (PCI:0000:1b:00): 79, pid=1, name=python, GPU has fallen off the bus."]})";
+const std::string kBug =
+    R"({"name": "bug", "hardware": false, "per_1000_node_days": 400, "signals": {"crash": 1}, "exit_code": 1,
+        "log_tail": ["Traceback (most recent call last):", "KeyError: 'attention_mask'"]})";
+const std::string kHang = R"({"name": "hang", "hardware": false, "per_1000_node_days": 400, "signals": {"hang": 1}})";
+const std::string kDown =
+    R"({"name": "down", "hardware": true, "per_1000_node_days": 400, "signals": {"node_down": 1}, "persistent": 1})";
+
+TEST_F(SimulatorTest, TheSameSeedGivesTheSameRunAnotherSeedAnother) {
+  const std::string model = kXid79 + "," + kBug + "," + kHang + "," + kDown;
+  SimResult a = Run(model), b = Run(model);
+  SimParams other = Small();
+  other.seed = 2;
+  SimResult c = Run(model, other);
+  ASSERT_GT(a.report.incidents.size(), 3u);
+  EXPECT_EQ(a.report.incidents.dump(), b.report.incidents.dump());
+  EXPECT_EQ(a.report.ettr, b.report.ettr);
+  EXPECT_EQ(a.messages, b.messages);
+  EXPECT_EQ(a.events_stored, b.events_stored);
+  EXPECT_NE(a.report.incidents.dump(), c.report.incidents.dump());
+}
+
+TEST_F(SimulatorTest, DetectionComesFromTheDetectors) {
+  // A crash is seen at once; a hang once the hang timeout has passed since
+  // the last step (and since the stuck operation began); a dead host after
+  // missed_heartbeats x interval.
+  SimParams p = Small();
+  SimResult crash = Run(kBug, p);
+  SimResult hang = Run(kHang, p);
+  SimResult down = Run(kDown, p);
+  ASSERT_GT(crash.categories[0].incidents, 2);
+  ASSERT_GT(hang.categories[0].incidents, 2);
+  ASSERT_GT(down.categories[0].incidents, 2);
+  EXPECT_LT(crash.categories[0].detection_s / crash.categories[0].incidents, 0.1);
+  double hang_mean = hang.categories[0].detection_s / hang.categories[0].incidents;
+  EXPECT_GE(hang_mean, p.hang_timeout_s - p.step_s);
+  // The stuck operation must be that old too: up to a step after the last one.
+  EXPECT_LE(hang_mean, p.hang_timeout_s + p.step_s + 0.1);
+  double down_mean = down.categories[0].detection_s / down.categories[0].incidents;
+  EXPECT_GE(down_mean, p.missed_heartbeats * p.heartbeat_interval_s - 0.01);
+  EXPECT_LE(down_mean, p.missed_heartbeats * p.heartbeat_interval_s + 0.2);
+  for (const auto& inc : hang.report.incidents) EXPECT_EQ(inc.value("failure_kind", ""), "hang") << inc.dump();
+  EXPECT_EQ(crash.false_alarms + hang.false_alarms + down.false_alarms, 0);
+}
+
+TEST_F(SimulatorTest, HardwareFaultsAreEvictedAndReplacedSoftwareOnesRestarted) {
+  SimResult hw = Run(kXid79);
+  ASSERT_GT(hw.categories[0].incidents, 2);
+  EXPECT_EQ(hw.categories[0].evictions, hw.categories[0].incidents);
+  EXPECT_EQ(hw.categories[0].hardware_agrees, hw.categories[0].incidents);
+  EXPECT_GE(hw.replacements, hw.categories[0].evictions);
+  EXPECT_TRUE(hw.finished) << hw.why_not;
+  SimResult sw = Run(kBug);
+  ASSERT_GT(sw.categories[0].incidents, 2);
+  EXPECT_EQ(sw.categories[0].evictions, 0);
+  EXPECT_EQ(sw.replacements, 0);
+  // The accounting adds up, as `trainguard report` has it.
+  const DowntimeReport& d = hw.report;
+  EXPECT_NEAR(d.productive_s + d.startup_s + d.lost_s + d.detection_s + d.shutdown_s + d.restart_s + d.tail_s +
+                  d.checkpoint_s,
+              d.wall_s, 1.0);
+  EXPECT_GT(d.ettr, 0.5);
+  EXPECT_LT(d.ettr, 1.0);
+}
+
+TEST_F(SimulatorTest, ASimulationThatCannotFinishSaysWhy) {
+  SimParams p = Small();
+  p.replacement_s = -1;
+  p.spares = 0;
+  SimResult r = Run(kDown, p);
+  EXPECT_FALSE(r.finished);
+  EXPECT_NE(r.why_not.find("FAILED"), std::string::npos) << r.why_not;
+  EXPECT_NE(r.why_not.find("no spare and no replacement"), std::string::npos) << r.why_not;
+  // With a spare per failure it goes on.
+  p.spares = 100;
+  p.days = 0.5;
+  SimResult spared = Run(kDown, p);
+  EXPECT_TRUE(spared.finished) << spared.why_not;
+}
+
+TEST_F(SimulatorTest, SweepsWriteACsvRowAndAPlotPointPerRun) {
+  std::vector<SweepPoint> points;
+  for (int gpus : {64, 128}) {
+    SimParams p = Small();
+    p.gpus = gpus;
+    p.days = 0.5;
+    points.push_back({p, {{"gpus", std::to_string(gpus)}}, Run(kBug, p)});
+  }
+  std::string csv = SweepCsv(points);
+  EXPECT_EQ(csv.rfind("gpus,finished,ettr,", 0), 0u) << csv;
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 3);
+  EXPECT_NE(csv.find("\n128,true,"), std::string::npos) << csv;
+  std::string svg = SweepSvg(points, "t");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_EQ(std::count(svg.begin(), svg.end(), 'M'), 1);  // one line
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace trainguard
