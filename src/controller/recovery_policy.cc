@@ -16,6 +16,7 @@ bool IsHardwareCategory(const std::string& c) {
 std::string PolicyMemory::ToJson() const {
   return nlohmann::json{{"signatures", signatures},
                         {"best_failure_step", best_failure_step},
+                        {"best_checkpoint_step", best_checkpoint_step},
                         {"no_progress_incidents", no_progress_incidents}}
       .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -31,10 +32,13 @@ StatusOr<PolicyMemory> PolicyMemory::FromJson(const std::string& json_text) {
     m.signatures.push_back(s.get<std::string>());
   }
   if (!j.value("best_failure_step", nlohmann::json(-1)).is_number_integer() ||
+      !j.value("best_checkpoint_step", nlohmann::json(-1)).is_number_integer() ||
       !j.value("no_progress_incidents", nlohmann::json(0)).is_number_integer()) {
-    return InvalidArgument("policy memory: 'best_failure_step' and 'no_progress_incidents' must be integers");
+    return InvalidArgument(
+        "policy memory: 'best_failure_step', 'best_checkpoint_step' and 'no_progress_incidents' must be integers");
   }
   m.best_failure_step = j.value("best_failure_step", std::int64_t{-1});
+  m.best_checkpoint_step = j.value("best_checkpoint_step", std::int64_t{-1});
   m.no_progress_incidents = j.value("no_progress_incidents", 0);
   return m;
 }
@@ -202,9 +206,13 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
   }
   signatures.push_back(signature);
   // Progress is judged from the second incident on: did the job get further
-  // than it ever got before failing?
-  bool progress = signatures.size() == 1 || inc.failure_step > memory_.best_failure_step;
+  // than it ever got before failing, or commit a checkpoint it never had
+  // (work kept: where failures come faster than checkpoints, a job that
+  // keeps checkpointing is moving, if slowly)?
+  bool progress = signatures.size() == 1 || inc.failure_step > memory_.best_failure_step ||
+                  inc.checkpoint_step > memory_.best_checkpoint_step;
   memory_.best_failure_step = std::max(memory_.best_failure_step, inc.failure_step);
+  memory_.best_checkpoint_step = std::max(memory_.best_checkpoint_step, inc.checkpoint_step);
   memory_.no_progress_incidents = progress ? 0 : related ? memory_.no_progress_incidents + 1 : 1;
   const int no_progress_incidents_ = memory_.no_progress_incidents;
   const std::int64_t best_failure_step_ = memory_.best_failure_step;

@@ -57,8 +57,9 @@ struct Verdict {
 struct PolicyMemory {
   std::vector<std::string> signatures;   // category|rule|rank|step of each incident
   std::int64_t best_failure_step = -1;   // highest step any incident failed at
+  std::int64_t best_checkpoint_step = -1;  // newest checkpoint any incident had
   int no_progress_incidents = 0;
-  // {"signatures": [...], "best_failure_step": N, "no_progress_incidents": N}
+  // {"signatures": [...], "best_failure_step": N, "best_checkpoint_step": N, "no_progress_incidents": N}
   std::string ToJson() const;
   // The inverse of ToJson; InvalidArgument naming the field on a bad record.
   static StatusOr<PolicyMemory> FromJson(const std::string& json_text);

@@ -151,6 +151,19 @@ TEST(RecoveryPolicyTest, UnrelatedFailuresOfOtherNodesAreNotARestartLoop) {
   EXPECT_NE(v.why.find("2 failures in a row without getting past step 50"), std::string::npos);
 }
 
+TEST(RecoveryPolicyTest, ANewCheckpointIsProgress) {
+  // Failures faster than checkpoints: the job never gets back past its best
+  // failure step, but each time it has a newer checkpoint: it moves.
+  RecoveryPolicy policy(2);
+  for (std::int64_t ckpt : {100, 200, 300, 400}) {
+    Incident inc = FailedAt(ckpt + 50);
+    inc.failure_step = 450 - ckpt / 10;  // below the first failure's
+    inc.checkpoint_step = ckpt;
+    EXPECT_EQ(policy.Decide(Attributed("other", "", "restart", 0, inc.failure_step), inc, {}).decision,
+              Decision::kRestart);
+  }
+}
+
 TEST(RecoveryPolicyTest, ProgressResetsTheStormGuard) {
   RecoveryPolicy policy(2);
   for (std::int64_t step : {50, 40, 60, 55}) {

@@ -115,6 +115,7 @@ class Simulation {
   }
   void Replace(const std::string& id, bool evicted);
   LossExplanation Explain(const std::string& id);
+  LossExplanation Explanation(const std::string& id) const;
   bool ReplacementComing() const { return p_.replacement_s >= 0 && (p_.pool < 0 || pool_left_ > 0); }
 
  private:
@@ -409,6 +410,13 @@ void Simulation::Strike(int node, int category, FailureSignal signal) {
     n.heard_until = now;
     n.down_category = category;
     fault_outstanding_ = true;
+    if (opt_.trace != nullptr) {
+      SimTraceEntry t;
+      t.kind = SimTraceEntry::kDown;
+      t.at = now - start_mono_;
+      t.node = node;
+      opt_.trace->push_back(std::move(t));
+    }
     return;
   }
   if (signal == FailureSignal::kPlanned) {
@@ -518,7 +526,16 @@ void Simulation::Replace(const std::string& id, bool evicted) {
   if (n.gone) return;
   n.gone = true;
   n.ranks_running = false;
-  if (n.alive) n.heard_until = clock_.MonotonicNanos();
+  if (n.alive) {
+    n.heard_until = clock_.MonotonicNanos();
+    if (opt_.trace != nullptr) {
+      SimTraceEntry t;
+      t.kind = SimTraceEntry::kDown;
+      t.at = clock_.MonotonicNanos() - start_mono_;
+      t.node = it->second;
+      opt_.trace->push_back(std::move(t));
+    }
+  }
   n.alive = false;  // killed: it will not be heard again
   // It is back in the scheduler's pool once repaired (or, healthy, at once).
   int cat = n.broken >= 0 ? n.broken : n.down_category;
@@ -531,6 +548,12 @@ void Simulation::Replace(const std::string& id, bool evicted) {
 }
 
 LossExplanation Simulation::Explain(const std::string& id) {
+  LossExplanation e = Explanation(id);
+  if (opt_.explained != nullptr) (*opt_.explained)[id] = e;
+  return e;
+}
+
+LossExplanation Simulation::Explanation(const std::string& id) const {
   auto it = node_by_id_.find(id);
   if (it == node_by_id_.end()) return {};
   const Node& n = nodes_[it->second];
@@ -716,24 +739,7 @@ StatusOr<SimResult> Simulation::Run() {
   if (!ws.ok()) return ws.status();
   write_store_ = std::move(ws.value());
 
-  JobConfig c;
-  c.job_id = "sim";
-  c.nnodes = nnodes_;
-  c.nproc_per_node = nproc_;
-  c.argv = {"python3", "train.py"};
-  c.max_restarts = p_.max_restarts < 0 ? std::numeric_limits<int>::max() : p_.max_restarts;
-  c.spares = p_.spares;
-  c.heartbeat_interval = Sec(p_.heartbeat_interval_s);
-  c.missed_heartbeats = p_.missed_heartbeats;
-  c.hang_timeout = Sec(p_.hang_timeout_s);
-  c.startup_timeout = std::max(c.startup_timeout, Sec(p_.restart_s * 2 + 60));
-  c.diagnose = p_.diagnose;
-  c.diag_timeout = std::max(c.diag_timeout, Sec(p_.diagnose_s * 3));
-  c.rendezvous_timeout = Sec(p_.rendezvous_timeout_s > 0 ? p_.rendezvous_timeout_s
-                                                          : std::max(300.0, 2 * std::max(0.0, p_.replacement_s)));
-  c.no_progress_restarts = p_.no_progress_restarts;
-  c.clock_probe_interval = 3600 * kSecond;
-  c.watch_gap_grace = 0;
+  JobConfig c = SimJobConfig(p_);
   ctl_ = std::make_unique<JobController>(c, &clock_, store_.get(), &provider_, opt_.rules, write_store_.get());
   ctl_->SetOffLockThreads(0);
   TG_RETURN_IF_ERROR(ctl_->Start());
@@ -849,6 +855,29 @@ void Simulation::Tally() {
 }
 
 }  // namespace
+
+JobConfig SimJobConfig(const SimParams& p) {
+  JobConfig c;
+  c.job_id = "sim";
+  c.nnodes = p.gpus / p.gpus_per_node;
+  c.nproc_per_node = p.gpus_per_node;
+  c.argv = {"python3", "train.py"};
+  c.max_restarts = p.max_restarts < 0 ? std::numeric_limits<int>::max() : p.max_restarts;
+  c.spares = p.spares;
+  c.heartbeat_interval = Sec(p.heartbeat_interval_s);
+  c.missed_heartbeats = p.missed_heartbeats;
+  c.hang_timeout = Sec(p.hang_timeout_s);
+  c.startup_timeout = std::max(c.startup_timeout, Sec(p.restart_s * 2 + 60));
+  c.diagnose = p.diagnose;
+  c.diag_timeout = std::max(c.diag_timeout, Sec(p.diagnose_s * 3));
+  c.rendezvous_timeout = Sec(p.rendezvous_timeout_s > 0 ? p.rendezvous_timeout_s
+                                                         : std::max(300.0, 2 * std::max(0.0, p.replacement_s)));
+  c.no_progress_restarts = p.no_progress_restarts;
+  // The nodes share the simulated clock: no offset to learn.
+  c.clock_probe_interval = 3600 * kSecond;
+  c.watch_gap_grace = 0;  // the simulated clock leaps
+  return c;
+}
 
 StatusOr<SimResult> RunSimulation(const SimParams& params, const FailureModel& model, const SimOptions& options) {
   SimParams p = params;

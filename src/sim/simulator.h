@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "attribution/attribution.h"
+#include "controller/job_controller.h"
 #include "proto/protocol.h"
 #include "report/downtime_report.h"
 #include "sim/failure_model.h"
@@ -57,7 +58,8 @@ struct SimCategoryStats {
 // One message or connection event the controller was given, for replaying
 // the same stream elsewhere (the equivalence test).
 struct SimTraceEntry {
-  enum Kind { kConnect, kMessage } kind = kMessage;
+  // kDown: the node's host died (it is silent from then on).
+  enum Kind { kConnect, kMessage, kDown } kind = kMessage;
   Nanos at = 0;  // since the simulation's start
   int node = 0;  // the simulated node (its connection)
   v1::AgentMessage msg;
@@ -86,8 +88,12 @@ struct SimOptions {
   std::string store_path;  // SQLite file, created; must not exist
   const RuleSet* rules = nullptr;
   std::vector<SimTraceEntry>* trace = nullptr;  // if set, every input is recorded
+  std::map<std::string, LossExplanation>* explained = nullptr;  // if set: what the scheduler said of lost nodes
   std::function<void(const std::string&)> progress;  // a line now and then, if set
 };
+
+// The job the simulated controller runs (`p.gpus_per_node` resolved).
+JobConfig SimJobConfig(const SimParams& p);
 
 StatusOr<SimResult> RunSimulation(const SimParams& params, const FailureModel& model, const SimOptions& options);
 
