@@ -81,9 +81,13 @@ void JobController::MaybeStartGeneration() {
                          "away; the record follows)\n", static_cast<long long>(generation_));
   }
   exited_ok_ranks_ = 0;
+  // What nodes outside the new generation last reported is not of it: a node
+  // evicted generations ago must not lend its step to MaxStep (the failure
+  // step, the lost work, the restart-storm guard: trainguard sim caught an
+  // evicted node's old step standing as every later failure's).
+  for (auto& n : nodes_) n.ranks.clear();
   for (Node* n : slots) {
     start->set_group_rank(n->group_rank);
-    n->ranks.clear();
     n->stopped_generation = -1;
     n->last_heartbeat_mono = clock_->MonotonicNanos();
     n->link->Send(msg);

@@ -319,6 +319,31 @@ TEST_F(JobControllerTest, AFrozenControllerCountsSilenceAfreshAfterTheGap) {
   EXPECT_EQ(EventsOf("controller_stalled").size(), 1u);
 }
 
+// A node that left the job keeps what it last reported; none of it may
+// stand for a later generation (trainguard sim found an evicted node's old
+// step taken as every later failure's step: lost work and the restart-storm
+// guard were computed from it).
+TEST_F(JobControllerTest, ANodeGoneFromTheJobLendsNoStepToALaterFailure) {
+  Make();
+  Register(0);
+  Register(1);
+  Heartbeat(1, 0, {Rank(2, 100), Rank(3, 100)});
+  clock_.Advance(2 * kSecond);
+  Heartbeat(0, 0, {Rank(0, 100), Rank(1, 100)});
+  clock_.Advance(kSecond + kMillisecond);  // node1 is lost
+  controller_->Tick();
+  Stopped(0, 0);
+  controller_->OnDisconnect(2);
+  Register(2);  // its replacement
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  Heartbeat(0, 1, {Rank(0, 40), Rank(1, 40)});
+  Heartbeat(2, 1, {Rank(2, 40), Rank(3, 40)});
+  Exit(0, 1, 0, 1, 0, 40);
+  auto failures = EventsOf("failure");
+  ASSERT_EQ(failures.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(failures[1].detail_json)["failure_step"], 40) << failures[1].detail_json;
+}
+
 TEST_F(JobControllerTest, MissedHeartbeatsLoseTheNodeAndReplaceIt) {
   Make();
   Register(0);
