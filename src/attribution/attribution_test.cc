@@ -60,6 +60,29 @@ TEST(AttributionTest, AnOomOutranksThePeersThatSawTheConnectionClose) {
   EXPECT_EQ(a.culprit_ranks, std::vector<int>{3});
 }
 
+// A process that touched memory with an uncorrectable error dies of SIGBUS,
+// as one whose /dev/shm ran out does; the kernel's EDAC or machine-check
+// line says it is the host (trainguard sim: the SIGBUS alone was blamed on
+// /dev/shm, the node restarted on and failed again).
+TEST(AttributionTest, AnUncorrectableHostMemoryErrorOutranksTheBusError) {
+  for (const char* kernel :
+       {"EDAC MC1: 1 UE memory read error on CPU_SrcID#1_MC#0_Chan#2_DIMM#0 (channel:2 slot:0 page:0x3f2a1)",
+        "mce: [Hardware Error]: CPU 3: Machine Check Exception: 5 Bank 6: be00000000800400",
+        "Memory failure: 0x3f2a1: recovery action for dirty LRU page: Recovered"}) {
+    Attribution a = Attribute(Shipped(), Lines({{5, "Fatal Python error: Bus error"}, {5, kernel}}));
+    EXPECT_EQ(a.category, "node_failure") << kernel;
+    EXPECT_TRUE(a.hardware) << kernel;
+    EXPECT_EQ(a.rule_id, "host-memory-uncorrectable") << kernel;
+  }
+  Attribution shm = Attribute(Shipped(), Lines({{5, "ERROR: Unexpected bus error encountered in worker. This might be "
+                                                    "caused by insufficient shared memory (shm)."}}));
+  EXPECT_EQ(shm.category, "storage");
+  // Corrected machine checks are logged too, and are no cause.
+  Attribution corrected = Attribute(Shipped(), Lines({{5, "Fatal Python error: Bus error"},
+                                                      {5, "mce: [Hardware Error]: Machine check events logged"}}));
+  EXPECT_EQ(corrected.category, "storage");
+}
+
 TEST(AttributionTest, AnOomAfterEccErrorsIsTheGpu) {
   Attribution a = Attribute(Shipped(), Lines({{5, "kernel: NVRM: Xid 48: DBE (double bit error) ECC error"},
                                               {5, "RuntimeError: CUDA out of memory."}}));

@@ -1,6 +1,8 @@
 #include "controller/recovery_policy.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "controller/describe.h"
 #include "controller/fleet_history.h"
@@ -8,6 +10,10 @@
 #include <nlohmann/json.hpp>
 
 namespace trainguard {
+
+// Failures of the same cause this many steps apart or fewer are "in the
+// same place" (a loop: a crash at start-up, a bad batch).
+constexpr std::int64_t kSameStepWindow = 10;
 
 bool IsHardwareCategory(const std::string& c) {
   return c == "gpu_hardware" || c == "network" || c == "node_failure" || c == "storage";
@@ -190,19 +196,23 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
   std::vector<std::string>& signatures = memory_.signatures;
   bool repeat = std::count(signatures.begin(), signatures.end(), signature) > 0;
   // Related to the incident before: the same culprit rank, or the same
-  // cause (category and rule) unless that is a hardware fault, which is of
-  // the node that had it (another node's is independent evidence). A loop
-  // repeats itself; at a large job's size, independent faults of other
-  // nodes arrive faster than the job gets back past its last failure
-  // (trainguard sim: counted as a loop, they stopped a 100,000-GPU job
-  // within hours) and must not count as one.
+  // cause (category and rule) at about the same step, unless that is a
+  // hardware fault, which is of the node that had it (another node's is
+  // independent evidence). A loop repeats itself in the same place; at a
+  // large job's size, independent faults arrive faster than the job gets
+  // back past its last failure (trainguard sim: counted as a loop, they
+  // stopped a 100,000-GPU job within hours) and must not count as one.
   bool related = false;
   if (!signatures.empty()) {
     const std::string& last = signatures.back();
     const std::string cause = a.category + "|" + a.rule_id + "|";
-    const std::string rank = "|" + std::to_string(b.culprit_rank) + "|";
-    related = (!IsHardwareCategory(a.category) && last.compare(0, cause.size(), cause) == 0) ||
-              (b.culprit_rank >= 0 && last.find(rank, cause.size() - 1) != std::string::npos);
+    const std::size_t step_at = last.rfind('|');
+    const std::size_t rank_at = last.rfind('|', step_at - 1);
+    const std::string last_rank = last.substr(rank_at + 1, step_at - rank_at - 1);
+    const std::int64_t last_step = std::strtoll(last.c_str() + step_at + 1, nullptr, 10);
+    related = (b.culprit_rank >= 0 && last_rank == std::to_string(b.culprit_rank)) ||
+              (!IsHardwareCategory(a.category) && last.compare(0, cause.size(), cause) == 0 &&
+               std::llabs(b.step - last_step) <= kSameStepWindow);
   }
   signatures.push_back(signature);
   // Progress is judged from the second incident on: did the job get further

@@ -164,6 +164,20 @@ TEST(RecoveryPolicyTest, ANewCheckpointIsProgress) {
   }
 }
 
+TEST(RecoveryPolicyTest, TheSameCrashAtStepsFarApartIsNotALoop) {
+  // Three crashes of one kind on other ranks, hundreds of steps apart, none
+  // past the best: independent (a job of 100,000 GPUs sees several a day).
+  RecoveryPolicy policy(2);
+  EXPECT_EQ(policy.Decide(Attributed("user_code", "x", "restart", 1, 900), FailedAt(900), {}).decision,
+            Decision::kRestart);
+  for (std::int64_t step : {500, 700, 600}) {
+    EXPECT_EQ(policy.Decide(Attributed("user_code", "x", "restart", static_cast<int>(step), step), FailedAt(step), {})
+                  .decision,
+              Decision::kRestart)
+        << step;
+  }
+}
+
 TEST(RecoveryPolicyTest, ProgressResetsTheStormGuard) {
   RecoveryPolicy policy(2);
   for (std::int64_t step : {50, 40, 60, 55}) {
