@@ -132,8 +132,9 @@ std::string SweepCsv(const std::vector<SweepPoint>& points) {
   std::string o;
   if (points.empty()) return o;
   for (const auto& [k, v] : points.front().swept) o += Csv(k) + ",";
-  o += "finished,ettr,productive_s,wall_s,lost_s,detection_s,shutdown_s,restart_s,checkpoint_s,startup_s,incidents,"
-       "false_alarms,failures_per_day,real_s\n";
+  // Downtime terms are named apart from the parameters (restart_s is both).
+  o += "finished,ettr,productive_s,wall_s,lost_work_s,detection_time_s,shutdown_time_s,restart_time_s,"
+       "checkpoint_overhead_s,startup_time_s,incidents,false_alarms,failures_per_day,real_s\n";
   for (const auto& pt : points) {
     const DowntimeReport& d = pt.result.report;
     for (const auto& [k, v] : pt.swept) o += Csv(v) + ",";

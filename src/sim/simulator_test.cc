@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "sim/sim_output.h"
+#include "store/event_store.h"
 
 namespace trainguard {
 namespace {
@@ -191,6 +192,15 @@ TEST_F(SimulatorTest, HardwareFaultsAreEvictedAndReplacedSoftwareOnesRestarted) 
               d.wall_s, 1.0);
   EXPECT_GT(d.ettr, 0.5);
   EXPECT_LT(d.ettr, 1.0);
+  // `trainguard report` over the store says the same.
+  auto store = OpenSqliteEventStore((dir_ / "run0.db").string());
+  ASSERT_TRUE(store.ok());
+  auto events = store.value()->Events("sim");
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(static_cast<std::int64_t>(events->size()), hw.events_stored);
+  auto from_store = ComputeReport("sim", *events);
+  ASSERT_TRUE(from_store.ok());
+  EXPECT_EQ(ReportJson(*from_store).dump(), ReportJson(d).dump());
 }
 
 TEST_F(SimulatorTest, ASimulationThatCannotFinishSaysWhy) {

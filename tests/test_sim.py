@@ -1,0 +1,62 @@
+"""trainguard sim from the command line: the shipped models by name, a model
+or parameter file that is wrong refused with the field named, a run that
+cannot go on saying why, and a sweep's CSV and SVG."""
+import csv
+import json
+import subprocess
+
+from conftest import TRAINGUARD
+
+
+def sim(*args):
+    return subprocess.run([TRAINGUARD, "sim", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_a_shipped_model_by_name_gives_ettr_and_its_breakdown():
+    r = sim("--gpus", "256", "--days", "3", "--failure-model", "llama3", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["finished"] and j["nodes"] == 32 and 0.5 < j["ettr"] < 1.0
+    d = j["report"]["downtime"]
+    total = j["report"]["productive_s"] + d["total_s"]
+    assert abs(total - j["report"]["wall_s"]) < 1.0, j["report"]
+    assert {c["name"] for c in j["by_cause"]} >= {"faulty_gpu", "gpu_hbm3", "software_bug"}
+    text = sim("--gpus", "256", "--days", "3").stdout
+    assert "ETTR" in text and "where the time went" in text and "x real time" in text
+
+
+def test_an_unknown_model_or_a_wrong_file_is_refused_naming_what(tmp_path):
+    r = sim("--failure-model", "nosuch")
+    assert r.returncode == 2 and "no failure model named 'nosuch'" in r.stderr and "llama3" in r.stderr
+    bad = tmp_path / "m.json"
+    bad.write_text(json.dumps({"name": "m", "source": "s", "categories": [
+        {"name": "gpu", "per_1000_node_days": 1, "signals": {"crash": 1}, "exit_code": 1, "persistant": 0.5}]}))
+    r = sim("--failure-model", str(bad))
+    assert r.returncode == 2 and "categories[0].persistant: unknown field" in r.stderr, r.stderr
+    params = tmp_path / "p.json"
+    params.write_text(json.dumps({"checkpoint_interval_s": "often"}))
+    r = sim("--params", str(params))
+    assert r.returncode == 2 and "checkpoint_interval_s: expected a number" in r.stderr, r.stderr
+    r = sim("--gpus", "100", "--gpus-per-node", "8")
+    assert r.returncode == 2 and "not a whole number of nodes" in r.stderr, r.stderr
+
+
+def test_a_run_that_cannot_go_on_says_why(tmp_path):
+    model = tmp_path / "down.json"
+    model.write_text(json.dumps({"name": "down", "source": "this test", "categories": [
+        {"name": "host", "hardware": True, "per_1000_node_days": 500, "signals": {"node_down": 1}}]}))
+    r = sim("--failure-model", str(model), "--gpus", "64", "--days", "5", "--replacement-s", "-1")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "cannot finish" in r.stdout and "no spare and no replacement" in r.stdout, r.stdout
+
+
+def test_a_sweep_writes_a_row_and_a_point_per_run(tmp_path):
+    r = sim("--days", "1", "--sweep", "gpus=64,256", "--sweep", "checkpoint_interval_s=600,1800",
+            "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(open(tmp_path / "sim-sweep.csv")))
+    assert [(x["gpus"], x["checkpoint_interval_s"]) for x in rows] == [
+        ("64", "600"), ("64", "1800"), ("256", "600"), ("256", "1800")]
+    assert all(0 < float(x["ettr"]) <= 1 for x in rows)
+    svg = (tmp_path / "sim-sweep.svg").read_text()
+    assert svg.startswith("<svg") and svg.count("<path") == 2 and "checkpoint_interval_s=600" in svg
