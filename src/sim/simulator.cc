@@ -219,6 +219,7 @@ class Simulation {
   int nproc_ = 8, nnodes_ = 1;
   double pace_s_ = 1;
   Nanos round_ = kSecond;
+  Nanos first_round_ = kSecond;  // first step -> the first round
   Nanos start_mono_ = 0, end_mono_ = 0;
   std::vector<Node> nodes_;
   std::vector<int> slot_node_;  // group rank -> node
@@ -612,10 +613,14 @@ void Simulation::Handle(const SimEvent& e) {
       break;
     }
     case Ev::kFirstStep:
+      // One report makes the first step known (the controller's first_step
+      // and the restart's downtime); the others' statuses from their start
+      // stand until the first round: before its first step a rank's hang
+      // timeout is the startup timeout, longer than a round.
       if (e.a != gen_.g || gen_.frozen <= now) break;
       fault_outstanding_ = false;
-      ReportAll();
-      Schedule(now + round_, Ev::kRound, -1, e.a);
+      if (!slot_node_.empty() && slot_node_[0] >= 0) Report(slot_node_[0]);
+      Schedule(now + std::min(round_, first_round_), Ev::kRound, -1, e.a);
       break;
     case Ev::kRound:
       if (e.a != gen_.g || gen_.frozen <= now) break;
@@ -757,6 +762,8 @@ StatusOr<SimResult> Simulation::Run() {
   write_store_ = std::move(ws.value());
 
   JobConfig c = SimJobConfig(p_);
+  // The first round comes before any rank's startup timeout runs out.
+  first_round_ = std::max(kSecond, c.startup_timeout - Sec(p_.restart_s) - 10 * kSecond);
   ctl_ = std::make_unique<JobController>(c, &clock_, store_.get(), &provider_, opt_.rules, write_store_.get());
   ctl_->SetOffLockThreads(0);
   ctl_->SetEventListener(&recorded_);
