@@ -78,9 +78,27 @@ std::string HangLocation::Name(int rank) const {
 json HangLocation::ToJson() const {
   json layout_json = json::array();
   for (const auto& d : layout) layout_json.push_back({{"name", d.name}, {"size", d.size}, {"stride", d.stride}});
+  // At most kLocatedRanksListed ranks (a 100,000-rank hang listed in full
+  // is 15 MB in every failure event): the roots, the ranks that are not
+  // simply waiting and those waited for first, then in rank order. The
+  // hang view shows the others as unknown.
+  std::vector<char> listed(ranks.size(), 0);
+  std::size_t count = 0;
+  auto list = [&](std::size_t i) {
+    if (i < ranks.size() && ranks[i].rank >= 0 && !listed[i] && count < kLocatedRanksListed) {
+      listed[i] = 1;
+      ++count;
+    }
+  };
+  for (int r : roots) list(static_cast<std::size_t>(r));
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i].state != "waiting") list(i);
+    for (int w : ranks[i].waits_for) list(static_cast<std::size_t>(w));
+  }
+  for (std::size_t i = 0; i < ranks.size(); ++i) list(i);
   json ranks_json = json::array();
   for (const auto& r : ranks) {
-    if (r.rank < 0) continue;
+    if (r.rank < 0 || !listed[static_cast<std::size_t>(r.rank)]) continue;
     json j = {{"rank", r.rank},   {"node", r.node},       {"state", r.state},
               {"coords", r.coords}, {"waits_for", r.waits_for},
               {"waits_for_total", r.waits_for_total}, {"phase", r.phase},
@@ -97,7 +115,7 @@ json HangLocation::ToJson() const {
   }
   return {{"world_size", world_size}, {"layout", layout_json}, {"roots", roots},
           {"desynchronized", desynchronized}, {"explanation", explanation},
-          {"has_journal", has_journal}, {"ranks", ranks_json}};
+          {"has_journal", has_journal}, {"ranks", ranks_json}, {"ranks_total", world_size}};
 }
 
 HangLocation LocateHang(const JobView& view) {

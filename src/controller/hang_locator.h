@@ -59,6 +59,8 @@ struct RankWait {
   std::int64_t step = -1;
 };
 
+constexpr std::size_t kLocatedRanksListed = 4096;
+
 struct HangLocation {
   int world_size = 0;
   std::vector<LayoutDim> layout;
@@ -71,6 +73,9 @@ struct HangLocation {
 
   // "rank 5 (tp1 pp0 dp1)"
   std::string Name(int rank) const;
+  // JSON for the failure event and the hang view: every field, and at most
+  // kLocatedRanksListed of `ranks` (the roots and the ranks that are not
+  // simply waiting first); "ranks_total" is the world size.
   nlohmann::json ToJson() const;
 };
 

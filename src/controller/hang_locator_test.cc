@@ -298,3 +298,33 @@ TEST(HangLocatorTest, ScalesLinearlyWithTheRanksWaitingInOneCollective) {
 
 }  // namespace
 }  // namespace trainguard
+
+namespace trainguard {
+namespace {
+
+// A world of 10,000 ranks waiting in one collective that rank 7,777 never
+// entered: the root is found, and the JSON lists it among a bounded number.
+TEST(HangLocatorTest, AHugeWorldIsListedInPartRootFirst) {
+  const int world = 10000;
+  Job job(world);
+  for (int r = 0; r < world; ++r) {
+    job.Group(r, 0, "0", {}, r == 7777 ? 3 : 4);
+    auto* g = job.Rank(r).mutable_groups(0);
+    g->set_size(world);
+    g->set_first(0);
+    g->set_stride(1);
+    g->set_completed(3);
+    if (r != 7777) job.InFlight(r, "all_reduce", 0, 4);
+  }
+  HangLocation loc = LocateHang(job.View());
+  ASSERT_EQ(loc.roots, std::vector<int>{7777});
+  nlohmann::json j = loc.ToJson();
+  ASSERT_EQ(j["ranks"].size(), kLocatedRanksListed);
+  EXPECT_EQ(j["ranks_total"], world);
+  bool root_listed = false;
+  for (const auto& r : j["ranks"]) root_listed |= r["rank"] == 7777;
+  EXPECT_TRUE(root_listed);
+}
+
+}  // namespace
+}  // namespace trainguard
