@@ -115,6 +115,22 @@ class Stmt {
   int rc_;
 };
 
+constexpr const char* kInsertEvent =
+    "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json) "
+    "VALUES(?,?,?,?,?,?,?,?,?)";
+
+void BindEvent(Stmt* s, const Event& e) {
+  s->Bind(1, e.job_id);
+  s->Bind(2, e.wall_ns);
+  s->Bind(3, e.kind);
+  s->Bind(4, e.node);
+  s->Bind(5, static_cast<std::int64_t>(e.rank));
+  s->Bind(6, e.generation);
+  s->Bind(7, e.step);
+  s->Bind(8, e.message);
+  s->Bind(9, e.detail_json.empty() ? std::string("{}") : e.detail_json);
+}
+
 }  // namespace
 
 class SqliteEventStore final : public EventStore {
@@ -173,18 +189,9 @@ class SqliteEventStore final : public EventStore {
 
   Status Append(const Event& e) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, "
-                "message, detail_json) VALUES(?,?,?,?,?,?,?,?,?)");
+    Stmt s(db_, kInsertEvent);
     if (!s.ok()) return Error("prepare insert event");
-    s.Bind(1, e.job_id);
-    s.Bind(2, e.wall_ns);
-    s.Bind(3, e.kind);
-    s.Bind(4, e.node);
-    s.Bind(5, static_cast<std::int64_t>(e.rank));
-    s.Bind(6, e.generation);
-    s.Bind(7, e.step);
-    s.Bind(8, e.message);
-    s.Bind(9, e.detail_json.empty() ? std::string("{}") : e.detail_json);
+    BindEvent(&s, e);
     if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert event " + e.kind);
     return Status::Ok();
   }
@@ -192,22 +199,13 @@ class SqliteEventStore final : public EventStore {
   Status AppendEvents(const std::vector<Event>& events) override {
     std::lock_guard<std::mutex> lock(mu_);
     TG_RETURN_IF_ERROR(Exec("BEGIN"));
-    Stmt s(db_, "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, "
-                "message, detail_json) VALUES(?,?,?,?,?,?,?,?,?)");
+    Stmt s(db_, kInsertEvent);
     if (!s.ok()) {
       (void)Exec("ROLLBACK");
       return Error("prepare insert event");
     }
     for (const Event& e : events) {
-      s.Bind(1, e.job_id);
-      s.Bind(2, e.wall_ns);
-      s.Bind(3, e.kind);
-      s.Bind(4, e.node);
-      s.Bind(5, static_cast<std::int64_t>(e.rank));
-      s.Bind(6, e.generation);
-      s.Bind(7, e.step);
-      s.Bind(8, e.message);
-      s.Bind(9, e.detail_json.empty() ? std::string("{}") : e.detail_json);
+      BindEvent(&s, e);
       if (sqlite3_step(s.get()) != SQLITE_DONE) {
         Status failed = Error("insert event " + e.kind);
         (void)Exec("ROLLBACK");
