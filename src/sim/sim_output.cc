@@ -183,10 +183,10 @@ std::string SweepSvg(const std::vector<SweepPoint>& points, const std::string& t
     o += "<text x=\"" + Fmt("%.1f", L - 8) + "\" y=\"" + Fmt("%.1f", Y(y) + 4) + "\" text-anchor=\"end\">" +
          Fmt("%.0f", y) + " %</text>\n";
   }
-  for (double e = std::ceil(lx0 - 1e-9); e <= lx1 + 1e-9; e += 0.5) {
+  for (double e = std::ceil(lx0 * 2 - 1e-9) / 2; e <= lx1 + 1e-9; e += 0.5) {
     double x = std::pow(10, e);
     o += "<text x=\"" + Fmt("%.1f", X(x)) + "\" y=\"" + Fmt("%.1f", H - B + 18) + "\" text-anchor=\"middle\">" +
-         (x >= 1000 ? Fmt("%.0fK", x / 1000) : Fmt("%.0f", x)) + "</text>\n";
+         (x >= 1000 ? Fmt(x < 10000 ? "%.1fK" : "%.0fK", x / 1000) : Fmt("%.0f", x)) + "</text>\n";
   }
   o += "<text x=\"" + Fmt("%.1f", (L + W - R) / 2) + "\" y=\"" + Fmt("%.1f", H - 16) +
        "\" text-anchor=\"middle\">GPUs (log scale)</text>\n";
