@@ -721,6 +721,10 @@ void Simulation::EndJob() {
   const Nanos now = clock_.MonotonicNanos();
   if (ctl_->finished()) return;
   bool stepping = ctl_->state() == JobState::kRunning && gen_.first <= now && gen_.frozen == kNever;
+  for (int node : slot_node_) {
+    // A node that died and is not yet found lost: the job is not whole.
+    if (node >= 0 && (!nodes_[node].alive || !nodes_[node].ranks_running)) stepping = false;
+  }
   if (!stepping) {
     // Mid-recovery: the job ends at its next first step (at most a day on).
     if (now - end_mono_ < 86400 * kSecond) {
@@ -782,6 +786,11 @@ StatusOr<SimResult> Simulation::Run() {
   Nanos last_progress = start_mono_;
   JobState state = ctl_->state();
   while (!ctl_->finished()) {
+    if (clock_.MonotonicNanos() > end_mono_ + 2 * 86400 * kSecond) {
+      // EndJob gives a job in recovery a day; nothing may run on past that.
+      ctl_->Cancel("the simulation ran two days past its end");
+      break;
+    }
     Nanos next_event = queue_.empty() ? kNever : queue_.top().at;
     if (next_tick <= next_event) {
       Nanos dt = next_tick - clock_.MonotonicNanos();

@@ -218,6 +218,36 @@ TEST_F(SimulatorTest, ASimulationThatCannotFinishSaysWhy) {
   EXPECT_TRUE(spared.finished) << spared.why_not;
 }
 
+// A host that dies just before the simulated time is up: the job is ended
+// only once it is whole again (it ran on forever, checkpointing, when the
+// end came while the dead host was not yet found lost).
+TEST_F(SimulatorTest, AHostDeadAtTheEndIsFoundBeforeTheJobEnds) {
+  SimParams p;
+  p.gpus = 8;
+  p.gpus_per_node = 2;
+  p.days = 30.0 / 86400;
+  p.seed = 20;
+  p.step_s = 0.2;
+  p.checkpoint_interval_s = 2;
+  p.hang_timeout_s = 5;
+  p.heartbeat_interval_s = 0.5;
+  p.missed_heartbeats = 4;
+  p.restart_s = 1;
+  p.shutdown_s = 1.5;
+  p.replacement_s = 2;
+  // The equivalence test's model (simulator_equivalence_test.cc), in its order.
+  SimResult r = Run(R"({"name": "gpu", "hardware": true, "mtbf_node_hours": 0.022, "signals": {"crash": 1}, "exit_code": 1,
+     "log_tail": ["RuntimeError: CUDA error: unspecified launch failure"],
+     "kernel_lines": ["NVRM: Xid (PCI:0000:1b:00): 79, pid=1, name=python, GPU has fallen off the bus."]},
+    {"name": "bug", "mtbf_node_hours": 0.022, "signals": {"crash": 1}, "exit_code": 1,
+     "log_tail": ["Traceback (most recent call last):", "KeyError: 'attention_mask'"]},
+    {"name": "hang", "mtbf_node_hours": 0.022, "signals": {"hang": 1}},
+    {"name": "down", "hardware": true, "mtbf_node_hours": 0.022, "signals": {"node_down": 1}})",
+                    p);
+  EXPECT_TRUE(r.finished) << r.why_not;
+  EXPECT_LT(r.sim_s, 120);
+}
+
 TEST_F(SimulatorTest, SweepsWriteACsvRowAndAPlotPointPerRun) {
   std::vector<SweepPoint> points;
   for (int gpus : {64, 128}) {
