@@ -12,7 +12,7 @@ from conftest import ROOT, TRAINGUARD
 
 DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))) + [os.path.join(ROOT, "README.md")]
 COMMANDS = ["run", "controller", "agent", "events", "report", "hang", "nodes", "cordon", "uncordon", "diag",
-            "attribute", "ckpt", "status", "trace", "heatmap"]
+            "attribute", "ckpt", "status", "trace", "heatmap", "sim"]
 PATH = re.compile(r"(?<![/\w.])((?:src|docs|tests|bench|scripts|rules|python|examples|include|web)/[A-Za-z0-9_./-]*[A-Za-z0-9_])")
 
 
