@@ -557,7 +557,7 @@ void Simulation::Replace(const std::string& id, bool evicted) {
   n.alive = false;  // killed: it will not be heard again
   // It is back in the scheduler's pool once repaired (or, healthy, at once).
   int cat = n.broken >= 0 ? n.broken : n.down_category;
-  double hours = (evicted || cat >= 0) && cat >= 0 ? model_.categories[cat].repair_hours : 0;
+  double hours = cat >= 0 ? model_.categories[cat].repair_hours : 0;
   if (p_.pool >= 0) Schedule(clock_.MonotonicNanos() + Sec(hours * 3600), Ev::kRepaired);
   if (!ReplacementComing()) return;
   if (p_.pool > 0) --pool_left_;
