@@ -50,6 +50,15 @@ void RecordDeviceTime(const char* name, std::int64_t start_mono_ns, std::int64_t
 // to count lost work after a failure.
 void CheckpointCommitted(std::int64_t step);
 
+// Start-up marks (common/status_page.h StartupMark): where a (re)start's time
+// went. Ignored after the first Step(). kMarkPgInitEnd and kMarkRestoreEnd
+// keep the latest call, the others the first.
+void MarkStartup(int mark);
+
+// Records that this process restored the checkpoint of `step`: the
+// controller counts the lost work of the failure before from it.
+void ResumedFrom(std::int64_t step);
+
 // Adds time the training loop spent blocked in a checkpoint save; the
 // controller counts it as checkpoint overhead (trainguard's own checkpointer
 // calls this itself).

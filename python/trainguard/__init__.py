@@ -57,6 +57,10 @@ def attached():
 def step(n=None):
     """Record that step `n` finished (default: one more than the last call)."""
     global _step_counter, _explicit_steps
+    if _step_counter == -1 and not _explicit_steps:
+        from . import _autoinstrument
+
+        _autoinstrument.record_imports()
     _explicit_steps = True
     _step_counter = _step_counter + 1 if n is None else int(n)
     _core.step(_step_counter)

@@ -27,6 +27,29 @@ import sys
 import weakref
 
 _state = {"optimizer": None, "count": 0}
+_replaced = []  # warm start: (module dict before its hooks, the module), see _propagate
+
+
+def record_imports():
+    """At the first step: the modules this rank imported, in order, for the
+    agent's warm standby of the next start (docs/restart.md). The script's
+    own modules are left out: a standby never imports what the user edits."""
+    path = os.environ.get("TRAINGUARD_IMPORTS_FILE")
+    if not path or _state.get("imports_recorded"):
+        return
+    _state["imports_recorded"] = True
+    try:
+        from trainguard import _standby
+
+        own = _standby.own_directories(sys.argv[0] if sys.argv else "")
+        names = [name for name, module in list(sys.modules.items())
+                 if not _standby.is_own_module(module, own)]
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as f:
+            f.write("\n".join(names) + "\n")
+        os.replace(tmp, path)
+    except Exception as e:  # a standby is a bonus; the rank goes on
+        print("trainguard: no warm standby: cannot record the imports: %r" % (e,), file=sys.stderr)
 
 
 def _on_optimizer_step(optimizer):
@@ -41,6 +64,8 @@ def _on_optimizer_step(optimizer):
         return
     _state["count"] += 1
     trainguard._core.step(_state["count"] - 1)
+    if _state["count"] == 1:
+        record_imports()
     trainguard._phases.poll_device()
 
 
@@ -103,15 +128,93 @@ def _guarded(fn, *args):
 
 def _after_import(name, callback):
     if name in sys.modules:
-        _guarded(callback, sys.modules[name])
+        module = sys.modules[name]
+        _replaced.append((dict(vars(module)), module))
+        _guarded(callback, module)
         return
     _finder.callbacks.setdefault(name, []).append(callback)
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
 
 
-def install():
-    """Called by sitecustomize in every Python rank trainguard launches."""
+def _propagate():
+    """A warm standby imported torch before the hooks went in, so names
+    that modules copied from a hooked one (`from .distributed_c10d import
+    *`) still hold torch's own functions: give them the hooked ones, as a
+    cold start, where the hooks precede every import, has them."""
+    swap = {}
+    for before, module in _replaced:
+        for key, value in vars(module).items():
+            old = before.get(key)
+            if old is not None and old is not value and callable(old):
+                swap[id(old)] = (old, value)
+    _replaced.clear()
+    if not swap:
+        return
+    for name, module in list(sys.modules.items()):
+        if name == "trainguard" or name.startswith("trainguard."):
+            continue  # it keeps torch's own functions to call them
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for key, value in list(namespace.items()):
+            hit = swap.get(id(value))
+            if hit is not None and hit[0] is value:
+                namespace[key] = hit[1]
+
+
+def _wait_for_store(args, kwargs):
+    """env:// rendezvous: rank 0 hosts the TCP store at MASTER_ADDR:MASTER_PORT.
+    A rank that asks before it listens is refused and torch retries only a
+    second later (measured: 1.0 s of a 1.2 s warm restart), so the others
+    wait here, polling every 10 ms, until the store accepts connections."""
+    init_method = kwargs.get("init_method", args[1] if len(args) > 1 else None)
+    if kwargs.get("store") is not None or init_method not in (None, "env://"):
+        return
+    rank = kwargs.get("rank", args[4] if len(args) > 4 else -1)
+    if rank is None or rank < 0:
+        rank = int(os.environ.get("RANK", "0"))
+    address, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if rank == 0 or not address or not port:
+        return
+    import socket
+    import time
+
+    deadline = time.monotonic() + 300  # then torch's own wait (and its timeout) takes over
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((address, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.01)
+
+
+def _hook_process_group(c10d):
+    """Start-up marks around init_process_group (the restart's process-group term)."""
+    import functools
+    import trainguard
+
+    original = c10d.init_process_group
+    if getattr(original, "_trainguard", False):
+        return
+
+    @functools.wraps(original)
+    def init_process_group(*args, **kwargs):
+        trainguard._core.mark_startup(1)
+        _guarded(_wait_for_store, args, kwargs)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            trainguard._core.mark_startup(2)
+
+    init_process_group._trainguard = True
+    c10d.init_process_group = init_process_group
+
+
+def install(warm=False):
+    """Called by sitecustomize in every Python rank trainguard launches, and
+    by a warm standby when it becomes a rank (`warm`: torch and the rest may
+    be imported already)."""
     if os.environ.get("TRAINGUARD_INSTRUMENT", "1") == "0":
         return
     if not os.environ.get("TRAINGUARD_STATUS_PAGE"):
@@ -120,6 +223,7 @@ def install():
 
     if not trainguard.init():
         return
+    trainguard._core.mark_startup(0)
     from trainguard import _comm_journal, _phases, _torch_checkpoints
 
     _guarded(_phases.hook_gc)
@@ -133,3 +237,6 @@ def install():
     # The journal's DDP hook goes in first, so the phase wraps it.
     _after_import("torch.nn.parallel.distributed", _comm_journal.hook_ddp)
     _after_import("torch.nn.parallel.distributed", _phases.hook_ddp_forward)
+    _after_import("torch.distributed.distributed_c10d", _hook_process_group)
+    if warm:
+        _guarded(_propagate)

@@ -65,13 +65,17 @@ def hook_torch(torch):
         return result
 
     def load(f, *args, **kwargs):
+        core.mark_startup(3)  # restore marks: ignored after the first step
         result = original_load(f, *args, **kwargs)
+        core.mark_startup(4)
         try:
             path = _path(f)
-            if path is not None and _autoinstrument._state["count"] == 0 and not trainguard._explicit_steps:
+            if path is not None and _autoinstrument._state["count"] == 0:
                 step = int(os.getxattr(path, XATTR).decode())
-                if step >= 0:
-                    _autoinstrument._state["count"] = step + 1
+                if step >= 0 and _is_training_checkpoint(result):
+                    core.resumed_from(step)
+                    if not trainguard._explicit_steps:
+                        _autoinstrument._state["count"] = step + 1
         except (OSError, ValueError):
             pass
         return result

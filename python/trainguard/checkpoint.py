@@ -153,6 +153,7 @@ class Checkpointer:
                                               writer_threads, overflow, float(commit_timeout), True)
         self.last_error = ""
         self.bytes_read = 0
+        self._told = set()  # steps already named as skipped
         self._attempt = None      # agreed by all ranks, here or at the first save
         self._sequence = 0        # saves so far, skipped ones included: equal on every rank
         if dist is not None:
@@ -248,26 +249,44 @@ class Checkpointer:
         skipped, with a warning naming the problem, in favour of the one
         before it; if none is usable, CheckpointError says why, rather than
         letting the job silently start again from scratch."""
-        steps = self.steps()
+        _core.mark_startup(3)  # restore marks for the restart's terms (before the first step only)
+        try:
+            listed = _core.list_checkpoints(self.directory)
+        except RuntimeError:
+            listed = []
+        steps = [c["step"] for c in listed if c["complete"]]
+        unusable = [c for c in listed if c["problem"] or not c["complete"]]
         if not steps:
-            try:
-                unusable = [c for c in _core.list_checkpoints(self.directory) if c["problem"]]
-            except RuntimeError:
-                unusable = []
             if unusable:
                 raise CheckpointError("%s holds no usable checkpoint, but %d step(s) with a commit "
                                       "that cannot be used (%s); refusing to start from scratch"
                                       % (self.directory, len(unusable), unusable[0]["problem"]))
         reasons = []
         for step in steps:
+            self._say_skipped(unusable, step)
             state = self._try_load(step)
             if state is not None:
+                _core.mark_startup(4)
+                _core.resumed_from(step)
                 return step, state
             reasons.append("step %d: %s" % (step, self.last_error))
         if steps:
             raise CheckpointError("none of the %d complete checkpoints in %s is usable (%s)"
                                   % (len(steps), self.directory, "; ".join(reasons)))
         return None
+
+    def _say_skipped(self, unusable, loading):
+        """Every checkpoint newer than the one about to be loaded that is not
+        complete (a missing manifest, a truncated or missing data file) is
+        named with its reason, once per job (rank 0), on stderr, where the
+        agent's scan records it as an event."""
+        if self.rank != 0:
+            return
+        for c in unusable:
+            if c["step"] > loading and c["step"] not in self._told:
+                self._told.add(c["step"])
+                print("trainguard: checkpoint of step %d skipped: %s: %s" % (
+                    c["step"], c["path"], c["problem"] or "incomplete"), file=sys.stderr, flush=True)
 
     def load(self, step):
         """Restores exactly `step`; raises CheckpointError if it is unusable."""

@@ -47,7 +47,8 @@ constexpr size_t kKernelLinesRead = 500;  // looked through for them
 
 Agent::Agent(AgentConfig config, Clock* clock, ControllerLink* link)
     : config_(std::move(config)), clock_(clock), link_(link),
-      kernel_(config_.kernel_log.empty() ? "/nonexistent" : config_.kernel_log) {
+      kernel_(config_.kernel_log.empty() ? "/nonexistent" : config_.kernel_log),
+      warm_(std::make_unique<WarmState>()) {
   if (config_.scan_rules != nullptr) {
     auto scan = std::make_shared<RuleSet>(config_.scan_rules->ScanRules());
     if (!scan->rules().empty()) scan_rules_ = scan;
@@ -107,6 +108,7 @@ Agent::~Agent() {
   quitting_ = true;
   if (reconnector_.joinable()) reconnector_.join();
   StopRanks(generation_, {}, 0, false);
+  DropStandbys();
 }
 
 void Agent::OnCommand(const v1::ControllerMessage& msg) {
@@ -238,6 +240,7 @@ int Agent::RunLoop() {
           std::fprintf(stderr, "trainguard agent %s: %s\n", config_.node_id.c_str(), m.shutdown().reason().c_str());
         }
         StopRanks(generation_, {}, 0, false);
+        DropStandbys();
         std::lock_guard<std::mutex> lock(mu_);
         job_exit_status_ = m.shutdown().exit_status();
         return 0;
@@ -248,6 +251,7 @@ int Agent::RunLoop() {
     MaybeSendDiagnostics();
     PollTimings();
     ReapExited();
+    MaybeMakeStandbys();
     if (welcomed && clock_->MonotonicNanos() >= next_heartbeat_) {
       SendTimings(false);
       SendHeartbeat();
@@ -315,6 +319,11 @@ void Agent::SendHeartbeat() {
     std::fclose(f);
   }
   hb->mutable_metrics()->set_load1(load1);
+  for (const auto& [local, standby] : warm_->standbys) {
+    if (standby->state() != Standby::State::kReady) continue;
+    hb->mutable_metrics()->set_standbys_ready(hb->metrics().standbys_ready() + 1);
+    hb->mutable_metrics()->set_standby_rss_kb(hb->metrics().standby_rss_kb() + standby->rss_kb());
+  }
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
   std::int64_t value;

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "agent/kernel_log.h"
+#include "agent/process.h"
 #include "attribution/attribution.h"
 #include "common/clock.h"
 #include "diag/net_probe.h"
@@ -116,6 +118,16 @@ class Agent {
   void SendAlerts();
 
   void StartRanks(const v1::Start& start);
+  // Warm standbys (agent_standby.cc): made after this node's first step of
+  // a generation; a start takes them (or says why it starts a rank cold).
+  struct WarmState;
+  void PrepareWarm(const v1::Start& start, bool instrument);
+  void MaybeMakeStandbys();
+  // The rank's process from its standby, or nullopt with `why` set.
+  std::optional<SpawnedProcess> StartWarm(int local_rank, const std::vector<std::string>& argv,
+                                          const std::map<std::string, std::string>& env, std::string* why);
+  void DropStandbys();
+  std::string ImportsFile(int local_rank) const;
   void StopRanks(std::int64_t generation, const std::vector<int>& capture,
                  Nanos grace, bool report);
   void ReapExited();
@@ -168,6 +180,7 @@ class Agent {
   // Control-loop state (Run() thread only).
   KernelLog kernel_;
   std::vector<std::unique_ptr<Rank>> ranks_;
+  std::unique_ptr<WarmState> warm_;
   std::int64_t generation_ = -1;
   int group_rank_ = -1;  // of the running generation
   Nanos heartbeat_interval_ = 1 * kSecond;

@@ -4,13 +4,16 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "agent/agent.h"
 #include "agent/output_pump.h"
 #include "agent/process.h"
+#include "agent/standby.h"
 #include "agent/timing_collector.h"
 #include "common/status_page.h"
 
@@ -34,6 +37,20 @@ struct Agent::Rank {
   ExitInfo exit;
   ActivityTracker activity{0};
   TimingCollector timings;  // this rank's per-step timings, from its page
+  bool warm = false;        // a standby became it
+  std::string cold_reason;  // why not, where warm starts are on
+};
+
+// What the agent needs to make the next start's warm standbys, from the
+// last Start (agent_standby.cc).
+struct Agent::WarmState {
+  bool enabled = false;
+  std::optional<PythonCommand> cmd;  // the ranks' command, if it can run warm
+  std::string not_warm;              // why it cannot
+  std::string cwd;
+  std::map<int, std::map<std::string, std::string>> env;  // by local rank: its last start's
+  std::map<int, std::unique_ptr<Standby>> standbys;       // by local rank
+  std::set<int> made;                                     // local ranks with a standby made this generation
 };
 
 }  // namespace trainguard

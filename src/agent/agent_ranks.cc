@@ -66,6 +66,8 @@ void Agent::StartRanks(const v1::Start& start) {
                          (it != base.end() && !it->second.empty() ? ":" + it->second : "");
   }
 
+  PrepareWarm(start, instrument);
+
   v1::AgentMessage started;
   started.mutable_started()->set_generation(generation_);
   for (int local = 0; local < start.nproc_per_node(); ++local) {
@@ -96,6 +98,7 @@ void Agent::StartRanks(const v1::Start& start) {
     env["LOCAL_RANK"] = std::to_string(local);
     env["ROLE_RANK"] = std::to_string(rank->global_rank);
     if (instrument) env["TRAINGUARD_STACKS_FILE"] = rank->stacks_path;
+    if (warm_->enabled && warm_->cmd) env["TRAINGUARD_IMPORTS_FILE"] = ImportsFile(local);
     if (page.ok()) {
       rank->page = std::move(page.value());
       if (instrument) env["TRAINGUARD_STATUS_PAGE"] = page_path;
@@ -106,7 +109,15 @@ void Agent::StartRanks(const v1::Start& start) {
     SpawnSpec spec{std::vector<std::string>(start.argv().begin(), start.argv().end()), env, ""};
     rank->launch_mono = clock_->MonotonicNanos();
     rank->activity = ActivityTracker(rank->launch_mono);
-    auto proc = Spawn(spec);
+    StatusOr<SpawnedProcess> proc = InvalidArgument("not started");
+    if (warm_->enabled) {
+      if (auto warm = StartWarm(local, spec.argv, env, &rank->cold_reason)) {
+        proc = *warm;
+        rank->warm = true;
+      }
+    }
+    if (!rank->warm) proc = Spawn(spec);
+    warm_->env[local] = std::move(env);
     if (!proc.ok()) {
       // Report it as an exit with the conventional "cannot execute" code.
       rank->running = false;
@@ -153,6 +164,8 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
   s.set_pid(rank.pid);
   s.set_exit_code(rank.exit.exit_code);
   s.set_term_signal(rank.exit.signal);
+  s.set_warm(rank.warm);
+  s.set_cold_reason(rank.cold_reason);
   Nanos now_mono = MonotonicNowNanos();  // the client stamps CLOCK_MONOTONIC
   Nanos now_wall = WallNowNanos();
   auto to_unix_ms = [&](Nanos mono) { return mono == 0 ? 0 : (now_wall - (now_mono - mono)) / kMillisecond; };
@@ -174,6 +187,16 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
     if (snap.phase_mono_ns > 0) s.set_phase_age_ms((now_mono - snap.phase_mono_ns) / kMillisecond);
     if (snap.last_step_mono_ns > 0) since = snap.last_step_mono_ns;
     DescribeJournal(ReadJournal(rank.page.get()->journal), now_mono, &s);
+    auto mark = [&](int i, void (v1::RankStatus::*set)(std::int64_t)) {
+      if (snap.startup_mono_ns[i] > 0) (s.*set)((snap.startup_mono_ns[i] - rank.launch_mono) / kMillisecond);
+    };
+    mark(kMarkScriptStart, &v1::RankStatus::set_script_start_ms);
+    mark(kMarkPgInitBegin, &v1::RankStatus::set_pg_init_begin_ms);
+    mark(kMarkPgInitEnd, &v1::RankStatus::set_pg_init_end_ms);
+    mark(kMarkRestoreBegin, &v1::RankStatus::set_restore_begin_ms);
+    mark(kMarkRestoreEnd, &v1::RankStatus::set_restore_end_ms);
+    if (snap.resumed_step != kNoStep) s.set_resumed_step(snap.resumed_step);
+    if (snap.first_step_mono_ns > 0) s.set_first_step_ms((snap.first_step_mono_ns - rank.launch_mono) / kMillisecond);
   }
   s.set_progress_age_ms(std::max<Nanos>(0, now_mono - since) / kMillisecond);
   if (rank.running) s.set_proc_state(ProcState(rank.pid));

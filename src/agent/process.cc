@@ -95,8 +95,16 @@ StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec) {
     signal(SIGPIPE, SIG_DFL);
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
-    int devnull = open("/dev/null", O_RDONLY);
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);  // fd 0 gets a copy without O_CLOEXEC
     if (devnull >= 0) dup2(devnull, STDIN_FILENO);
+    if (spec.pass_fd >= 0) {
+      if (spec.pass_fd == 3) {
+        fcntl(3, F_SETFD, 0);
+      } else {
+        dup2(spec.pass_fd, 3);  // the copy does not inherit O_CLOEXEC
+      }
+    }
+    if (spec.nice != 0) (void)!nice(spec.nice);
     if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) _exit(127);
     execve(path.c_str(), argv.data(), envp.data());
     const char msg[] = "trainguard: exec failed\n";

@@ -23,6 +23,8 @@ struct SpawnSpec {
   std::vector<std::string> argv;             // argv[0] is looked up in PATH
   std::map<std::string, std::string> env;    // complete environment of the child
   std::string cwd;                           // "" = the agent's
+  int pass_fd = -1;    // if >= 0: inherited by the child as fd 3 (warm standbys' control socket)
+  int nice = 0;        // added to the child's niceness before exec
 };
 
 struct SpawnedProcess {

@@ -133,6 +133,23 @@ void CheckpointCommitted(std::int64_t step) {
   page->checkpoint_step.store(step, std::memory_order_release);
 }
 
+void MarkStartup(int mark) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr || mark < 0 || mark >= kStartupMarks) return;
+  if (page->first_step_mono_ns.load(std::memory_order_relaxed) != 0) return;
+  std::atomic<std::int64_t>& slot = page->startup_mono_ns[mark];
+  bool latest = mark == kMarkPgInitEnd || mark == kMarkRestoreEnd;
+  if (latest || slot.load(std::memory_order_relaxed) == 0) {
+    slot.store(MonotonicNowNanos(), std::memory_order_relaxed);
+  }
+}
+
+void ResumedFrom(std::int64_t step) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr || step < 0) return;
+  page->resumed_step.store(step, std::memory_order_relaxed);
+}
+
 void AddCheckpointOverhead(std::int64_t nanos) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr || nanos <= 0) return;

@@ -18,6 +18,7 @@ void InitStatusPage(StatusPage* page) {
   page->size = static_cast<std::uint32_t>(kStatusPageSize);
   page->step.store(kNoStep);
   page->checkpoint_step.store(kNoStep);
+  page->resumed_step.store(kNoStep);
   InitJournal(&page->journal);
 }
 
@@ -44,6 +45,8 @@ StatusSnapshot ReadStatusPage(const StatusPage& page) {
   s.checkpoint_step = page.checkpoint_step.load(std::memory_order_acquire);
   s.checkpoint_blocked_ns = page.checkpoint_blocked_ns.load(std::memory_order_relaxed);
   s.max_step_ns = page.max_step_ns.load(std::memory_order_relaxed);
+  for (int i = 0; i < kStartupMarks; ++i) s.startup_mono_ns[i] = page.startup_mono_ns[i].load(std::memory_order_relaxed);
+  s.resumed_step = page.resumed_step.load(std::memory_order_relaxed);
   // A writer that died mid-update leaves the counter odd forever: give up after
   // a bounded number of tries and report no phase rather than spin.
   for (int attempt = 0; attempt < 100; ++attempt) {

@@ -28,6 +28,16 @@ constexpr std::size_t kTimingsOffset = 22528;
 constexpr std::size_t kPhaseNameCapacity = 64;  // including the terminating NUL
 constexpr std::int64_t kNoStep = -1;
 
+// Start-up marks of a rank, in the order a start passes them.
+enum StartupMark : int {
+  kMarkScriptStart = 0,   // the interpreter is up and the script begins (a warm standby: activated)
+  kMarkPgInitBegin = 1,   // init_process_group called (the first time)
+  kMarkPgInitEnd = 2,     // init_process_group returned (the last time before the first step)
+  kMarkRestoreBegin = 3,  // a checkpoint load began (the first)
+  kMarkRestoreEnd = 4,    // a checkpoint load ended (the last before the first step)
+  kStartupMarks = 6,      // slots (two spare)
+};
+
 struct StatusPage {
   std::uint64_t magic;
   std::uint32_t version;
@@ -48,12 +58,19 @@ struct StatusPage {
   std::atomic<std::int64_t> checkpoint_blocked_ns;
   // The longest time between two consecutive step() calls (version 2).
   std::atomic<std::int64_t> max_step_ns;
-  char reserved[kJournalOffset - 176];
+  // Start-up marks (CLOCK_MONOTONIC, 0 = not reached), set before the first
+  // step only: where a (re)start's time went. Indexed by StartupMark.
+  std::atomic<std::int64_t> startup_mono_ns[kStartupMarks];
+  // The step of the checkpoint this process resumed from (kNoStep: none
+  // reported), so that lost work is counted from what the ranks really loaded.
+  std::atomic<std::int64_t> resumed_step;
+  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8];
   OpJournal journal;  // version 2: the journal of communication operations
   char reserved_after_journal[kTimingsOffset - kJournalOffset - sizeof(OpJournal)];
   TimingRing timings;  // version 3: phase and step intervals, a ring
 };
 static_assert(offsetof(StatusPage, checkpoint_blocked_ns) == 160);
+static_assert(offsetof(StatusPage, startup_mono_ns) == 176);
 static_assert(offsetof(StatusPage, journal) == kJournalOffset);
 static_assert(offsetof(StatusPage, timings) == kTimingsOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
@@ -75,6 +92,8 @@ struct StatusSnapshot {
   std::int64_t phase_mono_ns = 0;
   std::int64_t checkpoint_blocked_ns = 0;
   std::int64_t max_step_ns = 0;
+  std::int64_t startup_mono_ns[kStartupMarks] = {};
+  std::int64_t resumed_step = kNoStep;
   std::string phase;
 };
 

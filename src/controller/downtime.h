@@ -15,6 +15,30 @@ struct DowntimeRecord {
   std::string json;  // detection_ms, shutdown_ms, restart_ms (-1 = unknown), lost_steps (null = unknown), ...
 };
 
+// How the restarted generation reached its first step, as the rank that
+// made it first reported (RankStatus start-up marks, ms since its launch;
+// -1 = not reported).
+struct RestartPath {
+  Nanos first_step_wall = 0;        // 0: it never made a step
+  Nanos generation_start_wall = 0;  // when the controller ordered the start
+  std::int64_t script_start_ms = -1;
+  std::int64_t pg_init_begin_ms = -1;
+  std::int64_t pg_init_end_ms = -1;
+  std::int64_t restore_begin_ms = -1;
+  std::int64_t restore_end_ms = -1;
+  std::int64_t first_step_ms = -1;
+  // The checkpoint the generation resumed from: reported by the rank, else
+  // the step before its first step when that is known; -1 = unknown.
+  std::int64_t resumed_step = -1;
+  bool warm = false;
+};
+
+// Restart split into its terms (ms): rendezvous (all stopped -> start
+// ordered), process_start (-> the script begins), imports (-> process-group
+// init or checkpoint restore or first step begins), pg_init, restore,
+// first_step (the rest: model set-up and the step). Terms the rank did not
+// report are folded into the next one; they add up to the restart.
+DowntimeRecord DescribeDowntime(const Incident& inc, const RestartPath& path);
 // `first_step_wall`: when the restarted job made its first step, 0 if it never did.
 DowntimeRecord DescribeDowntime(const Incident& inc, Nanos first_step_wall);
 

@@ -39,6 +39,8 @@ struct JobConfig {
   int spares = 0;
   // Launch ranks with torchrun's environment only (no automatic instrumentation).
   bool no_instrument = false;
+  // Start ranks cold every time: no warm standbys (docs/restart.md).
+  bool no_warm = false;
   // How often agents send a heartbeat.
   Nanos heartbeat_interval = 1 * kSecond;
   // A node is lost after this many heartbeat intervals without one.

@@ -254,7 +254,7 @@ void JobController::Cancel(const std::string& reason) {
 }
 
 void JobController::Finish(JobState final_state, const std::string& summary) {
-  if (incident_) RecordDowntime(0);
+  if (incident_) RecordDowntime(RestartPath{});
   summary_ = summary;
   SetState(final_state, summary);
   Nanos last_step_wall = 0;

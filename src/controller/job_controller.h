@@ -57,6 +57,7 @@
 #include "attribution/attribution.h"
 #include "common/clock.h"
 #include "controller/clock_sync.h"
+#include "controller/downtime.h"
 #include "controller/diagnosis_round.h"
 #include "controller/fleet_history.h"
 #include "controller/finding.h"
@@ -334,7 +335,7 @@ class JobController {
   std::string NodeOfRank(int rank) const;
   void Finish(JobState final_state, const std::string& summary);
   void SetState(JobState s, const std::string& why);
-  void RecordDowntime(Nanos first_step_wall);
+  void RecordDowntime(const RestartPath& path);
   // Records an event (in order, through the writer) and tells the listener.
   StoreWriter::Ticket Emit(const std::string& kind, const std::string& node, int rank, std::int64_t step,
                            const std::string& message, const std::string& detail_json = "{}");

@@ -62,6 +62,7 @@ void JobController::MaybeStartGeneration() {
   start->set_master_port(master->free_port);
   start->set_max_restarts(config_.max_restarts);
   start->set_no_instrument(config_.no_instrument);
+  start->set_warm(!config_.no_warm);
   for (const auto& a : config_.argv) start->add_argv(a);
   for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
   json group_ranks = json::object();

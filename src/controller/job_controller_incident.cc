@@ -24,7 +24,7 @@ void JobController::Fail(const Finding& f) {
   if (state_ != JobState::kRunning) return;
   const std::string kind = FindingKindName(f.kind);
   const std::string& description = f.description;
-  if (incident_) RecordDowntime(0);  // the previous restart never reached a step
+  if (incident_) RecordDowntime(RestartPath{});  // the previous restart never reached a step
   Incident inc;
   inc.number = ++incident_count_;
   inc.kind = f.kind;
@@ -248,9 +248,9 @@ FleetFinding JobController::ReadFleet(const Blame& b) {
   return ReadFleetHistory(b, *incidents, q);
 }
 
-void JobController::RecordDowntime(Nanos first_step_wall) {
+void JobController::RecordDowntime(const RestartPath& path) {
   if (!incident_) return;
-  DowntimeRecord r = DescribeDowntime(*incident_, first_step_wall);
+  DowntimeRecord r = DescribeDowntime(*incident_, path);
   Emit("downtime", "", -1, incident_->failure_step, r.line, r.json);
   incident_.reset();
 }

@@ -37,17 +37,31 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
   }
   if (!first_step_seen_ && status.first_step_unix_ms() > 0) {
     first_step_seen_ = true;
-    Nanos first_wall = status.first_step_unix_ms() * kMillisecond;
+    RestartPath path;
+    path.first_step_wall = status.first_step_unix_ms() * kMillisecond;
+    path.generation_start_wall = generation_start_wall_;
+    path.script_start_ms = status.has_script_start_ms() ? status.script_start_ms() : -1;
+    path.pg_init_begin_ms = status.has_pg_init_begin_ms() ? status.pg_init_begin_ms() : -1;
+    path.pg_init_end_ms = status.has_pg_init_end_ms() ? status.pg_init_end_ms() : -1;
+    path.restore_begin_ms = status.has_restore_begin_ms() ? status.restore_begin_ms() : -1;
+    path.restore_end_ms = status.has_restore_end_ms() ? status.restore_end_ms() : -1;
+    path.first_step_ms = status.has_first_step_ms() ? status.first_step_ms() : -1;
+    path.warm = status.warm();
+    // The step number of the first step: steps are counted, so this holds
+    // when the loop steps one at a time.
+    const std::int64_t first_step = status.step() - std::max<std::int64_t>(status.step_count(), 1) + 1;
+    path.resumed_step = status.has_resumed_step() ? status.resumed_step() : (first_step > 0 ? first_step - 1 : -1);
+    json detail{{"first_step_unix_ms", status.first_step_unix_ms()},
+                {"first_step", first_step},
+                {"since_launch_ms", (path.first_step_wall - generation_start_wall_) / kMillisecond},
+                {"warm", status.warm()}};
+    if (path.resumed_step >= 0) detail["resumed_step"] = path.resumed_step;
     Emit("first_step", node->node_id, status.global_rank(), status.step(),
          "generation " + std::to_string(generation_) + " made its first step " +
-             Seconds(first_wall - generation_start_wall_) + " after launch",
-         json{{"first_step_unix_ms", status.first_step_unix_ms()},
-              // The step number of the first step: steps are counted, so
-              // this holds when the loop steps one at a time.
-              {"first_step", status.step() - std::max<std::int64_t>(status.step_count(), 1) + 1},
-              {"since_launch_ms", (first_wall - generation_start_wall_) / kMillisecond}}
-             .dump(-1, ' ', false, kReplaceBadUtf8));
-    RecordDowntime(first_wall);
+             Seconds(path.first_step_wall - generation_start_wall_) + " after launch" +
+             (status.warm() ? " (warm)" : ""),
+         detail.dump(-1, ' ', false, kReplaceBadUtf8));
+    RecordDowntime(path);
   }
 }
 
@@ -64,14 +78,27 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
 void JobController::HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned) {
   if (started.generation() != generation_) return;
   json pids = json::object();
+  json warm = json::array();
+  json cold = json::object();  // reason -> global ranks
   for (int i = 0; i < started.ranks_size(); ++i) {
-    pids[std::to_string(started.ranks(i).global_rank())] = started.ranks(i).pid();
+    const v1::RankStatus& r = started.ranks(i);
+    pids[std::to_string(r.global_rank())] = r.pid();
+    if (r.warm()) warm.push_back(r.global_rank());
+    if (!r.cold_reason().empty()) cold[r.cold_reason()].push_back(r.global_rank());
+  }
+  std::string how;
+  if (!warm.empty()) how = " (" + std::to_string(warm.size()) + " warm)";
+  for (const auto& [reason, ranks] : cold.items()) {
+    how += " (" + std::to_string(ranks.size()) + " cold: " + reason + ")";
+  }
+  for (int i = 0; i < started.ranks_size(); ++i) {
     UpdateRank(node, started.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);
   }
   Emit("ranks_started", node->node_id, -1, -1,
        "node " + node->node_id + " started " + std::to_string(started.ranks_size()) +
-           " rank(s) of generation " + std::to_string(generation_),
-       json{{"pids", pids}, {"generation", started.generation()}, {"group_rank", node->group_rank}}
+           " rank(s) of generation " + std::to_string(generation_) + how,
+       json{{"pids", pids}, {"generation", started.generation()}, {"group_rank", node->group_rank},
+            {"warm", warm}, {"cold", cold}}
            .dump(-1, ' ', false, kReplaceBadUtf8));
 }
 

@@ -196,6 +196,16 @@ std::vector<Knob> MakeKnobs() {
     k.put = [](JobConfig* c, const std::string& v) { c->no_instrument = v == "true"; };
     t.push_back(std::move(k));
   }
+  {
+    Knob k;
+    k.name = "no_warm";
+    k.flags = "--no-warm";
+    k.kind = KnobKind::kFlag;
+    k.help = "start every rank cold: no warm standby interpreters kept for restarts (docs/restart.md)";
+    k.get = [](const JobConfig& c) { return std::string(c.no_warm ? "true" : "false"); };
+    k.put = [](JobConfig* c, const std::string& v) { c->no_warm = v == "true"; };
+    t.push_back(std::move(k));
+  }
   return t;
 }
 

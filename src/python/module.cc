@@ -114,6 +114,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("checkpoint_committed", &client::CheckpointCommitted, py::arg("step"));
   m.def("add_checkpoint_overhead", &client::AddCheckpointOverhead, py::arg("nanos"));
   m.def("shutdown", &client::Shutdown);
+  m.def("mark_startup", &client::MarkStartup, py::arg("mark"),
+        "Start-up mark: 0 script start, 1/2 process-group init begin/end, 3/4 checkpoint restore begin/end.");
+  m.def("resumed_from", &client::ResumedFrom, py::arg("step"));
   m.def("journal_group", &client::JournalGroup, py::arg("id"), py::arg("name"), py::arg("members"));
   m.def("journal_issue", &client::JournalIssue, py::arg("group_slot"), py::arg("op"),
         py::arg("dtype"), py::arg("numel"), py::arg("peer"));

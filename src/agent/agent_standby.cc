@@ -1,0 +1,113 @@
+// Agent: warm standby ranks (standby.h, docs/restart.md) — made after the
+// node's first step of a generation, at low priority, one per local rank;
+// taken by the next start, which says why a rank started cold otherwise.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "agent/agent.h"
+#include "agent/agent_rank.h"
+
+namespace trainguard {
+
+namespace {
+
+// How long a standby may take to answer the order to become the rank (it
+// stats the files it imported, a few ms).
+constexpr Nanos kActivationTimeout = 5 * kSecond;
+// Added to a standby's niceness while it imports, when it can lower it back
+// (root); otherwise it imports at the ranks' priority, after the first step.
+constexpr int kStandbyNice = 10;
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+std::string Agent::ImportsFile(int local_rank) const {
+  return config_.run_dir + "/standby/local" + std::to_string(local_rank) + ".imports";
+}
+
+void Agent::PrepareWarm(const v1::Start& start, bool instrument) {
+  WarmState& w = *warm_;
+  w.enabled = start.warm() && instrument;
+  w.made.clear();
+  w.env.clear();
+  w.cmd.reset();
+  w.not_warm.clear();
+  if (!start.warm()) {
+    DropStandbys();
+    return;
+  }
+  if (!instrument) {
+    w.not_warm = "the ranks run without instrumentation (--no-instrument)";
+    return;
+  }
+  std::vector<std::string> argv(start.argv().begin(), start.argv().end());
+  auto cmd = ParsePythonCommand(argv);
+  if (cmd.ok()) {
+    w.cmd = *cmd;
+  } else {
+    w.not_warm = cmd.status().message();
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(config_.run_dir + "/standby", ec);
+}
+
+std::optional<SpawnedProcess> Agent::StartWarm(int local_rank, const std::vector<std::string>& argv,
+                                               const std::map<std::string, std::string>& env,
+                                               std::string* why) {
+  WarmState& w = *warm_;
+  auto it = w.standbys.find(local_rank);
+  if (!w.cmd) {
+    *why = w.not_warm;
+  } else if (it == w.standbys.end()) {
+    *why = generation_ == 0 ? "the first start has no standby" : "no standby was made (the rank made no step)";
+  } else {
+    auto proc = it->second->Activate(*w.cmd, argv, env, w.cwd, kActivationTimeout);
+    if (proc.ok()) {
+      w.standbys.erase(it);
+      return *proc;
+    }
+    *why = "standby not used: " + proc.status().message();
+  }
+  if (it != w.standbys.end()) w.standbys.erase(it);
+  return std::nullopt;
+}
+
+void Agent::MaybeMakeStandbys() {
+  WarmState& w = *warm_;
+  Nanos now = clock_->MonotonicNanos();
+  for (auto& [local, standby] : w.standbys) standby->Poll(now);
+  if (!w.enabled || !w.cmd) return;
+  for (const auto& rank : ranks_) {
+    if (!rank->running || w.made.count(rank->local_rank) || rank->page.get() == nullptr) continue;
+    // After the first step only: a standby never competes with start-up.
+    if (rank->page.get()->first_step_mono_ns.load(std::memory_order_relaxed) == 0) continue;
+    std::string imports = ImportsFile(rank->local_rank);
+    if (!Exists(imports)) continue;  // the rank writes it at its first step
+    w.made.insert(rank->local_rank);
+    auto env = w.env[rank->local_rank];
+    env.erase("TRAINGUARD_STATUS_PAGE");
+    env.erase("TRAINGUARD_STACKS_FILE");
+    env.erase("TRAINGUARD_IMPORTS_FILE");
+    auto standby = Standby::Launch(*w.cmd, std::move(env), w.cwd, imports,
+                                   geteuid() == 0 ? kStandbyNice : 0, now);
+    if (!standby.ok()) {
+      std::fprintf(stderr, "trainguard agent %s: no warm standby for local rank %d: %s\n",
+                   config_.node_id.c_str(), rank->local_rank, standby.status().ToString().c_str());
+      continue;
+    }
+    w.standbys[rank->local_rank] = std::make_unique<Standby>(std::move(*standby));
+  }
+}
+
+void Agent::DropStandbys() {
+  if (warm_) warm_->standbys.clear();  // each one killed and reaped
+}
+
+}  // namespace trainguard
