@@ -49,6 +49,7 @@ TIERS = {
     "test_spares_and_cordon.py": ("slow",),
     "test_store_outage.py": ("postgres", "slow"),
     "test_stragglers.py": ("root", "slow"),
+    "test_warm_start.py": ("slow",),
 }
 MARKERS = {
     "slow": "runs real multi-node jobs for tens of seconds (left out by scripts/test.sh --quick)",
@@ -148,7 +149,7 @@ def free_port():
 class Job:
     """A `trainguard run` of the example (or any command) in the background."""
 
-    def __init__(self, tmp_path, job_id, command, *, nnodes=2, nproc=2, flags=(), store=None):
+    def __init__(self, tmp_path, job_id, command, *, nnodes=2, nproc=2, flags=(), store=None, env=None):
         self.tmp = str(tmp_path)
         self.job_id = job_id
         self.store = store or os.path.join(self.tmp, "trainguard.db")
@@ -158,7 +159,8 @@ class Job:
                 "--run-dir", os.path.join(self.tmp, "run"), *flags, "--", *command]
         self._out = open(self.log, "w")
         self.proc = subprocess.Popen(argv, stdout=self._out, stderr=subprocess.STDOUT,
-                                     cwd=self.tmp, start_new_session=True)
+                                     cwd=self.tmp, start_new_session=True,
+                                     env=None if env is None else dict(os.environ, **env))
 
     def events(self, kind=None):
         evs = events(self.store, self.job_id)

@@ -174,7 +174,9 @@ def _run_trimmed(run, first_file):
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != first_file:
             tb = tb.tb_next
-        sys.excepthook(type(e), e, tb if tb is not None else e.__traceback__)
+        if tb is not None:
+            e.__traceback__ = tb  # the interpreter prints the exception's own traceback
+        sys.excepthook(type(e), e, e.__traceback__)
         raise SystemExit(1)
 
 

@@ -82,7 +82,19 @@ std::optional<SpawnedProcess> Agent::StartWarm(int local_rank, const std::vector
 void Agent::MaybeMakeStandbys() {
   WarmState& w = *warm_;
   Nanos now = clock_->MonotonicNanos();
-  for (auto& [local, standby] : w.standbys) standby->Poll(now);
+  for (auto& [local, standby] : w.standbys) {
+    Standby::State before = standby->state();
+    standby->Poll(now);
+    if (standby->state() == before) continue;
+    if (standby->state() == Standby::State::kReady) {
+      std::fprintf(stderr, "trainguard agent %s: warm standby of local rank %d ready in %.1f s (pid %d, %lld MiB)\n",
+                   config_.node_id.c_str(), local, static_cast<double>(now - standby->launched_mono()) / kSecond,
+                   standby->pid(), static_cast<long long>(standby->rss_kb() / 1024));
+    } else {
+      std::fprintf(stderr, "trainguard agent %s: warm standby of local rank %d gone: %s\n",
+                   config_.node_id.c_str(), local, standby->reason().c_str());
+    }
+  }
   if (!w.enabled || !w.cmd) return;
   for (const auto& rank : ranks_) {
     if (!rank->running || w.made.count(rank->local_rank) || rank->page.get() == nullptr) continue;

@@ -1,0 +1,176 @@
+"""Warm standby ranks (docs/restart.md), end to end with real DDP ranks:
+
+- a warm start is indistinguishable from a cold one for the script (all it
+  can observe about its start, and how an uncaught exception is reported);
+- every reason not to use a standby (killed, still importing, the script
+  edited) falls back to a cold start, says why in the events, and the job's
+  final parameters equal a plain run's;
+- `--no-warm` makes no standby;
+- a newer checkpoint that is skipped is named, with its file and reason.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import EXAMPLE, PYTHON, Job, free_port, wait_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OBSERVE = os.path.join(HERE, "observe_start.py")
+READY = re.compile(r"warm standby of local rank (\d+) ready")
+STEPS = 300
+
+
+def ready_count(job):
+    return len(READY.findall(job.output()))
+
+
+def wait_ready(job, n, timeout=120):
+    wait_for(lambda: ready_count(job) >= n or job.proc.poll() is not None, timeout, "%d warm standbys" % n)
+    assert ready_count(job) >= n, "the job ended before its standbys were ready:\n" + job.output()[-3000:]
+
+
+def standby_pids():
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if b"_standby.main()" in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+def normalized(path):
+    with open(path) as f:
+        seen = json.load(f)
+    seen["fds"] = {fd: re.sub(r"\.gen\d+\.", ".gen*.", t) for fd, t in seen["fds"].items()}
+    return seen
+
+
+def traceback_of(log, generation):
+    with open(log) as f:
+        text = f.read()
+    part = text.split("==== trainguard: generation %d " % generation)[1].split("==== trainguard:")[0]
+    return [line for line in part.splitlines() if line.startswith(("Traceback", "  File", "RuntimeError"))]
+
+
+def test_a_warm_start_looks_like_a_cold_one(tmp_path, no_leftovers):
+    out, go = tmp_path / "out", tmp_path / "go"
+    out.mkdir()
+    go.mkdir()
+    job = Job(tmp_path, "obs", [PYTHON, OBSERVE, str(out), "--fail-generations", "2", "--go-dir", str(go)],
+              nnodes=1, nproc=2)
+    for generation in (0, 1):
+        wait_ready(job, 2 * (generation + 1))
+        (go / ("go%d" % generation)).touch()
+    assert job.wait() == 0, job.output()[-3000:]
+    started = {e["generation"]: e for e in job.events("ranks_started")}
+    assert started[0]["detail"]["warm"] == [] and "the first start has no standby" in started[0]["message"]
+    for generation in (1, 2):
+        assert sorted(started[generation]["detail"]["warm"]) == [0, 1], started[generation]["message"]
+    for rank in (0, 1):
+        cold = normalized(out / ("gen0.rank%d.json" % rank))
+        for generation in (1, 2):
+            warm = normalized(out / ("gen%d.rank%d.json" % (generation, rank)))
+            differ = {k: (cold[k], warm.get(k)) for k in cold if cold[k] != warm.get(k)}
+            assert not differ, "rank %d generation %d differs from the cold start: %s" % (rank, generation, differ)
+    # An uncaught exception reads the same: the script's frames, no standby's.
+    log = os.path.join(job.tmp, "run", "node0", "logs", "rank0.stderr.log")
+    cold_tb, warm_tb = traceback_of(log, 0), traceback_of(log, 1)
+    assert cold_tb[0] == "Traceback (most recent call last):" and "observe_start.py" in cold_tb[1]
+    assert [line.replace("generation 1", "generation 0") for line in warm_tb] == cold_tb
+    restart = [e for e in job.events("downtime")][0]["detail"]
+    assert restart["restart_terms"]["warm"] is True
+    assert sum(v for k, v in restart["restart_terms"].items() if k.endswith("_ms")) == restart["restart_ms"]
+
+
+@pytest.fixture(scope="module")
+def plain_checksum(tmp_path_factory):
+    """The example job's final parameters, run plainly: four processes with
+    torchrun's environment, no supervisor, no trainguard."""
+    tmp = tmp_path_factory.mktemp("plain")
+    port = free_port()
+    procs = []
+    for rank in range(4):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank % 2), WORLD_SIZE="4",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0")
+        env.pop("PYTHONPATH", None)
+        procs.append(subprocess.Popen(
+            [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "20", "--ckpt-engine", "torch",
+             "--ckpt-dir", str(tmp / "ckpt"), "--out", str(tmp / "sum")],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read().decode()[-2000:]
+    return (tmp / "sum").read_text().strip()
+
+
+def run_with_fault(tmp_path, job_id, fault):
+    """The example job (its copy, importing one module from an installed-package
+    directory first), with `fault` applied to its standbys before rank 1 is
+    killed; returns the job and its final checksum."""
+    site = tmp_path / "site"
+    site.mkdir()
+    # Hangs in a warm standby (which runs trainguard._standby) once the flag exists.
+    (site / "tg_slow_import.py").write_text(
+        "import os, sys, time\n"
+        "if 'trainguard._standby' in sys.modules and os.path.exists(%r):\n"
+        "    time.sleep(3600)\n" % str(tmp_path / "hang"))
+    with open(EXAMPLE) as f:
+        source = f.read()
+    script = tmp_path / "train.py"
+    script.write_text(source.replace("import argparse\n", "import argparse\nimport tg_slow_import  # noqa: F401\n", 1))
+    if fault is hang_imports:
+        (tmp_path / "hang").touch()
+    command = [PYTHON, str(script), "--steps", str(STEPS), "--ckpt-every", "20", "--step-delay", "0.02",
+               "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")]
+    job = Job(tmp_path, job_id, command, flags=["--max-restarts", "2"], env={"PYTHONPATH": str(site)})
+    if fault is hang_imports:
+        wait_for(lambda: len(standby_pids()) >= 4 or job.proc.poll() is not None, 120, "4 standbys started")
+    else:
+        wait_ready(job, 4)
+    fault(tmp_path, script)
+    os.kill(job.rank_pids()[1], signal.SIGKILL)
+    rc = job.wait(300)
+    assert rc == 0, job.output()[-3000:]
+    return job, (tmp_path / "sum").read_text().strip()
+
+
+def kill_standbys(tmp_path, script):
+    for pid in standby_pids():
+        os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not standby_pids(), 30, "the standbys killed")
+
+
+def hang_imports(tmp_path, script):
+    """The flag was set before the start: the standbys hang in an import."""
+
+
+def edit_script(tmp_path, script):
+    with open(script, "a") as f:
+        f.write("# edited between generations\n")
+
+
+@pytest.mark.parametrize("fault,reason", [
+    (kill_standbys, "killed by signal 9"),
+    (hang_imports, "still importing"),
+    (edit_script, "changed since the standby was made"),
+])
+def test_a_standby_that_cannot_serve_falls_back_cold(tmp_path, no_leftovers, plain_checksum, fault, reason):
+    job, checksum = run_with_fault(tmp_path, "fb-" + fault.__name__, fault)
+    started = [e for e in job.events("ranks_started") if e["generation"] == 1]
+    assert len(started) == 2
+    for e in started:
+        assert e["detail"]["warm"] == [], e["message"]
+        reasons = " ".join(e["detail"]["cold"])
+        assert reason in reasons, e["message"]
+    assert checksum == plain_checksum
