@@ -255,7 +255,7 @@ class Checkpointer:
         except RuntimeError:
             listed = []
         steps = [c["step"] for c in listed if c["complete"]]
-        unusable = [c for c in listed if c["problem"] or not c["complete"]]
+        unusable = [c for c in listed if c["problem"]]
         if not steps:
             if unusable:
                 raise CheckpointError("%s holds no usable checkpoint, but %d step(s) with a commit "
@@ -286,7 +286,7 @@ class Checkpointer:
             if c["step"] > loading and c["step"] not in self._told:
                 self._told.add(c["step"])
                 print("trainguard: checkpoint of step %d skipped: %s: %s" % (
-                    c["step"], c["path"], c["problem"] or "incomplete"), file=sys.stderr, flush=True)
+                    c["step"], c["path"], c["problem"]), file=sys.stderr, flush=True)
 
     def load(self, step):
         """Restores exactly `step`; raises CheckpointError if it is unusable."""

@@ -233,6 +233,8 @@ int Agent::RunLoop() {
         std::vector<int> capture(m.stop().capture_stacks_of().begin(),
                                  m.stop().capture_stacks_of().end());
         StopRanks(m.stop().generation(), capture, m.stop().grace_ms() * kMillisecond, true);
+      } else if (m.has_prepare_standby() && welcomed) {
+        PrepareSpareStandbys(m.prepare_standby());
       } else if (m.has_run_diagnostics() && welcomed) {
         StartDiagnostics(m.run_diagnostics());
       } else if (m.has_shutdown()) {

@@ -118,6 +118,9 @@ class Agent {
   void SendAlerts();
 
   void StartRanks(const v1::Start& start);
+  // The environment every rank of `start` shares (torchrun's variables and
+  // trainguard's), before the per-rank ones.
+  std::map<std::string, std::string> RanksEnvironment(const v1::Start& start) const;
   // Warm standbys (agent_standby.cc): made after this node's first step of
   // a generation; a start takes them (or says why it starts a rank cold).
   struct WarmState;
@@ -127,6 +130,11 @@ class Agent {
   std::optional<SpawnedProcess> StartWarm(int local_rank, const std::vector<std::string>& argv,
                                           const std::map<std::string, std::string>& env, std::string* why);
   void DropStandbys();
+  // An idle spare's standbys, from the running generation's command and
+  // the modules its ranks imported (PrepareStandby).
+  void PrepareSpareStandbys(const v1::PrepareStandby& order);
+  // Tells the controller what the ranks imported (group rank 0 only), for spares.
+  void SendImports(const std::string& imports);
   std::string ImportsFile(int local_rank) const;
   void StopRanks(std::int64_t generation, const std::vector<int>& capture,
                  Nanos grace, bool report);

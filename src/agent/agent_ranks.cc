@@ -35,9 +35,7 @@ namespace trainguard {
 
 namespace fs = std::filesystem;
 
-void Agent::StartRanks(const v1::Start& start) {
-  generation_ = start.generation();
-  group_rank_ = start.group_rank();
+std::map<std::string, std::string> Agent::RanksEnvironment(const v1::Start& start) const {
   std::map<std::string, std::string> base = CurrentEnvironment();
   for (const auto& [k, v] : start.env()) base[k] = v;
   base["WORLD_SIZE"] = std::to_string(start.world_size());
@@ -65,7 +63,14 @@ void Agent::StartRanks(const v1::Start& start) {
     base["PYTHONPATH"] = config_.python_dir +
                          (it != base.end() && !it->second.empty() ? ":" + it->second : "");
   }
+  return base;
+}
 
+void Agent::StartRanks(const v1::Start& start) {
+  generation_ = start.generation();
+  group_rank_ = start.group_rank();
+  const std::map<std::string, std::string> base = RanksEnvironment(start);
+  const bool instrument = !start.no_instrument();
   PrepareWarm(start, instrument);
 
   v1::AgentMessage started;

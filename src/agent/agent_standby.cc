@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 
 #include "agent/agent.h"
 #include "agent/agent_rank.h"
@@ -115,6 +116,55 @@ void Agent::MaybeMakeStandbys() {
       continue;
     }
     w.standbys[rank->local_rank] = std::make_unique<Standby>(std::move(*standby));
+    if (rank->local_rank == 0 && group_rank_ == 0) SendImports(imports);
+  }
+}
+
+void Agent::SendImports(const std::string& imports) {
+  std::ifstream f(imports);
+  v1::AgentMessage m;
+  m.mutable_standby_imports()->set_generation(generation_);
+  std::string line;
+  while (std::getline(f, line)) {
+    if (!line.empty()) m.mutable_standby_imports()->add_modules(line);
+  }
+  Send(m);
+}
+
+void Agent::PrepareSpareStandbys(const v1::PrepareStandby& order) {
+  if (!ranks_.empty()) return;  // not idle: its own ranks' standbys are made after their first step
+  const v1::Start& start = order.start();
+  PrepareWarm(start, !start.no_instrument());
+  WarmState& w = *warm_;
+  if (!w.enabled || !w.cmd) return;
+  std::string modules;
+  for (const auto& m : order.modules()) modules += m + "\n";
+  const std::map<std::string, std::string> base = RanksEnvironment(start);
+  Nanos now = clock_->MonotonicNanos();
+  for (int local = 0; local < start.nproc_per_node(); ++local) {
+    auto it = w.standbys.find(local);
+    if (it != w.standbys.end() && it->second->state() != Standby::State::kGone &&
+        it->second->target() == w.cmd->target()) {
+      continue;  // the one it has serves
+    }
+    std::string imports = ImportsFile(local);
+    std::string tmp = imports + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << modules;
+      if (!out.flush()) continue;
+    }
+    if (rename(tmp.c_str(), imports.c_str()) != 0) continue;
+    auto env = base;
+    env["LOCAL_RANK"] = std::to_string(local);
+    auto standby = Standby::Launch(*w.cmd, std::move(env), w.cwd, imports, geteuid() == 0 ? kStandbyNice : 0, now);
+    if (!standby.ok()) {
+      std::fprintf(stderr, "trainguard agent %s: no warm standby for local rank %d: %s\n",
+                   config_.node_id.c_str(), local, standby.status().ToString().c_str());
+      continue;
+    }
+    w.standbys[local] = std::make_unique<Standby>(std::move(*standby));
+    w.made.insert(local);
   }
 }
 

@@ -55,5 +55,62 @@ TEST(DowntimeTest, WithoutACheckpointLostWorkCountsFromStepZero) {
   EXPECT_NE(r.line.find("no checkpoint reported: counted from step 0"), std::string::npos) << r.line;
 }
 
+TEST(DowntimeTest, RestartSplitsIntoTermsThatAddUp) {
+  Incident inc = Crash();
+  RestartPath p;
+  p.first_step_wall = inc.stopped_wall + 3000 * kMillisecond;
+  p.generation_start_wall = inc.stopped_wall + 100 * kMillisecond;  // rendezvous 100 ms
+  // The rank was launched 20 ms after the start order: its first step at
+  // 2880 ms of its own clock.
+  p.script_start_ms = 80;
+  p.pg_init_begin_ms = 1000;
+  p.pg_init_end_ms = 1300;
+  p.restore_begin_ms = 1400;
+  p.restore_end_ms = 1900;
+  p.first_step_ms = 2880;
+  p.warm = true;
+  auto d = nlohmann::json::parse(DescribeDowntime(inc, p).json);
+  const auto& t = d["restart_terms"];
+  EXPECT_EQ(t["rendezvous_ms"], 100);
+  EXPECT_EQ(t["process_start_ms"], 100);  // 20 ms to launch + 80 ms to the script
+  EXPECT_EQ(t["imports_ms"], 920);
+  EXPECT_EQ(t["pg_init_ms"], 300);
+  EXPECT_EQ(t["restore_ms"], 500);
+  EXPECT_EQ(t["first_step_ms"], 1080);
+  EXPECT_EQ(t["warm"], true);
+  std::int64_t sum = 0;
+  for (const char* k : {"rendezvous_ms", "process_start_ms", "imports_ms", "pg_init_ms", "restore_ms", "first_step_ms"}) {
+    sum += t[k].get<std::int64_t>();
+  }
+  EXPECT_EQ(sum, d["restart_ms"].get<std::int64_t>());
+}
+
+TEST(DowntimeTest, MarksNotReportedFoldIntoTheNextTerm) {
+  Incident inc = Crash();
+  RestartPath p;
+  p.first_step_wall = inc.stopped_wall + 2 * kSecond;
+  p.generation_start_wall = inc.stopped_wall;
+  p.first_step_ms = 2000;  // an uninstrumented start: only the first step
+  auto d = nlohmann::json::parse(DescribeDowntime(inc, p).json);
+  EXPECT_EQ(d["restart_terms"]["imports_ms"], 2000);
+  EXPECT_EQ(d["restart_terms"]["pg_init_ms"], 0);
+  EXPECT_EQ(d["restart_terms"]["restore_ms"], 0);
+  RestartPath none;
+  none.first_step_wall = p.first_step_wall;
+  EXPECT_FALSE(nlohmann::json::parse(DescribeDowntime(inc, none).json).contains("restart_terms"));
+}
+
+TEST(DowntimeTest, LostWorkCountsFromTheCheckpointTheRanksResumedFrom) {
+  Incident inc = Crash();  // failed at 57, the newest commit the controller saw: 50
+  RestartPath p;
+  p.first_step_wall = inc.stopped_wall + kSecond;
+  p.resumed_step = 55;  // committed just before the failure, after the last heartbeat
+  DowntimeRecord r = DescribeDowntime(inc, p);
+  EXPECT_EQ(nlohmann::json::parse(r.json)["lost_steps"], 2);
+  EXPECT_NE(r.line.find("lost 2 step(s) (failed at 57, resumed from checkpoint 55)"), std::string::npos) << r.line;
+  p.resumed_step = 40;  // the newest was unusable: an older one was loaded
+  EXPECT_EQ(nlohmann::json::parse(DescribeDowntime(inc, p).json)["lost_steps"], 17);
+}
+
 }  // namespace
 }  // namespace trainguard

@@ -243,6 +243,7 @@ void JobController::HandleMessage(std::uint64_t conn, const v1::AgentMessage& ms
     case v1::AgentMessage::kDiagnostics: HandleDiagnostics(node, msg.diagnostics()); break;
     case v1::AgentMessage::kTimings: HandleTimings(node, msg.timings()); break;
     case v1::AgentMessage::kClockEcho: HandleClockEcho(node, msg.clock_echo(), arrived_mono); break;
+    case v1::AgentMessage::kStandbyImports: HandleStandbyImports(node, msg.standby_imports()); break;
     default: break;
   }
 }

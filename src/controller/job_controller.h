@@ -247,6 +247,10 @@ class JobController {
   void HandleRankExited(Node* node, const v1::RankExited& exited);
   void HandleStopped(Node* node, const v1::Stopped& stopped);
   void HandleLogAlert(Node* node, const v1::LogAlert& alert);
+  // What the ranks imported: idle spares make warm standbys of it (docs/restart.md).
+  void HandleStandbyImports(Node* node, const v1::StandbyImports& imports);
+  // The parts of a Start every node of the generation shares.
+  void FillStart(v1::Start* start) const;
   // Step timings (job_controller_timings.cc): into the store with the node's
   // clock offset removed, and through the straggler detector.
   void HandleTimings(Node* node, const v1::Timings& timings);
@@ -391,6 +395,7 @@ class JobController {
   Nanos stop_sent_mono_ = 0;
   Nanos generation_start_wall_ = 0;
   bool first_step_seen_ = false;     // in the current generation
+  v1::ControllerMessage spare_standby_;  // PrepareStandby for idle spares; none before the first imports
   std::optional<Incident> incident_;
   int incident_count_ = 0;
   std::int64_t checkpoint_step_ = -1;  // newest committed, across generations

@@ -53,18 +53,9 @@ void JobController::MaybeStartGeneration() {
   const Node* master = slots[0];
   v1::ControllerMessage msg;
   v1::Start* start = msg.mutable_start();
-  start->set_generation(generation_);
-  start->set_run_id(config_.job_id);
-  start->set_nnodes(active_nnodes_);
-  start->set_nproc_per_node(config_.nproc_per_node);
-  start->set_world_size(active_nnodes_ * config_.nproc_per_node);
+  FillStart(start);
   start->set_master_addr(master->address);
   start->set_master_port(master->free_port);
-  start->set_max_restarts(config_.max_restarts);
-  start->set_no_instrument(config_.no_instrument);
-  start->set_warm(!config_.no_warm);
-  for (const auto& a : config_.argv) start->add_argv(a);
-  for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
   json group_ranks = json::object();
   for (Node* n : slots) group_ranks[n->node_id] = n->group_rank;
   json d = {{"master_addr", master->address}, {"master_port", master->free_port},
@@ -94,6 +85,34 @@ void JobController::MaybeStartGeneration() {
     n->link->Send(msg);
   }
   SetState(JobState::kRunning, "generation " + std::to_string(generation_) + " started");
+}
+
+void JobController::FillStart(v1::Start* start) const {
+  start->set_generation(generation_);
+  start->set_run_id(config_.job_id);
+  start->set_nnodes(active_nnodes_);
+  start->set_nproc_per_node(config_.nproc_per_node);
+  start->set_world_size(active_nnodes_ * config_.nproc_per_node);
+  start->set_max_restarts(config_.max_restarts);
+  start->set_no_instrument(config_.no_instrument);
+  start->set_warm(!config_.no_warm);
+  for (const auto& a : config_.argv) start->add_argv(a);
+  for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
+}
+
+void JobController::HandleStandbyImports(Node* node, const v1::StandbyImports& imports) {
+  if (imports.generation() != generation_ || config_.no_warm || imports.modules_size() == 0) return;
+  spare_standby_.Clear();
+  v1::ControllerMessage msg;
+  v1::PrepareStandby* order = msg.mutable_prepare_standby();
+  FillStart(order->mutable_start());
+  order->mutable_start()->set_group_rank(-1);
+  *order->mutable_modules() = imports.modules();
+  spare_standby_ = msg;
+  for (auto& n : nodes_) {
+    if (n.conn != 0 && n.group_rank < 0 && !n.node_id.empty()) n.link->Send(spare_standby_);
+  }
+  (void)node;
 }
 
 void JobController::Restart(const Verdict& verdict, bool diagnosed) {
