@@ -27,8 +27,9 @@ struct RestartPath {
   std::int64_t restore_begin_ms = -1;
   std::int64_t restore_end_ms = -1;
   std::int64_t first_step_ms = -1;
-  // The checkpoint the generation resumed from: reported by the rank, else
-  // the step before its first step when that is known; -1 = unknown.
+  // The checkpoint the generation resumed from, as the rank reported it
+  // (trainguard.Checkpointer, or torch.load of a file trainguard marked);
+  // -1 = unknown: lost work counts from the newest committed checkpoint.
   std::int64_t resumed_step = -1;
   bool warm = false;
 };

@@ -50,7 +50,9 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
     // The step number of the first step: steps are counted, so this holds
     // when the loop steps one at a time.
     const std::int64_t first_step = status.step() - std::max<std::int64_t>(status.step_count(), 1) + 1;
-    path.resumed_step = status.has_resumed_step() ? status.resumed_step() : (first_step > 0 ? first_step - 1 : -1);
+    // Only what the rank says it loaded: the step before its first step is
+    // no proof (a loop may count from anywhere).
+    path.resumed_step = status.has_resumed_step() ? status.resumed_step() : -1;
     json detail{{"first_step_unix_ms", status.first_step_unix_ms()},
                 {"first_step", first_step},
                 {"since_launch_ms", (path.first_step_wall - generation_start_wall_) / kMillisecond},
