@@ -77,8 +77,10 @@ def one_run(workload, mode, i, steps):
         nodes_needed = 6  # the spare's two standbys as well
     job = Job(tmp, "restart-%s-%s-%d" % (workload, mode, i), command(workload, tmp, steps), flags=flags)
     try:
+        # A checkpoint first, so that every restart restores one.
+        wait_for(lambda: job.events("checkpoint_committed") or job.proc.poll() is not None, 120, "a checkpoint")
         if mode == "no-warm":
-            wait_for(lambda: job.events("first_step"), 120, "the first step")
+            pass
         else:
             wait_for(lambda: len(READY.findall(job.output())) >= nodes_needed or job.proc.poll() is not None,
                      120, "the standbys")

@@ -114,6 +114,23 @@ def test_a_missing_rank_shard_makes_the_checkpoint_incomplete_and_skipped(tmp_pa
     codes, outs, errs = run_ranks(2, "--dir", d, "--mode", "load", "--numel", "1000")
     assert codes == [0, 0], "\n".join(errs)
     assert all(o["step"] == 10 and o["matches"] for o in outs)
+    # Skipped, but not without a word: rank 0 names the step, where and why.
+    said = [l for l in errs[0].splitlines() if "checkpoint of step 20 skipped" in l]
+    assert len(said) == 1 and "manifest of rank 0 is missing" in said[0], errs[0]
+    assert "skipped" not in errs[1]
+
+
+def test_a_truncated_data_file_is_skipped_and_named(tmp_path):
+    d = str(tmp_path / "ck")
+    codes, _, errs = run_ranks(2, "--dir", d, "--mode", "save", "--steps", "10,20", "--numel", "1000")
+    assert codes == [0, 0], "\n".join(errs)
+    shard = os.path.join(committed_save_dir(d, 20), "rank-00001.data")
+    os.truncate(shard, os.path.getsize(shard) // 2)
+    codes, outs, errs = run_ranks(2, "--dir", d, "--mode", "load", "--numel", "1000")
+    assert codes == [0, 0], "\n".join(errs)
+    assert all(o["step"] == 10 and o["matches"] for o in outs)
+    said = [l for l in errs[0].splitlines() if "checkpoint of step 20 skipped" in l]
+    assert len(said) == 1 and shard in said[0] and "has the wrong size" in said[0], errs[0]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")

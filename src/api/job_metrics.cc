@@ -129,6 +129,10 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
   MetricFamily age = Family("trainguard_node_heartbeat_age_seconds", "gauge", "Seconds since the node's last heartbeat");
   MetricFamily info = Family("trainguard_node_info", "gauge", "The node's place in the job (always 1)");
   MetricFamily straggler = Family("trainguard_node_straggler", "gauge", "1 while the node is named a straggler");
+  MetricFamily standbys = Family("trainguard_node_standbys_ready", "gauge",
+                                 "Warm standby ranks ready on the node for the next start");
+  MetricFamily standby_memory = Family("trainguard_node_standby_memory_bytes", "gauge",
+                                       "Resident memory of the node's ready warm standby ranks");
   for (const NodeSnapshot& n : job.nodes) {
     MetricLabels node = with({{"node", n.node_id}});
     up.samples.push_back({node, n.connected ? 1.0 : 0.0});
@@ -137,8 +141,10 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
                                   {"rack", n.rack}, {"address", n.address}}),
                             1.0});
     straggler.samples.push_back({node, n.straggler ? 1.0 : 0.0});
+    standbys.samples.push_back({node, static_cast<double>(n.standbys_ready)});
+    standby_memory.samples.push_back({node, static_cast<double>(n.standby_rss_kb) * 1024});
   }
-  for (auto* f : {&up, &age, &info, &straggler}) out.push_back(*f);
+  for (auto* f : {&up, &age, &info, &straggler, &standbys, &standby_memory}) out.push_back(*f);
 
   MetricFamily phase = Family("trainguard_node_phase_seconds", "gauge",
                               "Seconds per step the node's ranks spent in a phase, mean over the newest steps");

@@ -287,5 +287,19 @@ TEST(RuleSetTest, ARuleFileWrittenByToJsonReadsBackAsTheSameRules) {
   for (const Rule& r : scan->rules()) EXPECT_FALSE(r.scan.empty()) << r.id;
 }
 
+TEST(RuleSetTest, ASkippedCheckpointLineIsScannedAsAWarning) {
+  RuleSet scan = Shipped().ScanRules();
+  for (const std::string line :
+       {"trainguard: checkpoint of step 40 skipped: /ck/step-40/s1/rank-00001.data has the wrong size",
+        "trainguard: checkpoint of step 20 unusable on rank 1: checksum mismatch; falling back to an older one",
+        "trainguard: checkpoint of step 30: the ranks read different saves of this step; falling back"}) {
+    std::vector<int> hits = scan.Match(line);
+    ASSERT_EQ(hits.size(), 1u) << line;
+    EXPECT_EQ(scan.rules()[hits[0]].id, "checkpoint-skipped");
+    EXPECT_EQ(scan.rules()[hits[0]].scan, "warning");
+  }
+  EXPECT_TRUE(scan.Match("rank 0: resumed from step 40 (trainguard checkpoint)").empty());
+}
+
 }  // namespace
 }  // namespace trainguard

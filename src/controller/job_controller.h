@@ -221,6 +221,8 @@ class JobController {
     bool runs_diagnostics = false;  // its agent answers RunDiagnostics
     int diag_port = 0;              // its diagnostics peer server (0: none)
     std::string rack;               // its top-of-rack switch ("" = none given)
+    int standbys_ready = 0;         // from its newest heartbeat
+    std::int64_t standby_rss_kb = 0;
   };
   // A node's place in its rack's all-reduce during that stage of a round.
   struct RackSeat {

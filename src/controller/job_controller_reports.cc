@@ -71,6 +71,8 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
   node->last_heartbeat_mono = clock_->MonotonicNanos();
   node->last_heartbeat_wall = clock_->WallNanos();
   ObserveLinks(node, hb.metrics());
+  node->standbys_ready = hb.metrics().standbys_ready();
+  node->standby_rss_kb = hb.metrics().standby_rss_kb();
   if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
   for (int i = 0; i < hb.ranks_size(); ++i) {
     UpdateRank(node, hb.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);

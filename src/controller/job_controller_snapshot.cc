@@ -70,6 +70,8 @@ JobSnapshot JobController::Snapshot() const {
     node.heartbeat_age_s =
         n.last_heartbeat_mono > 0 ? static_cast<double>(now_mono - n.last_heartbeat_mono) / kSecond : -1;
     node.straggler = stragglers.count(n.node_id) > 0;
+    node.standbys_ready = n.standbys_ready;
+    node.standby_rss_kb = n.standby_rss_kb;
     s.nodes.push_back(node);
     if (n.group_rank < 0) continue;
     for (const auto& [rank, view] : n.ranks) {

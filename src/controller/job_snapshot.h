@@ -39,6 +39,8 @@ struct NodeSnapshot {
   std::string rack;
   double heartbeat_age_s = -1;  // -1: no heartbeat yet
   bool straggler = false;    // the straggler detector names it now
+  int standbys_ready = 0;    // warm standby ranks waiting on it (docs/restart.md)
+  std::int64_t standby_rss_kb = 0;
 };
 
 struct JobSnapshot {
