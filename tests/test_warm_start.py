@@ -24,7 +24,7 @@ from conftest import EXAMPLE, PYTHON, Job, free_port, wait_for
 HERE = os.path.dirname(os.path.abspath(__file__))
 OBSERVE = os.path.join(HERE, "observe_start.py")
 READY = re.compile(r"warm standby of local rank (\d+) ready")
-STEPS = 300
+STEPS = 500
 
 
 def ready_count(job):

@@ -85,7 +85,7 @@ void Agent::MaybeMakeStandbys() {
   Nanos now = clock_->MonotonicNanos();
   for (auto& [local, standby] : w.standbys) {
     Standby::State before = standby->state();
-    standby->Poll(now);
+    standby->Poll();
     if (standby->state() == before) continue;
     if (standby->state() == Standby::State::kReady) {
       std::fprintf(stderr, "trainguard agent %s: warm standby of local rank %d ready in %.1f s (pid %d, %lld MiB)\n",

@@ -51,6 +51,23 @@ std::map<std::string, std::string> CurrentEnvironment() {
   return env;
 }
 
+void OutputPipes::CloseAll() {
+  for (int* fd : {&out[0], &out[1], &err[0], &err[1]}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+StatusOr<OutputPipes> MakeOutputPipes() {
+  OutputPipes p;
+  if (pipe2(p.out, O_CLOEXEC) != 0 || pipe2(p.err, O_CLOEXEC) != 0) {
+    int err = errno;
+    p.CloseAll();
+    return IoError(std::string("pipe: ") + std::strerror(err));
+  }
+  return p;
+}
+
 StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return InvalidArgument("no command to run");
   auto exe = FindExecutable(spec.argv[0]);
@@ -65,18 +82,11 @@ StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec) {
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
   const std::string& path = exe.value();
-  int out_pipe[2];
-  int err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + std::strerror(errno));
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-    int err = errno;
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    return IoError(std::string("pipe: ") + std::strerror(err));
-  }
-  auto close_pipes = [&] {
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) close(fd);
-  };
+  auto pipes = MakeOutputPipes();
+  if (!pipes.ok()) return pipes.status();
+  int* out_pipe = pipes->out;
+  int* err_pipe = pipes->err;
+  auto close_pipes = [&] { pipes->CloseAll(); };
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {

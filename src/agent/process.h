@@ -33,6 +33,14 @@ struct SpawnedProcess {
   int stderr_fd = -1;   // read end of the child's stderr pipe (O_CLOEXEC)
 };
 
+// A child's stdout and stderr pipes (both ends O_CLOEXEC): [0] is read, [1] written.
+struct OutputPipes {
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  void CloseAll();
+};
+StatusOr<OutputPipes> MakeOutputPipes();
+
 // Starts the child in a new process group with stdout and stderr going to
 // two pipes, kept apart.
 StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec);

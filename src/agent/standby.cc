@@ -171,8 +171,7 @@ void Standby::Kill(const std::string& why) {
   }
 }
 
-void Standby::Poll(Nanos now_mono) {
-  (void)now_mono;
+void Standby::Poll() {
   if (state_ == State::kGone) return;
   char sink[4096];
   for (int fd : {stdout_fd_, stderr_fd_}) {
@@ -206,7 +205,7 @@ void Standby::Poll(Nanos now_mono) {
 StatusOr<SpawnedProcess> Standby::Activate(const PythonCommand& cmd, const std::vector<std::string>& argv,
                                            const std::map<std::string, std::string>& env,
                                            const std::string& cwd, Nanos timeout) {
-  Poll(0);
+  Poll();
   if (state_ != State::kReady) {
     std::string why = state_ == State::kImporting ? "the standby is still importing" : reason_;
     Kill(why);
@@ -243,14 +242,10 @@ StatusOr<SpawnedProcess> Standby::Activate(const PythonCommand& cmd, const std::
   order["argv"] = script_argv;
   std::string text = order.dump();
 
-  int out_pipe[2], err_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) return IoError(std::string("pipe: ") + std::strerror(errno));
-  if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-    int err = errno;
-    close(out_pipe[0]);
-    close(out_pipe[1]);
-    return IoError(std::string("pipe: ") + std::strerror(err));
-  }
+  auto pipes = MakeOutputPipes();
+  if (!pipes.ok()) return pipes.status();
+  int* out_pipe = pipes->out;
+  int* err_pipe = pipes->err;
   iovec iov{text.data(), text.size()};
   alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
   msghdr msg{};

@@ -61,7 +61,7 @@ class Standby {
   ~Standby();  // kills and reaps it unless it became a rank
 
   // Reads its ready message or notices its exit; never blocks.
-  void Poll(Nanos now_mono);
+  void Poll();
   State state() const { return state_; }
   // Why it is gone (state kGone), e.g. "import of numpy failed: ...".
   const std::string& reason() const { return reason_; }
