@@ -125,8 +125,8 @@ def main():
             start, state = restored
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["opt"])
-            print("rank %d: resumed from step %d (trainguard checkpoint), restart %d"
-                  % (rank, start, restart), flush=True)
+            print("rank %d: resumed from step %d (trainguard checkpoint, read from %s), restart %d"
+                  % (rank, start, ckpt.last_source, restart), flush=True)
     else:
         path = latest_checkpoint(args.ckpt_dir)
         if path:

@@ -174,3 +174,62 @@ def test_a_standby_that_cannot_serve_falls_back_cold(tmp_path, no_leftovers, pla
         reasons = " ".join(e["detail"]["cold"])
         assert reason in reasons, e["message"]
     assert checksum == plain_checksum
+
+
+def memory_copies(job_id, node):
+    root = "/dev/shm/trainguard-%s-%s-checkpoints" % (job_id, node)
+    found = []
+    for d, _, files in os.walk(root):
+        found += [os.path.join(d, f) for f in files if f.endswith(".data")]
+    return found
+
+
+def sources(job, generation):
+    """How each rank of a generation said it resumed: {rank: "memory" | "storage"}."""
+    said = {}
+    for node in ("node0", "node1"):
+        for rank in range(4):
+            path = os.path.join(job.tmp, "run", node, "logs", "rank%d.stdout.log" % rank)
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                part = f.read().split("==== trainguard: generation %d " % generation)[-1]
+            m = re.search(r"resumed from step \d+ \(trainguard checkpoint, read from (\w+)\)", part)
+            if m:
+                said[rank] = m.group(1)
+    return said
+
+
+@pytest.mark.parametrize("corrupt", [False, True])
+def test_a_restart_restores_from_the_nodes_memory_unless_the_copy_is_wrong(tmp_path, no_leftovers, plain_checksum,
+                                                                           corrupt):
+    """Each node keeps its ranks' newest committed checkpoint in memory; the
+    restarted ranks read it from there, verified as from storage. With one
+    byte flipped in node0's copies, node0's ranks say so and read storage."""
+    job_id = "mem-%s" % ("corrupt" if corrupt else "ok")
+    command = [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "100", "--step-delay", "0.02",
+               "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")]
+    job = Job(tmp_path, job_id, command, flags=["--max-restarts", "2"])
+    wait_for(lambda: job.events("checkpoint_committed") or job.proc.poll() is not None, 120, "a checkpoint")
+    copies = memory_copies(job_id, "node0")
+    assert len(copies) == 2, copies  # ranks 0 and 1, one step each
+    if corrupt:
+        for path in copies:
+            with open(path, "r+b") as f:
+                f.seek(100)
+                b = f.read(1)
+                f.seek(100)
+                f.write(bytes([b[0] ^ 0x01]))
+    os.kill(job.rank_pids()[1], signal.SIGKILL)
+    assert job.wait(300) == 0, job.output()[-3000:]
+    said = sources(job, 1)
+    assert sorted(said) == [0, 1, 2, 3], said
+    if corrupt:
+        assert said == {0: "storage", 1: "storage", 2: "memory", 3: "memory"}, said
+        alerts = [e for e in job.events("log_alert") if "memory copy" in e["message"]]
+        assert {e["rank"] for e in alerts} == {0, 1}, [e["message"] for e in job.events("log_alert")]
+        assert all("checksum" in e["message"] for e in alerts)
+    else:
+        assert set(said.values()) == {"memory"}, said
+    assert (tmp_path / "sum").read_text().strip() == plain_checksum
+    assert not memory_copies(job_id, "node0"), "the agent leaves its memory copies behind"

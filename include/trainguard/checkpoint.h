@@ -80,6 +80,12 @@ struct CheckpointOptions {
   OverflowPolicy overflow = OverflowPolicy::kBlock;
   double commit_timeout_s = 600;  // a step whose ranks are not all durable by then is abandoned
   bool report_to_trainguard = true;  // tell the agent (client::CheckpointCommitted) on commit
+  // Node memory copies (docs/restart.md): each save's data file is also
+  // written to MEMORY_DIR/step-N/SAVE/rank-R.data (a tmpfs the agent owns,
+  // which outlives the rank); the newest `memory_keep` committed steps are
+  // kept there. "" = none.
+  std::string memory_dir;
+  int memory_keep = 1;
 };
 
 struct CheckpointStats {
@@ -166,6 +172,13 @@ StatusOr<RankManifest> ReadManifest(const std::string& dir, std::int64_t step, i
 // Corruption and missing files are kIoError / kNotFound with the file named.
 Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, void* dest,
                        std::uint64_t size, int threads = 4);
+// The same, from the node's memory copy in `memory_dir` when it has one of
+// exactly the committed save that verifies against the stored manifest's
+// checksums; else from storage. `source` says which ("memory", "storage");
+// `memory_problem` why a memory copy there was not used ("" if none was).
+Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, void* dest,
+                       std::uint64_t size, int threads, const std::string& memory_dir,
+                       std::string* source, std::string* memory_problem);
 // Checks a step: committed, every rank's manifest of the committed save and
 // its data present, every checksum right. Returns OK or the list of problems
 // (one per line).

@@ -149,8 +149,13 @@ class Checkpointer:
         if not dist and len(self.group) > 1:
             raise CheckpointError("replicated checkpoints of %d ranks need torch.distributed "
                                   "to be initialized first" % len(self.group))
+        # The node's memory copies (docs/restart.md): a directory the agent owns.
+        self.memory_dir = os.environ.get("TRAINGUARD_MEMORY_CHECKPOINTS", "")
+        memory_keep = int(os.environ.get("TRAINGUARD_MEMORY_CHECKPOINTS_KEEP", "1") or 1)
+        self.last_source = ""  # where the newest load read this rank's part: "memory" or "storage"
         self._engine = _core.CheckpointEngine(self.directory, keep_last, copy_threads,
-                                              writer_threads, overflow, float(commit_timeout), True)
+                                              writer_threads, overflow, float(commit_timeout), True,
+                                              self.memory_dir, memory_keep)
         self.last_error = ""
         self.bytes_read = 0
         self._told = set()  # steps already named as skipped
@@ -326,8 +331,13 @@ class Checkpointer:
             size = manifest["hi"] - manifest["lo"]
             local = torch.empty(max(size, 1), dtype=torch.uint8)
             key = _save_key(manifest["attempt"], manifest["sequence"])
-            _core.read_stored_range(self.directory, step, self.rank, manifest["attempt"],
-                                    manifest["sequence"], local.data_ptr(), size, self.read_threads)
+            source, memory_problem = _core.read_stored_range(
+                self.directory, step, self.rank, manifest["attempt"], manifest["sequence"],
+                local.data_ptr(), size, self.read_threads, self.memory_dir)
+            self.last_source = source
+            if memory_problem:
+                print("trainguard: checkpoint of step %d: the node's memory copy of rank %d not used: %s; "
+                      "read from storage" % (step, self.rank, memory_problem), file=sys.stderr, flush=True)
             self.bytes_read += size
         except (RuntimeError, CheckpointError) as e:
             reason = str(e)

@@ -109,6 +109,14 @@ Agent::~Agent() {
   if (reconnector_.joinable()) reconnector_.join();
   StopRanks(generation_, {}, 0, false);
   DropStandbys();
+  DropMemoryCheckpoints();
+}
+
+void Agent::DropMemoryCheckpoints() {
+  if (memory_checkpoint_dir_.empty()) return;
+  std::error_code ec;
+  fs::remove_all(memory_checkpoint_dir_, ec);
+  memory_checkpoint_dir_.clear();
 }
 
 void Agent::OnCommand(const v1::ControllerMessage& msg) {
@@ -243,6 +251,7 @@ int Agent::RunLoop() {
         }
         StopRanks(generation_, {}, 0, false);
         DropStandbys();
+        DropMemoryCheckpoints();
         std::lock_guard<std::mutex> lock(mu_);
         job_exit_status_ = m.shutdown().exit_status();
         return 0;
@@ -321,6 +330,16 @@ void Agent::SendHeartbeat() {
     std::fclose(f);
   }
   hb->mutable_metrics()->set_load1(load1);
+  if (!memory_checkpoint_dir_.empty()) {
+    std::error_code ec;
+    std::int64_t bytes = 0;
+    for (auto it = fs::recursive_directory_iterator(memory_checkpoint_dir_, ec);
+         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      std::error_code size_ec;
+      if (it->is_regular_file(size_ec)) bytes += static_cast<std::int64_t>(it->file_size(size_ec));
+    }
+    hb->mutable_metrics()->set_memory_checkpoint_bytes(bytes);
+  }
   for (const auto& [local, standby] : warm_->standbys) {
     if (standby->state() != Standby::State::kReady) continue;
     hb->mutable_metrics()->set_standbys_ready(hb->metrics().standbys_ready() + 1);

@@ -121,6 +121,10 @@ class Agent {
   // The environment every rank of `start` shares (torchrun's variables and
   // trainguard's), before the per-rank ones.
   std::map<std::string, std::string> RanksEnvironment(const v1::Start& start) const;
+  // Where this node keeps the ranks' memory copies of checkpoints (a tmpfs).
+  std::string MemoryCheckpointDir(const std::string& run_id) const;
+  // Removes them (the job ended here).
+  void DropMemoryCheckpoints();
   // Warm standbys (agent_standby.cc): made after this node's first step of
   // a generation; a start takes them (or says why it starts a rank cold).
   struct WarmState;
@@ -189,6 +193,7 @@ class Agent {
   KernelLog kernel_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::unique_ptr<WarmState> warm_;
+  std::string memory_checkpoint_dir_;  // "" until a start asked for memory copies
   std::int64_t generation_ = -1;
   int group_rank_ = -1;  // of the running generation
   Nanos heartbeat_interval_ = 1 * kSecond;

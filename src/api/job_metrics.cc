@@ -133,8 +133,11 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
                                  "Warm standby ranks ready on the node for the next start");
   MetricFamily standby_memory = Family("trainguard_node_standby_memory_bytes", "gauge",
                                        "Resident memory of the node's ready warm standby ranks");
+  MetricFamily memory_checkpoints = Family("trainguard_node_memory_checkpoint_bytes", "gauge",
+                                           "Bytes of checkpoints the node keeps in memory for restarts");
   for (const NodeSnapshot& n : job.nodes) {
     MetricLabels node = with({{"node", n.node_id}});
+    memory_checkpoints.samples.push_back({node, static_cast<double>(n.memory_checkpoint_bytes)});
     up.samples.push_back({node, n.connected ? 1.0 : 0.0});
     if (n.heartbeat_age_s >= 0) age.samples.push_back({node, n.heartbeat_age_s});
     info.samples.push_back({with({{"node", n.node_id}, {"role", n.role}, {"group_rank", std::to_string(n.group_rank)},
@@ -144,7 +147,7 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
     standbys.samples.push_back({node, static_cast<double>(n.standbys_ready)});
     standby_memory.samples.push_back({node, static_cast<double>(n.standby_rss_kb) * 1024});
   }
-  for (auto* f : {&up, &age, &info, &straggler, &standbys, &standby_memory}) out.push_back(*f);
+  for (auto* f : {&up, &age, &info, &straggler, &standbys, &standby_memory, &memory_checkpoints}) out.push_back(*f);
 
   MetricFamily phase = Family("trainguard_node_phase_seconds", "gauge",
                               "Seconds per step the node's ranks spent in a phase, mean over the newest steps");

@@ -324,6 +324,7 @@ class PosixCheckpointEngine final : public CheckpointEngine {
       return fail(s);
     }
     close(fd);
+    CopyToMemory(job, stem + ".data");
 
     ManifestFile m;
     m.manifest.step = job.step;
@@ -348,6 +349,62 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     pending_.push_back({job.step, job.save, job.rank, job.world_size,
                         MonotonicNowNanos() + static_cast<Nanos>(options_.commit_timeout_s * kSecond)});
     return Status::Ok();
+  }
+
+  // The node's memory copy of this rank's data (options_.memory_dir): the
+  // same bytes, not fsynced (a tmpfs). A bonus: a failure is said once and
+  // the save goes on; the reader uses a copy only if it verifies.
+  void CopyToMemory(const Job& job, const std::string& data_file) {
+    if (options_.memory_dir.empty()) return;
+    std::string dir = options_.memory_dir + "/" + StepDirName(job.step) + "/" + job.save.DirName();
+    std::string path = dir + "/" + data_file;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    int fd = ec ? -1 : open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    bool ok = fd >= 0;
+    const char* src = buffer_.data();
+    for (std::uint64_t done = 0, size = job.hi - job.lo; ok && done < size;) {
+      ssize_t n = write(fd, src + done, size - done);
+      if (n < 0 && errno == EINTR) continue;
+      ok = n > 0;
+      if (ok) done += static_cast<std::uint64_t>(n);
+    }
+    if (fd >= 0) close(fd);
+    if (!ok) {
+      unlink(path.c_str());
+      if (!memory_warned_) {
+        memory_warned_ = true;
+        std::fprintf(stderr, "trainguard: checkpoint of step %lld has no copy in the node's memory: %s\n",
+                     static_cast<long long>(job.step), ErrnoMessage("write", path).c_str());
+      }
+    }
+  }
+
+  // After a commit: this rank's memory copies of all but the newest
+  // memory_keep committed steps go (an uncommitted save's copy is kept until
+  // a newer commit: it may be the one that commits).
+  void RetainMemory(std::int64_t committed_step) {
+    if (options_.memory_dir.empty()) return;
+    memory_committed_.insert(committed_step);
+    while (static_cast<int>(memory_committed_.size()) > std::max(options_.memory_keep, 1)) {
+      memory_committed_.erase(memory_committed_.begin());
+    }
+    std::int64_t oldest_kept = *memory_committed_.begin();
+    std::error_code ec;
+    const std::string stem = RankFileStem(own_rank_) + ".data";
+    for (const auto& step_entry : fs::directory_iterator(options_.memory_dir, ec)) {
+      long long step = -1;
+      if (std::sscanf(step_entry.path().filename().c_str(), "step-%lld", &step) != 1 || step >= oldest_kept ||
+          memory_committed_.count(step)) {
+        continue;
+      }
+      std::error_code ec2;
+      for (const auto& save_entry : fs::directory_iterator(step_entry.path(), ec2)) {
+        unlink((save_entry.path() / stem).c_str());
+        rmdir(save_entry.path().c_str());  // when no other rank's copy is left
+      }
+      rmdir(step_entry.path().c_str());
+    }
   }
 
   // Rank 0 commits a save once every rank's manifest of that save is there;
@@ -390,6 +447,8 @@ class PosixCheckpointEngine final : public CheckpointEngine {
         } else if (committed) {
           pending_.erase(it);
           stats_.last_committed_step = std::max(stats_.last_committed_step, p.step);
+          own_rank_ = p.rank;
+          RetainMemory(p.step);
           if (options_.report_to_trainguard) client::CheckpointCommitted(p.step);
         } else if (superseded || gone) {
           pending_.erase(it);
@@ -407,6 +466,9 @@ class PosixCheckpointEngine final : public CheckpointEngine {
   }
 
   const CheckpointOptions options_;
+  bool memory_warned_ = false;             // a node memory copy failed once (said once)
+  std::set<std::int64_t> memory_committed_;  // committed steps whose memory copies are kept
+  int own_rank_ = 0;
   std::unique_ptr<HostMemory> memory_;
   HostBuffer buffer_;  // owned by Save() while !busy_, by the background thread while busy_
 

@@ -186,6 +186,43 @@ Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, voi
   return ReadAndVerify(step_dir + "/" + save.DirName(), *m, static_cast<char*>(dest), threads);
 }
 
+Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, void* dest,
+                       std::uint64_t size, int threads, const std::string& memory_dir,
+                       std::string* source, std::string* memory_problem) {
+  *source = "storage";
+  memory_problem->clear();
+  if (memory_dir.empty()) return ReadStoredRange(dir, manifest, dest, size, threads);
+  std::int64_t step = manifest.step;
+  std::string step_dir = StepPath(dir, step);
+  SaveId save{manifest.attempt, manifest.sequence};
+  // The stored commit and manifest decide what is right; the memory copy
+  // only supplies bytes, checked exactly as the stored ones are.
+  auto commit = LoadCommit(step_dir);
+  if (!commit.ok() || commit->save != save) return ReadStoredRange(dir, manifest, dest, size, threads);
+  auto m = LoadManifest(step_dir, step, save, manifest.rank, &commit.value());
+  if (!m.ok() || size != m->manifest.hi - m->manifest.lo) return ReadStoredRange(dir, manifest, dest, size, threads);
+  std::string copy_dir = memory_dir + "/" + StepDirName(step) + "/" + save.DirName();
+  struct stat st;
+  if (stat((copy_dir + "/" + m->data_file).c_str(), &st) != 0) {
+    // None of this save: another save's copy of the step is not looked at.
+    std::error_code ec;
+    if (fs::exists(copy_dir, ec)) {
+      *memory_problem = "the node's memory has no copy of rank " + std::to_string(manifest.rank) + "'s part";
+    } else if (fs::exists(memory_dir + "/" + StepDirName(step), ec)) {
+      *memory_problem = "the node's memory holds another save of step " + std::to_string(step) + ", not " +
+                        save.DirName();
+    }
+    return ReadStoredRange(dir, manifest, dest, size, threads);
+  }
+  Status s = ReadAndVerify(copy_dir, *m, static_cast<char*>(dest), threads);
+  if (s.ok()) {
+    *source = "memory";
+    return s;
+  }
+  *memory_problem = s.message();
+  return ReadStoredRange(dir, manifest, dest, size, threads);
+}
+
 Status VerifyCheckpoint(const std::string& dir, std::int64_t step) {
   std::string step_dir = StepPath(dir, step);
   auto commit = LoadCommit(step_dir);

@@ -306,5 +306,68 @@ TEST(CheckpointLayoutTest, MemberRangesCoverTheStreamExactlyOnce) {
   }
 }
 
+// Node memory copies (options.memory_dir): read from memory only when the
+// copy is exactly the committed save's bytes, else from storage, saying why.
+TEST_F(CheckpointTest, AMemoryCopyIsReadOnlyWhenItIsTheCommittedSavesExactBytes) {
+  const std::string mem = dir_ + "-memory";
+  fs::remove_all(mem);
+  CheckpointOptions o;
+  o.memory_dir = mem;
+  o.memory_keep = 1;
+  auto engine = Engine(o);
+  std::vector<char> a = Bytes(1, 100000);
+  auto save = [&](std::int64_t step) {
+    for (auto& c : a) c = static_cast<char>(c + 1);
+    SaveRequest req;
+    req.step = step;
+    req.blob = "b";
+    req.tensors = {{"a", "u8", {static_cast<std::int64_t>(a.size())}, a.data(), a.size()}};
+    ASSERT_TRUE(engine->Save(req).ok());
+    ASSERT_TRUE(engine->Wait().ok());
+  };
+  save(10);
+  save(20);
+  // Only the newest committed step stays in memory.
+  EXPECT_FALSE(fs::exists(mem + "/" + StepDirName(10)));
+  const std::string save_dir = SaveDir(20);
+  const std::string copy = mem + "/" + StepDirName(20) + "/" + fs::path(save_dir).filename().string() +
+                           "/" + RankFileStem(0) + ".data";
+  ASSERT_TRUE(fs::exists(copy));
+  auto m = ReadManifest(dir_, 20, 0);
+  ASSERT_TRUE(m.ok());
+  auto read = [&](std::string* source, std::string* problem) {
+    std::vector<char> out(m->hi - m->lo);
+    Status s = ReadStoredRange(dir_, *m, out.data(), out.size(), 2, mem, source, problem);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    return out;
+  };
+  std::string source, problem;
+  std::vector<char> from_memory = read(&source, &problem);
+  EXPECT_EQ(source, "memory");
+  EXPECT_EQ(problem, "");
+  // One flipped byte in the copy: storage, and why.
+  {
+    std::fstream f(copy, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(5000);
+    char c;
+    f.get(c);
+    f.seekp(5000);
+    f.put(static_cast<char>(c ^ 1));
+  }
+  EXPECT_EQ(read(&source, &problem), from_memory);
+  EXPECT_EQ(source, "storage");
+  EXPECT_NE(problem.find("checksum"), std::string::npos) << problem;
+  // A copy of another save of the step: never looked at.
+  fs::rename(fs::path(copy).parent_path(), fs::path(copy).parent_path().parent_path() / "s-other-1");
+  EXPECT_EQ(read(&source, &problem), from_memory);
+  EXPECT_EQ(source, "storage");
+  EXPECT_NE(problem.find("another save of step 20"), std::string::npos) << problem;
+  // No memory at all (a replacement node): storage, nothing to say.
+  fs::remove_all(mem);
+  EXPECT_EQ(read(&source, &problem), from_memory);
+  EXPECT_EQ(source, "storage");
+  EXPECT_EQ(problem, "");
+}
+
 }  // namespace
 }  // namespace trainguard

@@ -41,6 +41,8 @@ struct JobConfig {
   bool no_instrument = false;
   // Start ranks cold every time: no warm standbys (docs/restart.md).
   bool no_warm = false;
+  // Committed checkpoints each node keeps in memory per rank (0: none).
+  int memory_checkpoints = 1;
   // How often agents send a heartbeat.
   Nanos heartbeat_interval = 1 * kSecond;
   // A node is lost after this many heartbeat intervals without one.

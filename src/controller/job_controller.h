@@ -223,6 +223,7 @@ class JobController {
     std::string rack;               // its top-of-rack switch ("" = none given)
     int standbys_ready = 0;         // from its newest heartbeat
     std::int64_t standby_rss_kb = 0;
+    std::int64_t memory_checkpoint_bytes = 0;
   };
   // A node's place in its rack's all-reduce during that stage of a round.
   struct RackSeat {

@@ -96,6 +96,7 @@ void JobController::FillStart(v1::Start* start) const {
   start->set_max_restarts(config_.max_restarts);
   start->set_no_instrument(config_.no_instrument);
   start->set_warm(!config_.no_warm);
+  start->set_memory_checkpoints(config_.memory_checkpoints);
   for (const auto& a : config_.argv) start->add_argv(a);
   for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
 }

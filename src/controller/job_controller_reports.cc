@@ -73,6 +73,7 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
   ObserveLinks(node, hb.metrics());
   node->standbys_ready = hb.metrics().standbys_ready();
   node->standby_rss_kb = hb.metrics().standby_rss_kb();
+  node->memory_checkpoint_bytes = hb.metrics().memory_checkpoint_bytes();
   if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
   for (int i = 0; i < hb.ranks_size(); ++i) {
     UpdateRank(node, hb.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);
@@ -204,7 +205,15 @@ void JobController::HandleLogAlert(Node* node, const v1::LogAlert& alert) {
        alert.severity() + ": " + who + ": " + alert.line() + " (rule " + alert.rule_id() + ")",
        d.dump(-1, ' ', false, kReplaceBadUtf8));
   if (alert.severity() == "warning") {
-    // A warning makes the node watched unless it is suspect already.
+    // A warning of a hardware rule makes the node watched unless it is
+    // suspect already; others (a skipped checkpoint) are only recorded.
+    bool hardware = true;  // an unknown rule: as before
+    if (rules_ != nullptr) {
+      for (const Rule& r : rules_->rules()) {
+        if (r.id == alert.rule_id()) hardware = r.hardware;
+      }
+    }
+    if (!hardware) return;
     auto health = HealthOf(node->node_id);
     if (health.ok() && health->status != "suspect" && health->status != "cordoned") {
       writer_->SetNodeHealth({node->node_id, "watch", "warning: " + alert.line() + " (rule " + alert.rule_id() + ")",

@@ -72,6 +72,7 @@ JobSnapshot JobController::Snapshot() const {
     node.straggler = stragglers.count(n.node_id) > 0;
     node.standbys_ready = n.standbys_ready;
     node.standby_rss_kb = n.standby_rss_kb;
+    node.memory_checkpoint_bytes = n.memory_checkpoint_bytes;
     s.nodes.push_back(node);
     if (n.group_rank < 0) continue;
     for (const auto& [rank, view] : n.ranks) {

@@ -196,6 +196,10 @@ std::vector<Knob> MakeKnobs() {
     k.put = [](JobConfig* c, const std::string& v) { c->no_instrument = v == "true"; };
     t.push_back(std::move(k));
   }
+  t.push_back(Count("memory_checkpoints", "--memory-checkpoints",
+                    "committed checkpoints (trainguard.Checkpointer) each node keeps in memory per rank, restored "
+                    "from there after a restart when they verify (docs/restart.md); 0: none",
+                    &JobConfig::memory_checkpoints, 0, 8));
   {
     Knob k;
     k.name = "no_warm";

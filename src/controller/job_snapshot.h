@@ -41,6 +41,7 @@ struct NodeSnapshot {
   bool straggler = false;    // the straggler detector names it now
   int standbys_ready = 0;    // warm standby ranks waiting on it (docs/restart.md)
   std::int64_t standby_rss_kb = 0;
+  std::int64_t memory_checkpoint_bytes = 0;  // the node's memory copies of checkpoints
 };
 
 struct JobSnapshot {

@@ -151,7 +151,8 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<CheckpointEngine>(m, "CheckpointEngine")
       .def(py::init([](const std::string& dir, int keep_last, int copy_threads, int writer_threads,
-                       const std::string& overflow, double commit_timeout_s, bool report) {
+                       const std::string& overflow, double commit_timeout_s, bool report,
+                       const std::string& memory_dir, int memory_keep) {
              CheckpointOptions o;
              o.dir = dir;
              o.keep_last = keep_last;
@@ -163,13 +164,16 @@ PYBIND11_MODULE(_core, m) {
              o.overflow = overflow == "skip" ? OverflowPolicy::kSkip : OverflowPolicy::kBlock;
              o.commit_timeout_s = commit_timeout_s;
              o.report_to_trainguard = report;
+             o.memory_dir = memory_dir;
+             o.memory_keep = memory_keep;
              auto engine = CheckpointEngine::Create(o);
              ThrowIfError(engine.status());
              return std::move(engine).value().release();
            }),
            py::arg("dir"), py::arg("keep_last") = 3, py::arg("copy_threads") = 4,
            py::arg("writer_threads") = 4, py::arg("overflow") = "block",
-           py::arg("commit_timeout_s") = 600.0, py::arg("report") = true)
+           py::arg("commit_timeout_s") = 600.0, py::arg("report") = true, py::arg("memory_dir") = "",
+           py::arg("memory_keep") = 1)
       // tensors: [(name, dtype, shape, data_ptr, nbytes, on_device)]. The
       // caller keeps the tensors alive until save() returns. device_stream:
       // the cudaStream_t that produced the device tensors (0: legacy default). Returns False
@@ -262,20 +266,26 @@ PYBIND11_MODULE(_core, m) {
   // `size` bytes, verifying checksums.
   m.def("read_stored_range", [](const std::string& dir, std::int64_t step, int rank,
                                 const std::string& attempt, std::int64_t sequence,
-                                std::uintptr_t ptr, std::uint64_t size, int threads) {
+                                std::uintptr_t ptr, std::uint64_t size, int threads,
+                                const std::string& memory_dir) {
     RankManifest which;
     which.step = step;
     which.rank = rank;
     which.attempt = attempt;
     which.sequence = sequence;
     Status s;
+    std::string source, memory_problem;
     {
       py::gil_scoped_release release;
-      s = ReadStoredRange(dir, which, reinterpret_cast<void*>(ptr), size, threads);
+      s = ReadStoredRange(dir, which, reinterpret_cast<void*>(ptr), size, threads, memory_dir, &source,
+                          &memory_problem);
     }
     ThrowIfError(s);
+    return py::make_tuple(source, memory_problem);
   }, py::arg("dir"), py::arg("step"), py::arg("rank"), py::arg("attempt"), py::arg("sequence"),
-     py::arg("ptr"), py::arg("size"), py::arg("threads") = 4);
+     py::arg("ptr"), py::arg("size"), py::arg("threads") = 4, py::arg("memory_dir") = "",
+     "Reads and verifies a rank's stored range; from the node's memory copy when `memory_dir` has one "
+     "that verifies. Returns (source, why a memory copy was not used).");
   m.def("verify_checkpoint", [](const std::string& dir, std::int64_t step) {
     Status s = VerifyCheckpoint(dir, step);
     return s.ok() ? std::string() : s.message();
