@@ -179,6 +179,18 @@ Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, voi
 Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, void* dest,
                        std::uint64_t size, int threads, const std::string& memory_dir,
                        std::string* source, std::string* memory_problem);
+// The node's memory copy of a rank's committed range, mapped privately
+// (copy-on-write: writes never reach the copy) and verified in place against
+// the stored manifest's checksums: a restore without copying the bytes. The
+// caller owns the mapping (munmap(data, size)). kNotFound: no copy of this
+// save (message "" when the memory holds nothing of the step); any other
+// error says why the copy there cannot be used.
+struct MappedRange {
+  void* data = nullptr;
+  std::uint64_t size = 0;
+};
+StatusOr<MappedRange> MapMemoryCopy(const std::string& dir, const RankManifest& manifest,
+                                    const std::string& memory_dir, int threads = 4);
 // Checks a step: committed, every rank's manifest of the committed save and
 // its data present, every checksum right. Returns OK or the list of problems
 // (one per line).

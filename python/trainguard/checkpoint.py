@@ -329,15 +329,13 @@ class Checkpointer:
                     "saved by %d ranks in replica group %s; this job has %d ranks in %s"
                     % (manifest["world_size"], manifest["replica_group"], self.world_size, self.group))
             size = manifest["hi"] - manifest["lo"]
-            local = torch.empty(max(size, 1), dtype=torch.uint8)
             key = _save_key(manifest["attempt"], manifest["sequence"])
-            source, memory_problem = _core.read_stored_range(
-                self.directory, step, self.rank, manifest["attempt"], manifest["sequence"],
-                local.data_ptr(), size, self.read_threads, self.memory_dir)
-            self.last_source = source
-            if memory_problem:
-                print("trainguard: checkpoint of step %d: the node's memory copy of rank %d not used: %s; "
-                      "read from storage" % (step, self.rank, memory_problem), file=sys.stderr, flush=True)
+            local = self._from_memory(step, manifest, size)
+            if local is None:
+                local = torch.empty(max(size, 1), dtype=torch.uint8)
+                _core.read_stored_range(self.directory, step, self.rank, manifest["attempt"],
+                                        manifest["sequence"], local.data_ptr(), size, self.read_threads)
+                self.last_source = "storage"
             self.bytes_read += size
         except (RuntimeError, CheckpointError) as e:
             reason = str(e)
@@ -368,6 +366,24 @@ class Checkpointer:
         except Exception:  # reporting is best effort
             pass
         return state
+
+    def _from_memory(self, step, manifest, size):
+        """This rank's range from the node's memory copy, mapped (no copy) and
+        verified in place against the stored manifest; None (having said
+        why, when a copy was there) to read storage instead."""
+        if not self.memory_dir or size == 0:
+            return None
+        import torch
+
+        mapped, problem = _core.map_memory_copy(self.directory, step, self.rank, manifest["attempt"],
+                                                manifest["sequence"], self.memory_dir, self.read_threads)
+        if mapped is None:
+            if problem:
+                print("trainguard: checkpoint of step %d: the node's memory copy of rank %d not used: %s; "
+                      "read from storage" % (step, self.rank, problem), file=sys.stderr, flush=True)
+            return None
+        self.last_source = "memory"
+        return torch.frombuffer(mapped, dtype=torch.uint8)  # keeps the mapping alive
 
     def _assemble(self, manifest, local):
         """The group's whole stream: this rank's part plus the others' parts,

@@ -1,4 +1,5 @@
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -186,32 +187,50 @@ Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, voi
   return ReadAndVerify(step_dir + "/" + save.DirName(), *m, static_cast<char*>(dest), threads);
 }
 
+namespace {
+
+// The stored manifest of `manifest`'s save, if COMMIT.json still names it.
+StatusOr<ManifestFile> CommittedManifest(const std::string& dir, const RankManifest& manifest) {
+  std::string step_dir = StepPath(dir, manifest.step);
+  SaveId save{manifest.attempt, manifest.sequence};
+  auto commit = LoadCommit(step_dir);
+  if (!commit.ok()) return commit.status();
+  if (commit->save != save) return FailedPrecondition("the step was re-committed to " + commit->save.DirName());
+  return LoadManifest(step_dir, manifest.step, save, manifest.rank, &commit.value());
+}
+
+// Why the node's memory has no copy of this save ("" when it has nothing of the step).
+std::string NoCopyReason(const std::string& memory_dir, const RankManifest& manifest) {
+  SaveId save{manifest.attempt, manifest.sequence};
+  std::string step_dir = memory_dir + "/" + StepDirName(manifest.step);
+  std::error_code ec;
+  if (fs::exists(step_dir + "/" + save.DirName(), ec)) {
+    return "the node's memory has no copy of rank " + std::to_string(manifest.rank) + "'s part";
+  }
+  if (fs::exists(step_dir, ec)) {
+    return "the node's memory holds another save of step " + std::to_string(manifest.step) + ", not " +
+           save.DirName();
+  }
+  return "";
+}
+
+}  // namespace
+
 Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, void* dest,
                        std::uint64_t size, int threads, const std::string& memory_dir,
                        std::string* source, std::string* memory_problem) {
   *source = "storage";
   memory_problem->clear();
   if (memory_dir.empty()) return ReadStoredRange(dir, manifest, dest, size, threads);
-  std::int64_t step = manifest.step;
-  std::string step_dir = StepPath(dir, step);
-  SaveId save{manifest.attempt, manifest.sequence};
   // The stored commit and manifest decide what is right; the memory copy
   // only supplies bytes, checked exactly as the stored ones are.
-  auto commit = LoadCommit(step_dir);
-  if (!commit.ok() || commit->save != save) return ReadStoredRange(dir, manifest, dest, size, threads);
-  auto m = LoadManifest(step_dir, step, save, manifest.rank, &commit.value());
+  auto m = CommittedManifest(dir, manifest);
   if (!m.ok() || size != m->manifest.hi - m->manifest.lo) return ReadStoredRange(dir, manifest, dest, size, threads);
-  std::string copy_dir = memory_dir + "/" + StepDirName(step) + "/" + save.DirName();
+  SaveId save{manifest.attempt, manifest.sequence};
+  std::string copy_dir = memory_dir + "/" + StepDirName(manifest.step) + "/" + save.DirName();
   struct stat st;
   if (stat((copy_dir + "/" + m->data_file).c_str(), &st) != 0) {
-    // None of this save: another save's copy of the step is not looked at.
-    std::error_code ec;
-    if (fs::exists(copy_dir, ec)) {
-      *memory_problem = "the node's memory has no copy of rank " + std::to_string(manifest.rank) + "'s part";
-    } else if (fs::exists(memory_dir + "/" + StepDirName(step), ec)) {
-      *memory_problem = "the node's memory holds another save of step " + std::to_string(step) + ", not " +
-                        save.DirName();
-    }
+    *memory_problem = NoCopyReason(memory_dir, manifest);  // another save's copy is never looked at
     return ReadStoredRange(dir, manifest, dest, size, threads);
   }
   Status s = ReadAndVerify(copy_dir, *m, static_cast<char*>(dest), threads);
@@ -221,6 +240,50 @@ Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, voi
   }
   *memory_problem = s.message();
   return ReadStoredRange(dir, manifest, dest, size, threads);
+}
+
+StatusOr<MappedRange> MapMemoryCopy(const std::string& dir, const RankManifest& manifest,
+                                    const std::string& memory_dir, int threads) {
+  auto m = CommittedManifest(dir, manifest);
+  if (!m.ok()) return NotFound("");  // storage's own read says what is wrong
+  SaveId save{manifest.attempt, manifest.sequence};
+  std::string path = memory_dir + "/" + StepDirName(manifest.step) + "/" + save.DirName() + "/" + m->data_file;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFound(NoCopyReason(memory_dir, manifest));
+  std::uint64_t size = m->manifest.hi - m->manifest.lo;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != size) {
+    close(fd);
+    return FailedPrecondition(path + ": holds " + std::to_string(st.st_size) + " bytes, the manifest says " +
+                              std::to_string(size));
+  }
+  // Private and writable (a restored tensor may be updated in place: the
+  // write copies that page, the copy is unchanged), prefaulted for reading
+  // only: MAP_POPULATE on a private writable mapping would copy every page.
+  void* data = size == 0 ? nullptr : mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (data == MAP_FAILED) return IoError(ErrnoMessage("map", path));
+#ifdef MADV_POPULATE_READ
+  if (size > 0) (void)madvise(data, size, MADV_POPULATE_READ);  // older kernels: faults while verifying
+#endif
+  std::vector<std::uint64_t> bad;
+  std::mutex mu;
+  const char* base = static_cast<const char*>(data);
+  ParallelFor(m->pieces.size(), threads, [&](std::size_t i) {
+    const StoredPiece& p = m->pieces[i];
+    bool inside = p.offset >= m->manifest.lo && p.offset + p.length <= m->manifest.hi;
+    if (!inside || XXH3_64bits(base + (p.offset - m->manifest.lo), p.length) != p.xxh3) {
+      std::lock_guard<std::mutex> lock(mu);
+      bad.push_back(p.offset);
+    }
+  });
+  if (!bad.empty()) {
+    munmap(data, size);
+    return FailedPrecondition(path + ": checksum mismatch in " + std::to_string(bad.size()) +
+                              " piece(s), first at stream offset " +
+                              std::to_string(*std::min_element(bad.begin(), bad.end())));
+  }
+  return MappedRange{data, size};
 }
 
 Status VerifyCheckpoint(const std::string& dir, std::int64_t step) {

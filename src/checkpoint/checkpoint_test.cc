@@ -1,6 +1,7 @@
 #include "trainguard/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -345,6 +346,12 @@ TEST_F(CheckpointTest, AMemoryCopyIsReadOnlyWhenItIsTheCommittedSavesExactBytes)
   std::vector<char> from_memory = read(&source, &problem);
   EXPECT_EQ(source, "memory");
   EXPECT_EQ(problem, "");
+  auto mapped = MapMemoryCopy(dir_, *m, mem, 2);  // the same, without a copy
+  ASSERT_TRUE(mapped.ok()) << mapped.status().ToString();
+  ASSERT_EQ(mapped->size, from_memory.size());
+  EXPECT_EQ(std::memcmp(mapped->data, from_memory.data(), from_memory.size()), 0);
+  static_cast<char*>(mapped->data)[0] ^= 1;  // private: the copy does not change
+  munmap(mapped->data, mapped->size);
   // One flipped byte in the copy: storage, and why.
   {
     std::fstream f(copy, std::ios::in | std::ios::out | std::ios::binary);
@@ -357,11 +364,17 @@ TEST_F(CheckpointTest, AMemoryCopyIsReadOnlyWhenItIsTheCommittedSavesExactBytes)
   EXPECT_EQ(read(&source, &problem), from_memory);
   EXPECT_EQ(source, "storage");
   EXPECT_NE(problem.find("checksum"), std::string::npos) << problem;
+  mapped = MapMemoryCopy(dir_, *m, mem, 2);
+  ASSERT_FALSE(mapped.ok());
+  EXPECT_NE(mapped.status().message().find("checksum mismatch"), std::string::npos) << mapped.status().ToString();
   // A copy of another save of the step: never looked at.
   fs::rename(fs::path(copy).parent_path(), fs::path(copy).parent_path().parent_path() / "s-other-1");
   EXPECT_EQ(read(&source, &problem), from_memory);
   EXPECT_EQ(source, "storage");
   EXPECT_NE(problem.find("another save of step 20"), std::string::npos) << problem;
+  mapped = MapMemoryCopy(dir_, *m, mem, 2);
+  EXPECT_EQ(mapped.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(mapped.status().message().find("another save of step 20"), std::string::npos);
   // No memory at all (a replacement node): storage, nothing to say.
   fs::remove_all(mem);
   EXPECT_EQ(read(&source, &problem), from_memory);

@@ -1,6 +1,8 @@
 // trainguard._core: the client API and the checkpoint engine for Python.
 // trainguard/__init__.py and trainguard/checkpoint.py wrap it. A non-OK
 // Status becomes a RuntimeError here, and only here.
+#include <sys/mman.h>
+
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -286,6 +288,40 @@ PYBIND11_MODULE(_core, m) {
      py::arg("ptr"), py::arg("size"), py::arg("threads") = 4, py::arg("memory_dir") = "",
      "Reads and verifies a rank's stored range; from the node's memory copy when `memory_dir` has one "
      "that verifies. Returns (source, why a memory copy was not used).");
+  // A node memory copy mapped and verified in place (MapMemoryCopy): a
+  // writable buffer (copy-on-write) that torch.frombuffer wraps without a copy.
+  struct MappedCopy {
+    MappedRange range;
+    ~MappedCopy() {
+      if (range.data != nullptr) munmap(range.data, range.size);
+    }
+  };
+  py::class_<MappedCopy>(m, "MappedCopy", py::buffer_protocol())
+      .def_buffer([](MappedCopy& c) {
+        return py::buffer_info(c.range.data, 1, py::format_descriptor<std::uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(c.range.size)}, {1});
+      })
+      .def("__len__", [](const MappedCopy& c) { return c.range.size; });
+  m.def("map_memory_copy", [](const std::string& dir, std::int64_t step, int rank, const std::string& attempt,
+                              std::int64_t sequence, const std::string& memory_dir, int threads) {
+    RankManifest which;
+    which.step = step;
+    which.rank = rank;
+    which.attempt = attempt;
+    which.sequence = sequence;
+    StatusOr<MappedRange> mapped = NotFound("");
+    {
+      py::gil_scoped_release release;
+      mapped = MapMemoryCopy(dir, which, memory_dir, threads);
+    }
+    if (!mapped.ok()) return py::make_tuple(py::none(), mapped.status().message());
+    auto copy = std::make_unique<MappedCopy>();
+    copy->range = *mapped;
+    return py::make_tuple(py::cast(std::move(copy)), std::string());
+  }, py::arg("dir"), py::arg("step"), py::arg("rank"), py::arg("attempt"), py::arg("sequence"),
+     py::arg("memory_dir"), py::arg("threads") = 4,
+     "The node's memory copy of a rank's committed range, mapped and verified: (MappedCopy, '') or "
+     "(None, why not; '' when the memory holds nothing of the step).");
   m.def("verify_checkpoint", [](const std::string& dir, std::int64_t step) {
     Status s = VerifyCheckpoint(dir, step);
     return s.ok() ? std::string() : s.message();
