@@ -1,0 +1,232 @@
+// The simulation behind trainguard sim (simulator.h), private to src/sim:
+// simulated nodes that send the agents' messages to the real controller on a
+// FakeClock, the scheduler they answer to, and the event queue that drives
+// them. Split by concern: sim_nodes.cc (the nodes, their links and the
+// scheduler), sim_faults.cc (failures drawn and struck), simulator.cc (the
+// event loop, the end of the job and the tally).
+#pragma once
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <queue>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "controller/job_controller.h"
+#include "sim/simulator.h"
+#include "store/event_store.h"
+
+namespace trainguard::sim_detail {
+
+constexpr Nanos kNever = std::numeric_limits<Nanos>::max();
+inline Nanos Sec(double s) { return static_cast<Nanos>(std::llround(s * 1e9)); }
+inline double ToSec(Nanos n) { return static_cast<double>(n) / 1e9; }
+
+// What happens next, in simulated time. Ties go in the order scheduled.
+enum class Ev : std::uint8_t {
+  kFault,       // the next failure is drawn
+  kStarted,     // node: its ranks were spawned (RanksStarted)
+  kFirstStep,   // the generation made its first step: every node reports
+  kRound,       // every node of the generation reports (a heartbeat each)
+  kCheckpoint,  // a checkpoint committed: rank 0's node reports it
+  kStopped,     // node: its ranks stopped (Stopped)
+  kDiagnosed,   // node: its diagnostics answer
+  kSdcNan,      // the corruption shows: the loss is NaN
+  kRefault,     // a persistent fault strikes again after a start
+  kHangReport,  // every node reports the hung state (a second after the hang)
+  kPlannedDown, // the node leaves for maintenance after the job's checkpoint
+  kArrive,      // a node the scheduler brought registers
+  kRepaired,    // an evicted or dead node is repaired: back in the scheduler's pool
+  kEnd,         // the simulated time is up
+};
+
+struct SimEvent {
+  Nanos at;
+  std::uint64_t seq;
+  Ev kind;
+  int node;
+  std::int64_t a;  // a generation, a round, a category
+  bool operator>(const SimEvent& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+};
+
+class Simulation;
+
+// Keeps, as the controller records them, the events the report reads (a
+// 30-day run at 100,000 GPUs records 17 million, nearly all ranks_started:
+// reading them back cost a minute).
+class ReportEvents final : public EventListener {
+ public:
+  void OnEvent(const Event& e) override {
+    ++recorded;
+    if (e.kind == "job_created" || e.kind == "first_step" || e.kind == "failure" || e.kind == "stopped" ||
+        e.kind == "attribution" || e.kind == "decision" || e.kind == "job_succeeded" || e.kind == "job_failed") {
+      kept.push_back(e);
+    }
+  }
+  std::vector<Event> kept;
+  std::int64_t recorded = 0;
+};
+
+class SimLink final : public AgentLink {
+ public:
+  SimLink(Simulation* sim, int node) : sim_(sim), node_(node) {}
+  void Send(const v1::ControllerMessage& msg) override;
+  void Close() override;
+  Nanos LastHeardMono() const override;
+
+ private:
+  Simulation* sim_;
+  int node_;
+};
+
+class SimProvider final : public NodeProvider {
+ public:
+  explicit SimProvider(Simulation* sim) : sim_(sim) {}
+  void ReplaceNode(const std::string& node_id, const std::string& reason) override;
+  bool EvictNode(const std::string& node_id, const std::string& reason) override;
+  LossExplanation ExplainLoss(const std::string& node_id) override;
+
+ private:
+  Simulation* sim_;
+};
+
+class Simulation {
+ public:
+  Simulation(const SimParams& p, const FailureModel& m, const SimOptions& o)
+      : p_(p), model_(m), opt_(o), rng_(p.seed), provider_(this) {
+    nproc_ = p.gpus_per_node;
+    nnodes_ = p.gpus / p.gpus_per_node;
+    pace_s_ = p.step_s + p.checkpoint_blocked_s / StepsPerCheckpoint();
+    // A healthy rank reports at least once per hang timeout (a margin of
+    // two steps and 10 s): the hang detector never sees a healthy rank stale.
+    round_ = Sec(std::max(1.0, p.hang_timeout_s - std::max(10.0, 2 * p.step_s) - p.heartbeat_interval_s));
+    for (const auto& c : model_.categories) {
+      SimCategoryStats s;
+      s.name = c.name;
+      s.hardware = c.hardware;
+      result_.categories.push_back(s);
+    }
+  }
+
+  StatusOr<SimResult> Run();
+
+  // From the links and the provider (under the controller's lock: they
+  // only schedule and mark).
+  void OnCommand(int node, const v1::ControllerMessage& msg);
+  void OnClose(int node);
+  Nanos HeardOf(int node) const {
+    const Node& n = nodes_[node];
+    return n.alive && n.in_session ? clock_.MonotonicNanos() : n.heard_until;
+  }
+  void Replace(const std::string& id, bool evicted);
+  LossExplanation Explain(const std::string& id);
+  LossExplanation Explanation(const std::string& id) const;
+  bool ReplacementComing() const { return p_.replacement_s >= 0 && (p_.pool < 0 || pool_left_ > 0); }
+
+ private:
+  struct Node {
+    std::string id;
+    std::shared_ptr<SimLink> link;
+    bool alive = true;       // its host is up
+    bool in_session = false; // connected (and not closed by the controller)
+    Nanos heard_until = 0;   // when !alive: when it was last heard
+    bool bad = false;        // of the bad-node subpopulation
+    int broken = -1;         // a persistent fault's category, -1: none
+    FailureSignal broken_signal = FailureSignal::kCrash;
+    int down_category = -1;  // why its host went down
+    int struck = -1;         // the category that last struck it: its kernel log shows it (Stopped)
+    bool planned = false;    // it left for planned maintenance
+    int group_rank = -1;
+    std::int64_t generation = -1;
+    bool ranks_running = false;
+    bool gone = false;       // replaced or evicted: never back under this id
+  };
+  // The generation the nodes run.
+  struct Gen {
+    std::int64_t g = -1;
+    Nanos launched = 0;
+    Nanos first = kNever;     // its first step
+    std::int64_t first_no = 0;
+    Nanos frozen = kNever;    // its steps stopped (a failure, or Stop)
+    bool hung = false;
+    int hang_rank = -1;
+    std::int64_t committed_before = -1;  // the newest checkpoint when it started
+    std::int64_t extra_checkpoint = -1;  // a save outside the interval (planned maintenance)
+  };
+
+  std::int64_t StepsPerCheckpoint() const {
+    return std::max<std::int64_t>(1, std::llround(p_.checkpoint_interval_s / p_.step_s));
+  }
+  // The newest step finished by `t` (first_no - 1: none yet).
+  std::int64_t StepAt(Nanos t) const {
+    t = std::min(t, gen_.frozen);
+    if (gen_.first == kNever || t < gen_.first) return gen_.first_no - 1;
+    return gen_.first_no + static_cast<std::int64_t>(ToSec(t - gen_.first) / pace_s_);
+  }
+  Nanos StepTime(std::int64_t n) const { return gen_.first + Sec((n - gen_.first_no) * pace_s_); }
+  std::int64_t CheckpointsThrough(std::int64_t step) const {
+    const std::int64_t k = StepsPerCheckpoint();
+    if (step < gen_.first_no) return 0;
+    return step / k - (gen_.first_no - 1) / k;
+  }
+  std::int64_t CommittedAt(Nanos t) const {
+    std::int64_t step = StepAt(t), k = StepsPerCheckpoint();
+    std::int64_t c = gen_.committed_before;
+    if (step >= gen_.first_no && (step / k) * k >= gen_.first_no) c = std::max(c, (step / k) * k);
+    return std::max(c, gen_.extra_checkpoint);
+  }
+  Nanos Wall(Nanos mono) const { return clock_.WallNanos() - clock_.MonotonicNanos() + mono; }
+
+  void Schedule(Nanos at, Ev kind, int node = -1, std::int64_t a = 0) {
+    queue_.push(SimEvent{at, seq_++, kind, node, a});
+  }
+  double Uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+  int AddNode();
+  void Connect(int node);
+  void Deliver(int node, v1::AgentMessage&& msg);  // its contents are taken
+  void FillRanks(int node, Nanos now, google::protobuf::RepeatedPtrField<v1::RankStatus>* out, bool started);
+  void Report(int node);  // one heartbeat
+  void ReportAll();
+  void ScheduleNextFault();
+  void Inject(int category);
+  void Strike(int node, int category, FailureSignal signal);
+  void Crash(int node, int category);
+  void Freeze(Nanos at);
+  void Handle(const SimEvent& e);
+  void EndJob();
+  void Tally();
+
+  const SimParams& p_;
+  const FailureModel& model_;
+  const SimOptions& opt_;
+  std::mt19937_64 rng_;
+  FakeClock clock_;
+  SimProvider provider_;
+  std::unique_ptr<EventStore> store_, write_store_;
+  std::unique_ptr<JobController> ctl_;
+  ReportEvents recorded_;
+  int nproc_ = 8, nnodes_ = 1;
+  double pace_s_ = 1;
+  Nanos round_ = kSecond;
+  Nanos first_round_ = kSecond;  // first step -> the first round
+  Nanos start_mono_ = 0, end_mono_ = 0;
+  std::vector<Node> nodes_;
+  std::vector<int> slot_node_;  // group rank -> node
+  std::map<std::string, int> node_by_id_;
+  Gen gen_;
+  std::map<std::int64_t, int> gen_cause_;  // generation -> the category that ended it
+  std::priority_queue<SimEvent, std::vector<SimEvent>, std::greater<SimEvent>> queue_;
+  std::uint64_t seq_ = 0;
+  bool fault_outstanding_ = true;  // tick finely (the first start counts)
+  Nanos sdc_since_ = -1;           // corruption under way since (mono), -1: none
+  int pool_left_ = 0;
+  bool ending_ = false;
+  v1::AgentMessage scratch_;
+  SimResult result_;
+};
+
+}  // namespace trainguard::sim_detail
