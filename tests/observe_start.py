@@ -76,6 +76,7 @@ def observe():
         "cwd": os.getcwd(),
         "umask": os.umask(0o22),
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        "scheduler": os.sched_getscheduler(0),
         "affinity": sorted(os.sched_getaffinity(0)),
         "threads": len(os.listdir("/proc/self/task")),
         "stdout": [sys.stdout.line_buffering, sys.stdout.write_through, sys.stdout.encoding, sys.stdout.isatty()],

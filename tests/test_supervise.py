@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import random
 import signal
 import subprocess
@@ -253,4 +254,8 @@ def test_interrupting_or_killing_trainguard_leaves_no_process(tmp_path, no_lefto
         # known limit); remove them so the machine stays clean.
         for name in os.listdir("/dev/shm"):
             if name.startswith("trainguard-interrupted-"):
-                os.unlink(os.path.join("/dev/shm", name))
+                path = os.path.join("/dev/shm", name)
+                if os.path.isdir(path):  # the node's memory copies of checkpoints
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)

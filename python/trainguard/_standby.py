@@ -250,6 +250,7 @@ def main():
     watched = _watched(script)
     if nice is not None:
         try:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
             os.setpriority(os.PRIO_PROCESS, 0, int(nice))
         except OSError as e:
             _send(sock, {"ready": False, "reason": "cannot restore the priority: %s" % e})

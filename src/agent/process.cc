@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -115,6 +116,10 @@ StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec) {
       }
     }
     if (spec.nice != 0) (void)!nice(spec.nice);
+    if (spec.idle) {
+      sched_param none{};
+      sched_setscheduler(0, SCHED_IDLE, &none);
+    }
     if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) _exit(127);
     execve(path.c_str(), argv.data(), envp.data());
     const char msg[] = "trainguard: exec failed\n";

@@ -25,6 +25,7 @@ struct SpawnSpec {
   std::string cwd;                           // "" = the agent's
   int pass_fd = -1;    // if >= 0: inherited by the child as fd 3 (warm standbys' control socket)
   int nice = 0;        // added to the child's niceness before exec
+  bool idle = false;   // SCHED_IDLE: runs only when a CPU has nothing else to do
 };
 
 struct SpawnedProcess {

@@ -116,6 +116,11 @@ StatusOr<Standby> Standby::Launch(const PythonCommand& cmd, std::map<std::string
   spec.cwd = cwd;
   spec.pass_fd = sv[1];
   spec.nice = nice;
+  // Where it can be undone (the standby restores the ranks' policy and
+  // niceness when its imports are done), it imports only on idle CPU time:
+  // a training rank next to it loses nothing (a straggler test on this
+  // 2-core machine judged a node slow while its standbys imported at nice 10).
+  spec.idle = nice != 0;
   auto proc = Spawn(spec);
   close(sv[1]);
   if (!proc.ok()) {
