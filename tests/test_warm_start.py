@@ -176,10 +176,25 @@ def test_a_standby_that_cannot_serve_falls_back_cold(tmp_path, no_leftovers, pla
     assert checksum == plain_checksum
 
 
-def memory_copies(job_id, node):
-    root = "/dev/shm/trainguard-%s-%s-checkpoints" % (job_id, node)
+STORE_LINE = re.compile(r"trainguard agent (\S+): node memory copies of checkpoints in (\S+)")
+
+
+def memory_root(job, node):
+    """Where `node`'s agent keeps its memory copies (its own tmpfs, through /proc), as it said."""
+    roots = dict(STORE_LINE.findall(job.output()))
+    return roots.get(node)
+
+
+def memory_copies(job, node, tree=""):
+    """The whole copies in `node`'s memory: its own tree, or tree="peer" (what other nodes pushed to it)."""
+    root = memory_root(job, node)
     found = []
-    for d, _, files in os.walk(root):
+    if not root:
+        return found
+    top = os.path.join(root, tree) if tree else root
+    for d, dirs, files in os.walk(top):
+        if not tree and d == root and "peer" in dirs:
+            dirs.remove("peer")
         found += [os.path.join(d, f) for f in files if f.endswith(".data")]
     return found
 
@@ -194,7 +209,7 @@ def sources(job, generation):
                 continue
             with open(path) as f:
                 part = f.read().split("==== trainguard: generation %d " % generation)[-1]
-            m = re.search(r"resumed from step \d+ \(trainguard checkpoint, read from (\w+)\)", part)
+            m = re.search(r"resumed from step \d+ \(trainguard checkpoint, read from ([^)]+)\)", part)
             if m:
                 said[rank] = m.group(1)
     return said
@@ -211,7 +226,9 @@ def test_a_restart_restores_from_the_nodes_memory_unless_the_copy_is_wrong(tmp_p
                "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")]
     job = Job(tmp_path, job_id, command, flags=["--max-restarts", "2"])
     wait_for(lambda: job.events("checkpoint_committed") or job.proc.poll() is not None, 120, "a checkpoint")
-    copies = memory_copies(job_id, "node0")
+    wait_for(lambda: memory_root(job, "node0") or job.proc.poll() is not None, 60, "node0's memory copies")
+    assert memory_root(job, "node0").startswith("/proc/"), "not the agent's own tmpfs: " + job.output()[-2000:]
+    copies = memory_copies(job, "node0")
     assert len(copies) == 2, copies  # ranks 0 and 1, one step each
     if corrupt:
         for path in copies:
@@ -232,4 +249,40 @@ def test_a_restart_restores_from_the_nodes_memory_unless_the_copy_is_wrong(tmp_p
     else:
         assert set(said.values()) == {"memory"}, said
     assert (tmp_path / "sum").read_text().strip() == plain_checksum
-    assert not memory_copies(job_id, "node0"), "the agent leaves its memory copies behind"
+    assert not memory_copies(job, "node0"), "the agent leaves its memory copies behind"
+    assert not [n for n in os.listdir("/dev/shm") if n.startswith("trainguard-%s-" % job_id)]
+
+
+def test_a_lost_node_comes_back_with_its_checkpoint_from_its_peers_memory(tmp_path, no_leftovers, plain_checksum):
+    """Each node pushes its ranks' committed copies to the next node's memory.
+    node1's agent is killed (its ranks go with it, and its tmpfs with it): the
+    node that replaces it fetches ranks 2 and 3's copies from node0 before they
+    start, the ranks restore from them verified as from storage, and the job
+    ends with the parameters of a plain run."""
+    job_id = "mem-peer"
+    command = [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "100", "--step-delay", "0.02",
+               "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")]
+    job = Job(tmp_path, job_id, command, flags=["--max-restarts", "2", "--heartbeat-interval", "0.5"])
+
+    def pushed():  # node1's ranks' copies of one committed step, whole, in node0's memory
+        names = sorted(os.path.basename(p) for p in memory_copies(job, "node0", "peer"))
+        return names == ["rank-00002.data", "rank-00003.data"]
+    wait_for(lambda: pushed() or job.proc.poll() is not None, 120, "node1's copies in node0's memory")
+    assert pushed(), job.output()[-3000:]
+    held = {os.path.basename(p): os.path.getsize(p) for p in memory_copies(job, "node0", "peer")}
+    old_root = memory_root(job, "node1")
+    os.kill(job.agent_pids()["node1"], signal.SIGKILL)
+    assert job.wait(300) == 0, job.output()[-3000:]
+
+    assert job.events("node_lost")[0]["node"] == "node1"
+    again = [e for e in job.events("ranks_started") if e["generation"] == 1 and e["node"] == "node1"]
+    assert len(again) == 1
+    fetched = again[0]["detail"]["memory_restore"]
+    assert fetched["from_node"] == "node0" and fetched["problem"] == "", fetched
+    assert fetched["files"] == 2 and fetched["bytes"] == sum(held.values()), (fetched, held)
+    assert "fetched from node0's memory" in again[0]["message"]
+    node0 = [e for e in job.events("ranks_started") if e["generation"] == 1 and e["node"] == "node0"]
+    assert "memory_restore" not in node0[0]["detail"], "node0 kept its own copies: nothing to fetch"
+    assert sources(job, 1) == {0: "memory", 1: "memory", 2: "peer memory of node0", 3: "peer memory of node0"}
+    assert (tmp_path / "sum").read_text().strip() == plain_checksum
+    assert not os.path.exists(old_root), "the killed agent's tmpfs outlived it"

@@ -188,6 +188,7 @@ Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, voi
 struct MappedRange {
   void* data = nullptr;
   std::uint64_t size = 0;
+  std::string origin;  // "" = this node's own copy; else the node whose memory it was fetched from
 };
 StatusOr<MappedRange> MapMemoryCopy(const std::string& dir, const RankManifest& manifest,
                                     const std::string& memory_dir, int threads = 4);

@@ -152,7 +152,9 @@ class Checkpointer:
         # The node's memory copies (docs/restart.md): a directory the agent owns.
         self.memory_dir = os.environ.get("TRAINGUARD_MEMORY_CHECKPOINTS", "")
         memory_keep = int(os.environ.get("TRAINGUARD_MEMORY_CHECKPOINTS_KEEP", "1") or 1)
-        self.last_source = ""  # where the newest load read this rank's part: "memory" or "storage"
+        # where the newest load read this rank's part: "memory" (the node's own copy), "peer memory of
+        # NODE" (a copy fetched from the node that held it, docs/restart.md) or "storage"
+        self.last_source = ""
         self._engine = _core.CheckpointEngine(self.directory, keep_last, copy_threads,
                                               writer_threads, overflow, float(commit_timeout), True,
                                               self.memory_dir, memory_keep)
@@ -382,7 +384,7 @@ class Checkpointer:
                 print("trainguard: checkpoint of step %d: the node's memory copy of rank %d not used: %s; "
                       "read from storage" % (step, self.rank, problem), file=sys.stderr, flush=True)
             return None
-        self.last_source = "memory"
+        self.last_source = "memory" if not mapped.origin else "peer memory of %s" % mapped.origin
         return torch.frombuffer(mapped, dtype=torch.uint8)  # keeps the mapping alive
 
     def _assemble(self, manifest, local):

@@ -3,6 +3,7 @@
 // describe, reap) and agent_stop.cc (stacks, stop); the controller session:
 // agent_session.cc; diagnostics orders: agent_diagnostics.cc.
 #include "agent/agent.h"
+#include "agent/agent_memory.h"
 #include "agent/agent_rank.h"
 #include "agent/timing_collector.h"
 
@@ -112,13 +113,6 @@ Agent::~Agent() {
   DropMemoryCheckpoints();
 }
 
-void Agent::DropMemoryCheckpoints() {
-  if (memory_checkpoint_dir_.empty()) return;
-  std::error_code ec;
-  fs::remove_all(memory_checkpoint_dir_, ec);
-  memory_checkpoint_dir_.clear();
-}
-
 void Agent::OnCommand(const v1::ControllerMessage& msg) {
   if (msg.has_clock_probe()) {
     // Answered here, on the transport's thread, so that the round trip the
@@ -181,6 +175,7 @@ int Agent::RunLoop() {
   if (Status s = peer_server_->Start(config_.address); !s.ok()) {
     std::fprintf(stderr, "trainguard agent: warning: %s; this node's network is not probed\n", s.message().c_str());
   }
+  StartMemoryServer();
   Send(MakeRegister(false));
 
   bool welcomed = false;
@@ -263,6 +258,7 @@ int Agent::RunLoop() {
     PollTimings();
     ReapExited();
     MaybeMakeStandbys();
+    MaybePushMemoryCopies();
     if (welcomed && clock_->MonotonicNanos() >= next_heartbeat_) {
       SendTimings(false);
       SendHeartbeat();
@@ -330,16 +326,7 @@ void Agent::SendHeartbeat() {
     std::fclose(f);
   }
   hb->mutable_metrics()->set_load1(load1);
-  if (!memory_checkpoint_dir_.empty()) {
-    std::error_code ec;
-    std::int64_t bytes = 0;
-    for (auto it = fs::recursive_directory_iterator(memory_checkpoint_dir_, ec);
-         !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      std::error_code size_ec;
-      if (it->is_regular_file(size_ec)) bytes += static_cast<std::int64_t>(it->file_size(size_ec));
-    }
-    hb->mutable_metrics()->set_memory_checkpoint_bytes(bytes);
-  }
+  hb->mutable_metrics()->set_memory_checkpoint_bytes(MemoryCopyBytes());
   for (const auto& [local, standby] : warm_->standbys) {
     if (standby->state() != Standby::State::kReady) continue;
     hb->mutable_metrics()->set_standbys_ready(hb->metrics().standbys_ready() + 1);

@@ -121,8 +121,18 @@ class Agent {
   // The environment every rank of `start` shares (torchrun's variables and
   // trainguard's), before the per-rank ones.
   std::map<std::string, std::string> RanksEnvironment(const v1::Start& start) const;
-  // Where this node keeps the ranks' memory copies of checkpoints (a tmpfs).
-  std::string MemoryCheckpointDir(const std::string& run_id) const;
+  // Node memory copies of checkpoints (agent_memory.cc, docs/restart.md).
+  struct MemoryCopies;
+  void StartMemoryServer();
+  int MemoryPort() const;  // 0: no server
+  // The root of this node's copies for `start`'s ranks ("" = none), made on first use.
+  std::string MemoryRoot(const v1::Start& start) const;
+  // Where to push this generation's copies; fetches this node's ranks'
+  // copies from the peer that held them when its memory has none.
+  void PrepareMemoryCopies(const v1::Start& start, v1::RanksStarted* started);
+  // Queues the copies of newly committed steps for the peer (each loop turn).
+  void MaybePushMemoryCopies();
+  std::int64_t MemoryCopyBytes() const;
   // Removes them (the job ended here).
   void DropMemoryCheckpoints();
   // Warm standbys (agent_standby.cc): made after this node's first step of
@@ -193,7 +203,7 @@ class Agent {
   KernelLog kernel_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::unique_ptr<WarmState> warm_;
-  std::string memory_checkpoint_dir_;  // "" until a start asked for memory copies
+  std::unique_ptr<MemoryCopies> memory_;
   std::int64_t generation_ = -1;
   int group_rank_ = -1;  // of the running generation
   Nanos heartbeat_interval_ = 1 * kSecond;

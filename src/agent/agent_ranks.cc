@@ -63,15 +63,11 @@ std::map<std::string, std::string> Agent::RanksEnvironment(const v1::Start& star
     base["PYTHONPATH"] = config_.python_dir +
                          (it != base.end() && !it->second.empty() ? ":" + it->second : "");
   }
-  if (instrument && start.memory_checkpoints() > 0) {
-    base["TRAINGUARD_MEMORY_CHECKPOINTS"] = MemoryCheckpointDir(start.run_id());
+  if (std::string root = instrument ? MemoryRoot(start) : ""; !root.empty()) {
+    base["TRAINGUARD_MEMORY_CHECKPOINTS"] = root;
     base["TRAINGUARD_MEMORY_CHECKPOINTS_KEEP"] = std::to_string(start.memory_checkpoints());
   }
   return base;
-}
-
-std::string Agent::MemoryCheckpointDir(const std::string& run_id) const {
-  return config_.shm_dir + "/trainguard-" + run_id + "-" + config_.node_id + "-checkpoints";
 }
 
 void Agent::StartRanks(const v1::Start& start) {
@@ -80,14 +76,10 @@ void Agent::StartRanks(const v1::Start& start) {
   const std::map<std::string, std::string> base = RanksEnvironment(start);
   const bool instrument = !start.no_instrument();
   PrepareWarm(start, instrument);
-  if (auto it = base.find("TRAINGUARD_MEMORY_CHECKPOINTS"); it != base.end()) {
-    memory_checkpoint_dir_ = it->second;  // the agent's: removed when the job ends here
-    std::error_code ec;
-    fs::create_directories(memory_checkpoint_dir_, ec);
-  }
 
   v1::AgentMessage started;
   started.mutable_started()->set_generation(generation_);
+  PrepareMemoryCopies(start, started.mutable_started());
   for (int local = 0; local < start.nproc_per_node(); ++local) {
     auto rank = std::make_unique<Rank>();
     rank->local_rank = local;

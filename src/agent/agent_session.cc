@@ -56,6 +56,7 @@ v1::AgentMessage Agent::MakeRegister(bool resume) {
   r->set_runs_diagnostics(true);
   r->set_rack(config_.rack);
   if (peer_server_ != nullptr && peer_server_->port() > 0) r->set_diag_port(peer_server_->port());
+  r->set_memory_port(MemoryPort());
   if (config_.preferred_group_rank >= 0) r->set_preferred_group_rank(config_.preferred_group_rank);
   if (resume && generation_ >= 0 && !ranks_.empty()) {
     r->set_resume_generation(generation_);

@@ -358,9 +358,11 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     if (options_.memory_dir.empty()) return;
     std::string dir = options_.memory_dir + "/" + StepDirName(job.step) + "/" + job.save.DirName();
     std::string path = dir + "/" + data_file;
+    std::string tmp = path + ".tmp";  // whole once named: the agent pushes named copies to a peer
     std::error_code ec;
     fs::create_directories(dir, ec);
-    int fd = ec ? -1 : open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    unlink((path + ".origin").c_str());  // a copy fetched from a peer is replaced by this node's own
+    int fd = ec ? -1 : open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     bool ok = fd >= 0;
     const char* src = buffer_.data();
     for (std::uint64_t done = 0, size = job.hi - job.lo; ok && done < size;) {
@@ -369,9 +371,10 @@ class PosixCheckpointEngine final : public CheckpointEngine {
       ok = n > 0;
       if (ok) done += static_cast<std::uint64_t>(n);
     }
-    if (fd >= 0) close(fd);
+    if (fd >= 0) ok = close(fd) == 0 && ok;
+    if (ok) ok = rename(tmp.c_str(), path.c_str()) == 0;
     if (!ok) {
-      unlink(path.c_str());
+      unlink(tmp.c_str());
       if (!memory_warned_) {
         memory_warned_ = true;
         std::fprintf(stderr, "trainguard: checkpoint of step %lld has no copy in the node's memory: %s\n",
@@ -401,6 +404,7 @@ class PosixCheckpointEngine final : public CheckpointEngine {
       std::error_code ec2;
       for (const auto& save_entry : fs::directory_iterator(step_entry.path(), ec2)) {
         unlink((save_entry.path() / stem).c_str());
+        unlink((save_entry.path() / (stem + ".origin")).c_str());  // fetched from a peer (docs/restart.md)
         rmdir(save_entry.path().c_str());  // when no other rank's copy is left
       }
       rmdir(step_entry.path().c_str());

@@ -283,7 +283,14 @@ StatusOr<MappedRange> MapMemoryCopy(const std::string& dir, const RankManifest& 
                               " piece(s), first at stream offset " +
                               std::to_string(*std::min_element(bad.begin(), bad.end())));
   }
-  return MappedRange{data, size};
+  MappedRange range{data, size, ""};
+  if (std::FILE* f = std::fopen((path + ".origin").c_str(), "r")) {  // fetched from a peer (docs/restart.md)
+    char node[256] = {0};
+    std::size_t n = std::fread(node, 1, sizeof(node) - 1, f);
+    std::fclose(f);
+    range.origin = std::string(node, n);
+  }
+  return range;
 }
 
 Status VerifyCheckpoint(const std::string& dir, std::int64_t step) {

@@ -220,6 +220,7 @@ class JobController {
     bool asked_for_slot = false;  // registered asking for its group rank
     bool runs_diagnostics = false;  // its agent answers RunDiagnostics
     int diag_port = 0;              // its diagnostics peer server (0: none)
+    int memory_port = 0;            // its server of node memory copies (0: none)
     std::string rack;               // its top-of-rack switch ("" = none given)
     int standbys_ready = 0;         // from its newest heartbeat
     std::int64_t standby_rss_kb = 0;
@@ -399,6 +400,12 @@ class JobController {
   Nanos generation_start_wall_ = 0;
   bool first_step_seen_ = false;     // in the current generation
   v1::ControllerMessage spare_standby_;  // PrepareStandby for idle spares; none before the first imports
+  // Node memory copies (docs/restart.md): by group rank, the node that
+  // held its ranks' copies in the generation before; empty after a resize
+  // (the ranks' files are named by global rank).
+  std::vector<std::string> memory_holders_;
+  // Sets each node's memory_peer and memory_restore_from in its Start.
+  void AssignMemoryPeers(const std::vector<Node*>& slots, v1::Start* start, const Node& node);
   std::optional<Incident> incident_;
   int incident_count_ = 0;
   std::int64_t checkpoint_step_ = -1;  // newest committed, across generations

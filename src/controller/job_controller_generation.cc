@@ -78,13 +78,33 @@ void JobController::MaybeStartGeneration() {
   // step, the lost work, the restart-storm guard: trainguard sim caught an
   // evicted node's old step standing as every later failure's).
   for (auto& n : nodes_) n.ranks.clear();
+  std::vector<std::string> holders(slots.size());
   for (Node* n : slots) {
     start->set_group_rank(n->group_rank);
+    AssignMemoryPeers(slots, start, *n);
+    holders[n->group_rank] = slots[(n->group_rank + 1) % slots.size()]->node_id;
     n->stopped_generation = -1;
     n->last_heartbeat_mono = clock_->MonotonicNanos();
     n->link->Send(msg);
   }
+  memory_holders_ = slots.size() > 1 ? holders : std::vector<std::string>{};
   SetState(JobState::kRunning, "generation " + std::to_string(generation_) + " started");
+}
+
+void JobController::AssignMemoryPeers(const std::vector<Node*>& slots, v1::Start* start, const Node& node) {
+  start->clear_memory_peer();
+  start->clear_memory_restore_from();
+  start->clear_memory_restore_node();
+  if (config_.memory_checkpoints <= 0 || config_.no_instrument || slots.size() < 2) return;
+  // Each node's copies go to the next node in group-rank order: a node and
+  // the one holding its copies are lost together only if both are.
+  const Node* next = slots[(node.group_rank + 1) % slots.size()];
+  if (next->memory_port > 0) start->set_memory_peer(next->address + ":" + std::to_string(next->memory_port));
+  if (memory_holders_.size() != slots.size()) return;  // a resize renumbered the ranks
+  const Node* holder = NodeById(memory_holders_[node.group_rank]);
+  if (holder == nullptr || holder->conn == 0 || holder->memory_port <= 0 || holder == &node) return;
+  start->set_memory_restore_from(holder->address + ":" + std::to_string(holder->memory_port));
+  start->set_memory_restore_node(holder->node_id);
 }
 
 void JobController::FillStart(v1::Start* start) const {

@@ -173,6 +173,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   node->link = link;
   node->runs_diagnostics = reg.runs_diagnostics();
   node->diag_port = reg.diag_port();
+  node->memory_port = reg.memory_port();
   node->rack = reg.rack();
   node->address = reg.address();
   node->free_port = reg.free_port();

@@ -96,15 +96,26 @@ void JobController::HandleStarted(Node* node, const v1::RanksStarted& started, v
   for (const auto& [reason, ranks] : cold.items()) {
     how += " (" + std::to_string(ranks.size()) + " cold: " + reason + ")";
   }
+  json detail{{"pids", pids}, {"generation", started.generation()}, {"group_rank", node->group_rank},
+              {"warm", warm}, {"cold", cold}};
+  if (started.has_memory_restore()) {  // the node came back with no copies: it fetched them from their holder
+    const v1::MemoryRestore& m = started.memory_restore();
+    detail["memory_restore"] = {{"from_node", m.from_node()}, {"files", m.files()}, {"bytes", m.bytes()},
+                                {"ms", m.ms()}, {"problem", m.problem()}};
+    char took[32];
+    std::snprintf(took, sizeof(took), "%.0f", m.ms());
+    how += m.problem().empty()
+               ? " (checkpoint copies fetched from " + m.from_node() + "'s memory: " + std::to_string(m.files()) +
+                     " file(s), " + std::to_string(m.bytes()) + " bytes in " + took + " ms)"
+               : " (no checkpoint copies from " + m.from_node() + "'s memory: " + m.problem() + ")";
+  }
   for (int i = 0; i < started.ranks_size(); ++i) {
     UpdateRank(node, started.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);
   }
   Emit("ranks_started", node->node_id, -1, -1,
        "node " + node->node_id + " started " + std::to_string(started.ranks_size()) +
            " rank(s) of generation " + std::to_string(generation_) + how,
-       json{{"pids", pids}, {"generation", started.generation()}, {"group_rank", node->group_rank},
-            {"warm", warm}, {"cold", cold}}
-           .dump(-1, ' ', false, kReplaceBadUtf8));
+       detail.dump(-1, ' ', false, kReplaceBadUtf8));
 }
 
 void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {

@@ -169,6 +169,7 @@ bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLi
   node.link = link;
   node.runs_diagnostics = reg.runs_diagnostics();
   node.diag_port = reg.diag_port();
+  node.memory_port = reg.memory_port();
   node.rack = reg.rack();
   node.address = reg.address();
   node.free_port = reg.free_port();

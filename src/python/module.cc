@@ -301,7 +301,9 @@ PYBIND11_MODULE(_core, m) {
         return py::buffer_info(c.range.data, 1, py::format_descriptor<std::uint8_t>::format(), 1,
                                {static_cast<py::ssize_t>(c.range.size)}, {1});
       })
-      .def("__len__", [](const MappedCopy& c) { return c.range.size; });
+      .def("__len__", [](const MappedCopy& c) { return c.range.size; })
+      .def_property_readonly("origin", [](const MappedCopy& c) { return c.range.origin; },
+                             "'' for the node's own copy, else the node whose memory it was fetched from");
   m.def("map_memory_copy", [](const std::string& dir, std::int64_t step, int rank, const std::string& attempt,
                               std::int64_t sequence, const std::string& memory_dir, int threads) {
     RankManifest which;
