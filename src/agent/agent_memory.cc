@@ -47,6 +47,10 @@ void Agent::PrepareMemoryCopies(const v1::Start& start, v1::RanksStarted* starte
   memory_->peer = start.memory_checkpoints() > 0 ? start.memory_peer() : "";
   memory_->keep = std::max(start.memory_checkpoints(), 1);
   memory_->pushed_step.clear();
+  if (start.memory_checkpoints() > 0 && start.nnodes() > 1 && start.group_rank() >= 0) {
+    const int previous = (start.group_rank() + start.nnodes() - 1) % start.nnodes();  // whose copies come here
+    memory_->server.Accept(previous * start.nproc_per_node(), start.nproc_per_node(), memory_->keep);
+  }
   if (start.memory_restore_from().empty() || memory_->store.Root().empty()) return;
   std::vector<int> ranks;
   for (int local = 0; local < start.nproc_per_node(); ++local) {

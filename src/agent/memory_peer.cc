@@ -3,7 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/sendfile.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -40,40 +40,35 @@ bool RecvMsg(int fd, Msg* m) {
   return RecvAll(fd, body.data(), len) && m->ParseFromString(body);
 }
 
-// `size` bytes of the socket into the file.
+// `size` bytes of the socket into the file, received straight into its
+// pages (a mapping of it): no bounce through a buffer.
 bool SocketToFile(int sock, int file, std::uint64_t size) {
-  std::vector<char> block(std::min<std::uint64_t>(size, 4 << 20));
-  while (size > 0) {
-    std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(size, block.size()));
-    if (!RecvAll(sock, block.data(), n)) return false;
-    for (std::size_t done = 0; done < n;) {
-      ssize_t w = write(file, block.data() + done, n - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      done += static_cast<std::size_t>(w);
-    }
-    size -= n;
-  }
-  return true;
+  if (size == 0) return true;
+  // Allocated first: a full tmpfs says ENOSPC here, where a store into a
+  // mapped page it cannot back would raise SIGBUS.
+  if (posix_fallocate(file, 0, static_cast<off_t>(size)) != 0) return false;
+  void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, file, 0);
+  if (data == MAP_FAILED) return false;
+  bool ok = RecvAll(sock, static_cast<char*>(data), size);
+  munmap(data, size);
+  return ok;
 }
 
-// The whole file to the socket, after a header that names it.
+// The whole file to the socket, after a header that names it. Sent from a
+// mapping with send(MSG_NOSIGNAL): sendfile would raise SIGPIPE when the
+// peer has closed (a refusal), which kills a process that does not ignore it.
 bool SendFile(int sock, const std::string& path, Msg header) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   struct stat st;
   bool ok = fstat(fd, &st) == 0;
-  if (ok) {
-    header.set_size(static_cast<std::uint64_t>(st.st_size));
-    ok = SendMsg(sock, header);
-  }
-  off_t offset = 0;
-  while (ok && offset < st.st_size) {
-    ssize_t n = sendfile(sock, fd, &offset, static_cast<std::size_t>(st.st_size - offset));
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-  }
+  const std::size_t size = ok ? static_cast<std::size_t>(st.st_size) : 0;
+  void* data = ok && size > 0 ? mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0) : nullptr;
   close(fd);
+  if (data == MAP_FAILED) return false;
+  header.set_size(size);
+  ok = ok && SendMsg(sock, header) && (size == 0 || SendAll(sock, static_cast<const char*>(data), size));
+  if (data != nullptr) munmap(data, size);
   return ok;
 }
 
@@ -113,6 +108,13 @@ void MemoryPeerServer::Stop() {
   listen_fd_ = -1;
 }
 
+void MemoryPeerServer::Accept(int first, int count, int keep) {
+  std::lock_guard<std::mutex> lock(accept_mu_);
+  accept_first_ = first;
+  accept_count_ = count;
+  accept_keep_ = std::max(keep, 1);
+}
+
 void MemoryPeerServer::Serve(int fd) {
   SetDeadline(fd, kServeDeadline);
   Msg req;
@@ -127,8 +129,17 @@ void MemoryPeerServer::Serve(int fd) {
         SendMsg(fd, Done("not a copy's path: " + req.path().substr(0, 200)));
         break;
       }
+      int keep = 0;
+      {
+        std::lock_guard<std::mutex> lock(accept_mu_);
+        if (path.rank >= accept_first_ && path.rank < accept_first_ + accept_count_) keep = accept_keep_;
+      }
+      if (keep == 0) {
+        SendMsg(fd, Done("rank " + std::to_string(path.rank) + " is not one this node keeps copies of"));
+        break;
+      }
       bool received = false;  // the bytes were taken off the socket
-      Status s = store_->PutPeerCopy(path, req.size(), req.keep(), [&](int file, std::uint64_t size) {
+      Status s = store_->PutPeerCopy(path, req.size(), keep, [&](int file, std::uint64_t size) {
         return received = SocketToFile(fd, file, size);
       });
       if (!received) {  // the stream is out of step: say why and end it

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -21,7 +22,9 @@ namespace trainguard {
 
 // Serves PUT and FETCH on `address`:0, one connection at a time, each
 // operation with a deadline. With a non-empty `job_secret`, a request
-// without it is refused. The store must outlive the server.
+// without it is refused (without one, anyone who reaches the port may fetch
+// the copies, as they may reach the job's rendezvous store: --secret-file).
+// The store must outlive the server.
 class MemoryPeerServer {
  public:
   MemoryPeerServer(MemoryStore* store, std::string node_id, std::string job_secret);
@@ -31,9 +34,15 @@ class MemoryPeerServer {
   Status Start(const std::string& address);
   int port() const { return port_; }
   void Stop();
+  // The global ranks [first, first + count) whose copies this node keeps
+  // (the previous node's in group-rank order), `keep` steps of each; a PUT
+  // of any other rank is refused. None before the first call.
+  void Accept(int first, int count, int keep);
 
  private:
   void Serve(int fd);
+  mutable std::mutex accept_mu_;
+  int accept_first_ = 0, accept_count_ = 0, accept_keep_ = 1;
   MemoryStore* const store_;
   const std::string node_id_;
   const std::string job_secret_;

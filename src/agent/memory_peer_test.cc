@@ -1,9 +1,12 @@
 #include "agent/memory_peer.h"
 
 #include <gtest/gtest.h>
+#include <sys/mount.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -95,6 +98,7 @@ TEST_F(MemoryPeerTest, APeerKeepsTheNewestPushedStepsAndAReplacementFetchesThem)
   auto sender = Store("sender"), holder = Store("holder"), replacement = Store("replacement");
   MemoryPeerServer server(holder.get(), "node0", "");
   ASSERT_TRUE(server.Start("127.0.0.1").ok());
+  server.Accept(2, 2, 1);  // node1's ranks 2 and 3
   const std::string peer = "127.0.0.1:" + std::to_string(server.port());
   const std::string step10 = "step-000000000010/save-a-1/rank-00002.data";
   const std::string step20 = "step-000000000020/save-a-2/rank-00002.data";
@@ -130,13 +134,14 @@ TEST_F(MemoryPeerTest, APeerKeepsTheNewestPushedStepsAndAReplacementFetchesThem)
   EXPECT_EQ(none->files, 0);
 }
 
-TEST_F(MemoryPeerTest, ASecretServerRefusesStrangersAndBadPaths) {
+TEST_F(MemoryPeerTest, AServerRefusesStrangersBadPathsAndRanksItDoesNotKeep) {
   auto sender = Store("sender"), holder = Store("holder");
   MemoryPeerServer server(holder.get(), "node0", "s3cret");
   ASSERT_TRUE(server.Start("127.0.0.1").ok());
+  server.Accept(2, 1, 1);
   const std::string peer = "127.0.0.1:" + std::to_string(server.port());
   const std::string rel = "step-000000000010/save-a-1/rank-00002.data";
-  Write(sender->Root() + "/" + rel, Bytes(4096, 7));
+  Write(sender->Root() + "/" + rel, Bytes(8 << 20, 7));  // larger than the socket buffers: the refusal cuts it short
   Status s = PushCopy(peer, *sender, rel, 1, "wrong", kSecond);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("secret"), std::string::npos) << s.message();
@@ -147,8 +152,39 @@ TEST_F(MemoryPeerTest, ASecretServerRefusesStrangersAndBadPaths) {
   Write(sender->Root() + "/step-000000000010/save-a-1/evil", "x");
   s = PushCopy(peer, *sender, "step-000000000010/save-a-1/evil", 1, "s3cret", kSecond);
   EXPECT_NE(s.message().find("not a copy's path"), std::string::npos) << s.message();
+  const std::string other = "step-000000000010/save-a-1/rank-00003.data";  // not a rank it keeps
+  Write(sender->Root() + "/" + other, Bytes(4096, 8));
+  s = PushCopy(peer, *sender, other, 1, "s3cret", kSecond);
+  EXPECT_NE(s.message().find("not one this node keeps"), std::string::npos) << s.message();
+  EXPECT_TRUE(holder->NewestPeerCopies(3).empty());
   EXPECT_TRUE(PushCopy(peer, *sender, rel, 1, "s3cret", kSecond).ok());
   EXPECT_EQ(holder->NewestPeerCopies(2), std::vector<std::string>{rel});
+}
+
+TEST_F(MemoryPeerTest, AFullMemoryRefusesACopyAndTheServerGoesOn) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a small tmpfs";
+  const fs::path small = dir_ / "small";
+  fs::create_directories(small);
+  ASSERT_EQ(mount("tmpfs", small.c_str(), "tmpfs", 0, "size=2m"), 0) << std::strerror(errno);
+  {
+    auto sender = Store("sender");
+    MemoryStore holder(small.string(), false);
+    ASSERT_TRUE(holder.Open("h").ok());
+    MemoryPeerServer server(&holder, "node0", "");
+    ASSERT_TRUE(server.Start("127.0.0.1").ok());
+    server.Accept(0, 1, 1);
+    const std::string peer = "127.0.0.1:" + std::to_string(server.port());
+    const std::string big = "step-000000000010/save-a-1/rank-00000.data";
+    const std::string fits = "step-000000000020/save-a-1/rank-00000.data";
+    Write(sender->Root() + "/" + big, Bytes(8 << 20, 1));
+    Write(sender->Root() + "/" + fits, Bytes(100 << 10, 2));
+    Status s = PushCopy(peer, *sender, big, 1, "", kSecond);  // no SIGBUS: refused, said why
+    EXPECT_FALSE(s.ok());
+    EXPECT_TRUE(holder.NewestPeerCopies(0).empty());
+    EXPECT_TRUE(PushCopy(peer, *sender, fits, 1, "", kSecond).ok());
+    EXPECT_EQ(holder.NewestPeerCopies(0), std::vector<std::string>{fits});
+  }
+  ASSERT_EQ(umount(small.c_str()), 0);
 }
 
 TEST_F(MemoryPeerTest, NoServerIsAnErrorNamingThePeer) {

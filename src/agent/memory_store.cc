@@ -182,7 +182,7 @@ Status MemoryStore::WriteWhole(const std::string& final_path, std::uint64_t size
   fs::create_directories(fs::path(final_path).parent_path(), ec);
   if (ec) return IoError("node memory copies: " + ec.message() + ": " + final_path);
   std::string tmp = final_path + kTmpSuffix;
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);  // RDWR: `read` may map it
   if (fd < 0) return IoError(Errno("open " + tmp));
   bool ok = read(fd, size);
   ok = close(fd) == 0 && ok;
