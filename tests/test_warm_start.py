@@ -260,13 +260,22 @@ def test_a_lost_node_comes_back_with_its_checkpoint_from_its_peers_memory(tmp_pa
     start, the ranks restore from them verified as from storage, and the job
     ends with the parameters of a plain run."""
     job_id = "mem-peer"
-    command = [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "100", "--step-delay", "0.02",
+    # A commit every 200 steps (4 s): the kill comes seconds before the next one.
+    command = [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "200", "--step-delay", "0.02",
                "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")]
     job = Job(tmp_path, job_id, command, flags=["--max-restarts", "2", "--heartbeat-interval", "0.5"])
 
-    def pushed():  # node1's ranks' copies of one committed step, whole, in node0's memory
-        names = sorted(os.path.basename(p) for p in memory_copies(job, "node0", "peer"))
-        return names == ["rank-00002.data", "rank-00003.data"]
+    def committed():
+        steps = [int(d.split("-")[1]) for d in os.listdir(tmp_path / "ckpt")
+                 if d.startswith("step-") and os.path.exists(tmp_path / "ckpt" / d / "COMMIT.json")] \
+            if os.path.isdir(tmp_path / "ckpt") else []
+        return max(steps, default=None)
+
+    def pushed():  # node1's ranks' copies of the newest committed step, whole, in node0's memory
+        copies = memory_copies(job, "node0", "peer")
+        names = sorted(os.path.basename(p) for p in copies)
+        steps = {int(p.split("/step-")[1].split("/")[0]) for p in copies}
+        return names == ["rank-00002.data", "rank-00003.data"] and steps == {committed()}
     wait_for(lambda: pushed() or job.proc.poll() is not None, 120, "node1's copies in node0's memory")
     assert pushed(), job.output()[-3000:]
     held = {os.path.basename(p): os.path.getsize(p) for p in memory_copies(job, "node0", "peer")}
@@ -283,6 +292,8 @@ def test_a_lost_node_comes_back_with_its_checkpoint_from_its_peers_memory(tmp_pa
     assert "fetched from node0's memory" in again[0]["message"]
     node0 = [e for e in job.events("ranks_started") if e["generation"] == 1 and e["node"] == "node0"]
     assert "memory_restore" not in node0[0]["detail"], "node0 kept its own copies: nothing to fetch"
+    resumed = {e["detail"].get("resumed_step") for e in job.events("first_step") if e["generation"] == 1}
+    assert resumed == {200}, resumed
     assert sources(job, 1) == {0: "memory", 1: "memory", 2: "peer memory of node0", 3: "peer memory of node0"}
     assert (tmp_path / "sum").read_text().strip() == plain_checksum
     assert not os.path.exists(old_root), "the killed agent's tmpfs outlived it"
