@@ -5,6 +5,9 @@
 - every reason not to use a standby (killed, still importing, the script
   edited) falls back to a cold start, says why in the events, and the job's
   final parameters equal a plain run's;
+- each node's memory copy of a checkpoint is used only when it verifies
+  (a flipped byte, another save: storage, saying why), and a node that comes
+  back empty fetches its ranks' copies from the node that held them;
 - `--no-warm` makes no standby;
 - a newer checkpoint that is skipped is named, with its file and reason.
 """
@@ -215,14 +218,16 @@ def sources(job, generation):
     return said
 
 
-@pytest.mark.parametrize("corrupt", [False, True])
+@pytest.mark.parametrize("fault", ["none", "flipped-byte", "another-save"])
 def test_a_restart_restores_from_the_nodes_memory_unless_the_copy_is_wrong(tmp_path, no_leftovers, plain_checksum,
-                                                                           corrupt):
+                                                                           fault):
     """Each node keeps its ranks' newest committed checkpoint in memory; the
     restarted ranks read it from there, verified as from storage. With one
-    byte flipped in node0's copies, node0's ranks say so and read storage."""
-    job_id = "mem-%s" % ("corrupt" if corrupt else "ok")
-    command = [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "100", "--step-delay", "0.02",
+    byte flipped in node0's copies, or node0's copies filed under another
+    save of the step, node0's ranks say why and read storage."""
+    job_id = "mem-%s" % fault
+    # A commit every 200 steps (4 s): the kill comes seconds before the next one.
+    command = [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "200", "--step-delay", "0.02",
                "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")]
     job = Job(tmp_path, job_id, command, flags=["--max-restarts", "2"])
     wait_for(lambda: job.events("checkpoint_committed") or job.proc.poll() is not None, 120, "a checkpoint")
@@ -230,22 +235,26 @@ def test_a_restart_restores_from_the_nodes_memory_unless_the_copy_is_wrong(tmp_p
     assert memory_root(job, "node0").startswith("/proc/"), "not the agent's own tmpfs: " + job.output()[-2000:]
     copies = memory_copies(job, "node0")
     assert len(copies) == 2, copies  # ranks 0 and 1, one step each
-    if corrupt:
+    if fault == "flipped-byte":
         for path in copies:
             with open(path, "r+b") as f:
                 f.seek(100)
                 b = f.read(1)
                 f.seek(100)
                 f.write(bytes([b[0] ^ 0x01]))
+    elif fault == "another-save":  # the bytes are right, but filed as another attempt's save of the step
+        save_dir = os.path.dirname(copies[0])
+        os.rename(save_dir, os.path.join(os.path.dirname(save_dir), "save-anotherattempt-7"))
     os.kill(job.rank_pids()[1], signal.SIGKILL)
     assert job.wait(300) == 0, job.output()[-3000:]
     said = sources(job, 1)
     assert sorted(said) == [0, 1, 2, 3], said
-    if corrupt:
+    if fault != "none":
         assert said == {0: "storage", 1: "storage", 2: "memory", 3: "memory"}, said
         alerts = [e for e in job.events("log_alert") if "memory copy" in e["message"]]
         assert {e["rank"] for e in alerts} == {0, 1}, [e["message"] for e in job.events("log_alert")]
-        assert all("checksum" in e["message"] for e in alerts)
+        why = "checksum" if fault == "flipped-byte" else "another save of step 200"
+        assert all(why in e["message"] for e in alerts), [e["message"] for e in alerts]
     else:
         assert set(said.values()) == {"memory"}, said
     assert (tmp_path / "sum").read_text().strip() == plain_checksum

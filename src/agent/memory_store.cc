@@ -46,6 +46,25 @@ int MakeOwnTmpfs(bool* huge, std::string* why) {
   return -1;
 }
 
+// `rank`'s whole copies below `tree`, relative paths, by step, newest first.
+std::map<std::int64_t, std::vector<std::string>, std::greater<>> CopiesByStep(const std::string& tree, int rank) {
+  std::map<std::int64_t, std::vector<std::string>, std::greater<>> by_step;
+  std::error_code ec;
+  for (const auto& step : fs::directory_iterator(tree, ec)) {
+    long long n = -1;
+    if (std::sscanf(step.path().filename().c_str(), "step-%lld", &n) != 1) continue;
+    std::error_code ec2;
+    for (const auto& save : fs::directory_iterator(step.path(), ec2)) {
+      CopyPath p{n, save.path().filename().string(), rank}, parsed;
+      std::error_code ec3;
+      if (ParseCopyPath(p.Relative(), &parsed) && fs::is_regular_file(tree + "/" + p.Relative(), ec3)) {
+        by_step[n].push_back(p.Relative());
+      }
+    }
+  }
+  return by_step;
+}
+
 }  // namespace
 
 std::string CopyPath::Relative() const {
@@ -199,23 +218,12 @@ Status MemoryStore::PutPeerCopy(const CopyPath& path, std::uint64_t size, int ke
   const std::string peer = Root() + "/" + kPeerTree;
   if (Status s = WriteWhole(peer + "/" + path.Relative(), size, read); !s.ok()) return s;
   // The `keep` newest steps holding this rank's copy stay; older ones go.
-  std::map<std::int64_t, std::vector<fs::path>, std::greater<>> by_step;
-  std::error_code ec;
-  for (const auto& step : fs::directory_iterator(peer, ec)) {
-    long long n = -1;
-    if (std::sscanf(step.path().filename().c_str(), "step-%lld", &n) != 1) continue;
-    std::error_code ec2;
-    for (const auto& save : fs::directory_iterator(step.path(), ec2)) {
-      CopyPath p{n, save.path().filename().string(), path.rank};
-      fs::path file = peer + "/" + p.Relative();
-      std::error_code ec3;
-      if (fs::is_regular_file(file, ec3)) by_step[n].push_back(file);
-    }
-  }
+  const auto by_step = CopiesByStep(peer, path.rank);
   int kept = 0;
   for (const auto& [step, files] : by_step) {
     if (kept++ < std::max(keep, 1)) continue;
-    for (const auto& f : files) {
+    for (const auto& relative : files) {
+      const fs::path f = peer + "/" + relative;
       unlink(f.c_str());
       rmdir(f.parent_path().c_str());                // when no other rank's copy is left
       rmdir(f.parent_path().parent_path().c_str());
@@ -227,21 +235,7 @@ Status MemoryStore::PutPeerCopy(const CopyPath& path, std::uint64_t size, int ke
 std::vector<std::string> MemoryStore::NewestPeerCopies(int rank) const {
   std::string root = Root();
   if (root.empty()) return {};
-  const std::string peer = root + "/" + kPeerTree;
-  std::map<std::int64_t, std::vector<std::string>, std::greater<>> by_step;
-  std::error_code ec;
-  for (const auto& step : fs::directory_iterator(peer, ec)) {
-    long long n = -1;
-    if (std::sscanf(step.path().filename().c_str(), "step-%lld", &n) != 1) continue;
-    std::error_code ec2;
-    for (const auto& save : fs::directory_iterator(step.path(), ec2)) {
-      CopyPath p{n, save.path().filename().string(), rank}, parsed;
-      std::error_code ec3;
-      if (ParseCopyPath(p.Relative(), &parsed) && fs::is_regular_file(peer + "/" + p.Relative(), ec3)) {
-        by_step[n].push_back(p.Relative());
-      }
-    }
-  }
+  const auto by_step = CopiesByStep(root + "/" + kPeerTree, rank);
   if (by_step.empty()) return {};
   std::vector<std::string> newest = by_step.begin()->second;
   std::sort(newest.begin(), newest.end());
