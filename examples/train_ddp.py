@@ -18,6 +18,8 @@ Fault injection for tests (all off by default; all act on rank --crash-rank):
     --raise-at-step N    raises a ValueError at step N (every attempt: a bug in the script)
     --nan-at-step N      its loss becomes NaN at step N (every attempt); the NaN guard raises
     --xid-at-step N      prints an NVIDIA Xid 79 line and dies by SIGKILL (first attempt only)
+    --flip-at-step N     flips one bit of one parameter after step N's update, silently
+                         (a device that computes wrong; first attempt only)
 """
 
 import argparse
@@ -55,6 +57,7 @@ def parse_args():
     p.add_argument("--raise-at-step", type=int, default=-1)
     p.add_argument("--nan-at-step", type=int, default=-1)
     p.add_argument("--xid-at-step", type=int, default=-1)
+    p.add_argument("--flip-at-step", type=int, default=-1)
     p.add_argument("--crash-rank", type=int, default=1)
     return p.parse_args()
 
@@ -174,6 +177,10 @@ def main():
             loss.backward()
         with ctx("optimizer"):
             opt.step()
+        if restart == 0 and rank == args.crash_rank and step == args.flip_at_step:
+            with torch.no_grad():
+                word = next(model.parameters()).view(-1)[:1].view(torch.int32)
+                word.bitwise_xor_(1 << 22)
         if args.step_delay:
             time.sleep(args.step_delay)
         if trainguard:

@@ -50,6 +50,7 @@ TIERS = {
     "test_store_outage.py": ("postgres", "slow"),
     "test_stragglers.py": ("root", "slow"),
     "test_warm_start.py": ("slow",),
+    "test_sdc.py": ("slow",),
 }
 MARKERS = {
     "slow": "runs real multi-node jobs for tens of seconds (left out by scripts/test.sh --quick)",

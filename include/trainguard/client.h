@@ -59,6 +59,10 @@ void MarkStartup(int mark);
 // controller counts the lost work of the failure before from it.
 void ResumedFrom(std::int64_t step);
 
+// Records the fingerprint of this rank's parameters after optimizer step
+// `step` (docs/sdc.md): the controller compares it with the rank's replicas'.
+void ReportFingerprint(std::int64_t step, std::uint64_t fingerprint);
+
 // Adds time the training loop spent blocked in a checkpoint save; the
 // controller counts it as checkpoint overhead (trainguard's own checkpointer
 // calls this itself).

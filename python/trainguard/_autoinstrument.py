@@ -55,18 +55,28 @@ def record_imports():
 def _on_optimizer_step(optimizer):
     import trainguard
 
-    if trainguard._explicit_steps:
-        return
     counted = _state["optimizer"]
     if counted is None or counted() is None:
         _state["optimizer"] = weakref.ref(optimizer)
     elif counted() is not optimizer:
         return
     _state["count"] += 1
-    trainguard._core.step(_state["count"] - 1)
-    if _state["count"] == 1:
-        record_imports()
-    trainguard._phases.poll_device()
+    if not trainguard._explicit_steps:  # a script that calls trainguard.step() counts its own
+        trainguard._core.step(_state["count"] - 1)
+        if _state["count"] == 1:
+            record_imports()
+        trainguard._phases.poll_device()
+    _guarded(_fingerprint_after, optimizer, _state["count"])
+
+
+def _fingerprint_after(optimizer, count):
+    fp = _state.get("fingerprinter")
+    if fp is None:
+        import trainguard
+        from trainguard import _fingerprint
+
+        fp = _state["fingerprinter"] = _fingerprint.Fingerprinter(trainguard._core)
+    fp.after_step(optimizer, count)
 
 
 def _hook_optimizer(module):

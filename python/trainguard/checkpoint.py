@@ -263,6 +263,16 @@ class Checkpointer:
             listed = []
         steps = [c["step"] for c in listed if c["complete"]]
         unusable = [c for c in listed if c["problem"]]
+        # After replicas diverged (docs/sdc.md) the controller allows no
+        # checkpoint saved after their last agreement: it may hold corrupt state.
+        at_most = os.environ.get("TRAINGUARD_RESUME_AT_MOST", "")
+        if at_most.lstrip("-").isdigit() and int(at_most) >= 0:
+            newer = [s for s in steps if s > int(at_most)]
+            if newer and self.rank == 0:
+                print("trainguard: checkpoint(s) of step %s skipped: saved after step %d, the last at which "
+                      "the replicas' parameters agreed" % (", ".join(str(s) for s in newer), int(at_most)),
+                      file=sys.stderr, flush=True)
+            steps = [s for s in steps if s <= int(at_most)]
         if not steps:
             if unusable:
                 raise CheckpointError("%s holds no usable checkpoint, but %d step(s) with a commit "

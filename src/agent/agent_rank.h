@@ -39,6 +39,7 @@ struct Agent::Rank {
   TimingCollector timings;  // this rank's per-step timings, from its page
   bool warm = false;        // a standby became it
   std::string cold_reason;  // why not, where warm starts are on
+  mutable std::int64_t fingerprints_sent_step = -1;  // the newest fingerprint step reported
 };
 
 // What the agent needs to make the next start's warm standbys, from the

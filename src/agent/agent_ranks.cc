@@ -206,6 +206,13 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
     mark(kMarkRestoreBegin, &v1::RankStatus::set_restore_begin_ms);
     mark(kMarkRestoreEnd, &v1::RankStatus::set_restore_end_ms);
     if (snap.resumed_step != kNoStep) s.set_resumed_step(snap.resumed_step);
+    for (const auto& [step, value] : snap.fingerprints) {
+      if (step <= rank.fingerprints_sent_step) continue;
+      v1::Fingerprint* f = s.add_fingerprints();
+      f->set_step(step);
+      f->set_value(value);
+      rank.fingerprints_sent_step = step;
+    }
     if (snap.first_step_mono_ns > 0) s.set_first_step_ms((snap.first_step_mono_ns - rank.launch_mono) / kMillisecond);
   }
   s.set_progress_age_ms(std::max<Nanos>(0, now_mono - since) / kMillisecond);

@@ -150,6 +150,19 @@ void ResumedFrom(std::int64_t step) {
   page->resumed_step.store(step, std::memory_order_relaxed);
 }
 
+void ReportFingerprint(std::int64_t step, std::uint64_t fingerprint) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr || step < 0) return;
+  std::uint64_t seq = page->fingerprint_seq.load(std::memory_order_relaxed);
+  page->fingerprint_seq.store(seq + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  std::uint64_t count = page->fingerprint_count.load(std::memory_order_relaxed);
+  page->fingerprints[count % kFingerprints].step.store(step, std::memory_order_relaxed);
+  page->fingerprints[count % kFingerprints].value.store(fingerprint, std::memory_order_relaxed);
+  page->fingerprint_count.store(count + 1, std::memory_order_relaxed);
+  page->fingerprint_seq.store(seq + 2, std::memory_order_release);
+}
+
 void AddCheckpointOverhead(std::int64_t nanos) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr || nanos <= 0) return;

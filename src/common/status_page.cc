@@ -47,6 +47,20 @@ StatusSnapshot ReadStatusPage(const StatusPage& page) {
   s.max_step_ns = page.max_step_ns.load(std::memory_order_relaxed);
   for (int i = 0; i < kStartupMarks; ++i) s.startup_mono_ns[i] = page.startup_mono_ns[i].load(std::memory_order_relaxed);
   s.resumed_step = page.resumed_step.load(std::memory_order_relaxed);
+  for (int attempt = 0; attempt < 100; ++attempt) {  // the same bounded seqlock read as the phase's
+    std::uint64_t before = page.fingerprint_seq.load(std::memory_order_acquire);
+    if (before & 1) continue;
+    std::uint64_t count = page.fingerprint_count.load(std::memory_order_relaxed);
+    std::vector<std::pair<std::int64_t, std::uint64_t>> ring;
+    for (std::uint64_t i = count > kFingerprints ? count - kFingerprints : 0; i < count; ++i) {
+      const auto& e = page.fingerprints[i % kFingerprints];
+      ring.push_back({e.step.load(std::memory_order_relaxed), e.value.load(std::memory_order_relaxed)});
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (page.fingerprint_seq.load(std::memory_order_relaxed) != before) continue;
+    s.fingerprints = std::move(ring);
+    break;
+  }
   // A writer that died mid-update leaves the counter odd forever: give up after
   // a bounded number of tries and report no phase rather than spin.
   for (int attempt = 0; attempt < 100; ++attempt) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/op_journal.h"
 #include "common/timing_ring.h"
@@ -27,6 +28,7 @@ constexpr std::size_t kJournalOffset = 4096;
 constexpr std::size_t kTimingsOffset = 22528;
 constexpr std::size_t kPhaseNameCapacity = 64;  // including the terminating NUL
 constexpr std::int64_t kNoStep = -1;
+constexpr int kFingerprints = 16;  // the ring of parameter fingerprints
 
 // Start-up marks of a rank, in the order a start passes them.
 enum StartupMark : int {
@@ -64,13 +66,24 @@ struct StatusPage {
   // The step of the checkpoint this process resumed from (kNoStep: none
   // reported), so that lost work is counted from what the ranks really loaded.
   std::atomic<std::int64_t> resumed_step;
-  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8];
+  // The newest fingerprints of the rank's parameters (docs/sdc.md), a ring:
+  // entry i % kFingerprints holds the i-th (count written so far), each the
+  // optimizer step it was taken after and its value; under a seqlock (odd
+  // while written).
+  std::atomic<std::uint64_t> fingerprint_seq;
+  std::atomic<std::uint64_t> fingerprint_count;
+  struct FingerprintEntry {
+    std::atomic<std::int64_t> step;
+    std::atomic<std::uint64_t> value;
+  } fingerprints[kFingerprints];
+  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints];
   OpJournal journal;  // version 2: the journal of communication operations
   char reserved_after_journal[kTimingsOffset - kJournalOffset - sizeof(OpJournal)];
   TimingRing timings;  // version 3: phase and step intervals, a ring
 };
 static_assert(offsetof(StatusPage, checkpoint_blocked_ns) == 160);
 static_assert(offsetof(StatusPage, startup_mono_ns) == 176);
+static_assert(offsetof(StatusPage, fingerprint_seq) == 232);
 static_assert(offsetof(StatusPage, journal) == kJournalOffset);
 static_assert(offsetof(StatusPage, timings) == kTimingsOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
@@ -94,6 +107,8 @@ struct StatusSnapshot {
   std::int64_t max_step_ns = 0;
   std::int64_t startup_mono_ns[kStartupMarks] = {};
   std::int64_t resumed_step = kNoStep;
+  // The ring's fingerprints, oldest first: (step, value).
+  std::vector<std::pair<std::int64_t, std::uint64_t>> fingerprints;
   std::string phase;
 };
 

@@ -9,6 +9,7 @@ const char* FindingKindName(FindingKind kind) {
     case FindingKind::kNodeLost: return "node_lost";
     case FindingKind::kFatalLine: return "fatal_line";
     case FindingKind::kStraggler: return "straggler";
+    case FindingKind::kReplicaDivergence: return "replica_divergence";
     case FindingKind::kLinkFlapping: return "link_flapping";
   }
   return "unknown";

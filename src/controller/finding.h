@@ -24,6 +24,7 @@ enum class FindingKind {
   kFatalLine,     // log_alert_detector: a line a "fatal" scan rule matched
   kStraggler,     // straggler_detector, with --straggler-action evict
   kLinkFlapping,  // link_monitor: a node's link lost its carrier too often
+  kReplicaDivergence,  // replica_check: a rank's parameters differ from its replicas' (docs/sdc.md)
 };
 const char* FindingKindName(FindingKind kind);
 

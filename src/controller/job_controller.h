@@ -67,6 +67,7 @@
 #include "controller/job_view.h"
 #include "controller/link_monitor.h"
 #include "controller/recovery_policy.h"
+#include "controller/replica_check.h"
 #include "controller/straggler_detector.h"
 #include "proto/protocol.h"
 #include "store/event_store.h"
@@ -264,6 +265,8 @@ class JobController {
   // Records a straggler finding; with --straggler-action evict, fails the
   // generation so that the node is evicted (the "straggler" rule).
   void ActOnStraggler(const StragglerFinding& f);
+  void CheckReplicas();
+  void ActOnDivergence(const Divergence& d);
   // Records the generation's parallel layout (from the journals' groups) as
   // a "layout" event, for the trace to group ranks by.
   // Waits (returns without recording) while some rank's coordinates are
@@ -431,6 +434,12 @@ class JobController {
   Nanos next_silence_check_mono_ = 0;  // CheckHeartbeats need not look before  // DetectHang need not run before (hang_detector.h: HangDeadline)
   Nanos silence_from_mono_ = 0;  // JobView::silence_from_mono
   StragglerDetector stragglers_;
+  // Silent data corruption (docs/sdc.md): replicas' parameter fingerprints
+  // compared; after a divergence, the next generation resumes from a
+  // checkpoint no newer than the replicas' last agreement (-1: any).
+  ReplicaCheck replicas_;
+  bool replica_fingerprints_new_ = false;
+  std::int64_t resume_at_most_ = -1;
   std::map<std::string, std::int64_t> timings_dropped_;  // per node, the last count reported
   std::int64_t timing_newest_step_ = -1;
   std::int64_t timing_compacted_below_ = 0;

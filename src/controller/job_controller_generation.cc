@@ -47,6 +47,7 @@ void JobController::MaybeStartGeneration() {
   generation_ = restart_count_;
   first_step_seen_ = false;
   stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
+  replicas_.Reset(active_nnodes_ * config_.nproc_per_node);
   timing_rows_this_generation_ = 0;
   layout_next_try_rows_ = 0;
   generation_start_wall_ = clock_->WallNanos();
@@ -119,6 +120,9 @@ void JobController::FillStart(v1::Start* start) const {
   start->set_memory_checkpoints(config_.memory_checkpoints);
   for (const auto& a : config_.argv) start->add_argv(a);
   for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
+  // After replicas diverged: no checkpoint saved after their last agreement
+  // (trainguard's checkpointer honours it; docs/sdc.md).
+  if (resume_at_most_ >= 0) (*start->mutable_env())["TRAINGUARD_RESUME_AT_MOST"] = std::to_string(resume_at_most_);
 }
 
 void JobController::HandleStandbyImports(Node* node, const v1::StandbyImports& imports) {

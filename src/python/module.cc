@@ -5,6 +5,7 @@
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <xxhash.h>
 
 #include "common/clock.h"
 #include "common/op_journal.h"
@@ -119,6 +120,17 @@ PYBIND11_MODULE(_core, m) {
   m.def("mark_startup", &client::MarkStartup, py::arg("mark"),
         "Start-up mark: 0 script start, 1/2 process-group init begin/end, 3/4 checkpoint restore begin/end.");
   m.def("resumed_from", &client::ResumedFrom, py::arg("step"));
+  m.def("report_fingerprint", &client::ReportFingerprint, py::arg("step"), py::arg("fingerprint"));
+  m.def("fingerprint", [](const std::vector<std::pair<std::uintptr_t, std::size_t>>& buffers) {
+    // XXH3 over the raw bytes of every buffer, in order: one bit anywhere changes it.
+    py::gil_scoped_release release;
+    XXH3_state_t* state = XXH3_createState();
+    XXH3_64bits_reset(state);
+    for (const auto& [ptr, size] : buffers) XXH3_64bits_update(state, reinterpret_cast<const void*>(ptr), size);
+    std::uint64_t h = XXH3_64bits_digest(state);
+    XXH3_freeState(state);
+    return h;
+  }, py::arg("buffers"), "XXH3 of the bytes of (address, size) buffers in host memory, in order.");
   m.def("journal_group", &client::JournalGroup, py::arg("id"), py::arg("name"), py::arg("members"));
   m.def("journal_issue", &client::JournalIssue, py::arg("group_slot"), py::arg("op"),
         py::arg("dtype"), py::arg("numel"), py::arg("peer"));

@@ -1,0 +1,67 @@
+// ReplicaCheck: finds a rank whose parameters silently diverged from its
+// data-parallel replicas' (docs/sdc.md). Each rank reports fingerprints of
+// its parameters after some optimizer steps (the same steps on every rank:
+// multiples of a power of two). Which ranks are replicas is learned, not
+// assumed: ranks whose fingerprints were equal at two checked steps in a
+// row are a replica set (DDP: the whole world; TP x PP x DP: each TP/PP
+// coordinate's DP peers; FSDP's shards never agree and are never compared).
+// After that, at every step all members of a set reported, a value held by
+// a strict majority names the others as diverged; no strict majority (two
+// replicas) is a disagreement without a culprit.
+//
+// Memory: per rank, the newest kKeep fingerprints; per set, the newest
+// checked step. Not thread-safe (the controller's thread).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace trainguard {
+
+struct Divergence {
+  std::int64_t step = -1;               // the first checked step the set disagreed at
+  std::int64_t last_agreed_step = -1;   // the step before it at which the set agreed
+  std::vector<int> replicas;            // the set
+  std::vector<int> diverged;            // the minority; empty when no value has a strict majority
+  std::map<int, std::uint64_t> values;  // each member's fingerprint at `step`
+};
+
+class ReplicaCheck {
+ public:
+  static constexpr std::size_t kKeep = 32;
+  explicit ReplicaCheck(int world_size = 0) { Reset(world_size); }
+  // A new generation: nothing learned, nothing kept.
+  void Reset(int world_size);
+  void Add(int rank, std::int64_t step, std::uint64_t value);
+  // The divergences found since the last call (each set reports once).
+  std::vector<Divergence> Evaluate();
+  // The replica sets learned so far.
+  const std::vector<std::vector<int>>& replica_sets() const { return sets_; }
+
+ private:
+  struct Set {
+    std::vector<int> members;
+    std::int64_t checked = -1;       // the newest step compared
+    std::int64_t last_agreed = -1;
+    bool reported = false;
+  };
+  std::optional<std::uint64_t> ValueAt(int rank, std::int64_t step) const;
+  // The steps every rank in `ranks` has a fingerprint of, above `after`, ascending.
+  std::vector<std::int64_t> CommonSteps(const std::vector<int>& ranks, std::int64_t after) const;
+  void Learn();
+
+  int world_size_ = 0;
+  std::vector<std::deque<std::pair<std::int64_t, std::uint64_t>>> kept_;  // by rank, ascending steps
+  // Learning: the partition seen at the newest fully reported step.
+  std::int64_t learn_checked_ = -1;
+  std::vector<std::vector<int>> candidate_;  // equal-value groups of size >= 2 at that step
+  std::vector<std::vector<int>> sets_;
+  std::vector<Set> checks_;
+};
+
+}  // namespace trainguard

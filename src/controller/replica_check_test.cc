@@ -1,0 +1,83 @@
+#include "controller/replica_check.h"
+
+#include <gtest/gtest.h>
+
+namespace trainguard {
+namespace {
+
+// Four DDP replicas report the same value at each step; `bad` reports
+// another one from `from` on.
+void Report(ReplicaCheck* c, std::int64_t step, int world, int bad = -1, std::int64_t from = 1 << 30) {
+  for (int r = 0; r < world; ++r) c->Add(r, step, static_cast<std::uint64_t>(step) * 7 + (r == bad && step >= from));
+}
+
+TEST(ReplicaCheckTest, AMinorityAmongFourReplicasIsNamedWithTheLastStepTheyAgreed) {
+  ReplicaCheck c(4);
+  for (std::int64_t s = 8; s <= 40; s += 8) Report(&c, s, 4, 2, 32);
+  auto found = c.Evaluate();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].step, 32);
+  EXPECT_EQ(found[0].last_agreed_step, 24);
+  EXPECT_EQ(found[0].diverged, std::vector<int>{2});
+  EXPECT_EQ(found[0].replicas, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(c.Evaluate().empty()) << "reported once";
+}
+
+TEST(ReplicaCheckTest, TwoReplicasDisagreeWithoutACulprit) {
+  ReplicaCheck c(2);
+  for (std::int64_t s = 4; s <= 16; s += 4) Report(&c, s, 2, 1, 12);
+  auto found = c.Evaluate();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_TRUE(found[0].diverged.empty());
+  EXPECT_EQ(found[0].last_agreed_step, 8);
+}
+
+TEST(ReplicaCheckTest, ShardsThatNeverAgreeAreNeverCompared) {
+  ReplicaCheck c(4);  // FSDP-like: every rank holds other bytes
+  for (std::int64_t s = 1; s <= 20; ++s) {
+    for (int r = 0; r < 4; ++r) c.Add(r, s, static_cast<std::uint64_t>(s * 10 + r));
+  }
+  EXPECT_TRUE(c.Evaluate().empty());
+  EXPECT_TRUE(c.replica_sets().empty());
+}
+
+TEST(ReplicaCheckTest, DataParallelPeersOfATensorParallelLayoutAreTheSets) {
+  ReplicaCheck c(4);  // tp2 x dp2: ranks 0,2 hold one shard, 1,3 the other
+  auto report = [&](std::int64_t s, bool flip) {
+    for (int r = 0; r < 4; ++r) c.Add(r, s, static_cast<std::uint64_t>(s * 10 + r % 2 + (flip && r == 3) * 100));
+  };
+  for (std::int64_t s = 2; s <= 8; s += 2) report(s, false);
+  EXPECT_TRUE(c.Evaluate().empty());
+  EXPECT_EQ(c.replica_sets(), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  report(10, true);
+  auto found = c.Evaluate();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].replicas, (std::vector<int>{1, 3}));
+  EXPECT_TRUE(found[0].diverged.empty()) << "two replicas: no majority";
+}
+
+TEST(ReplicaCheckTest, StepsNotReportedByEveryMemberAreNotCompared) {
+  ReplicaCheck c(3);
+  for (std::int64_t s = 1; s <= 3; ++s) Report(&c, s, 3);
+  c.Add(0, 4, 1);  // only rank 0 has step 4 (the others' heartbeats are late)
+  EXPECT_TRUE(c.Evaluate().empty());
+  c.Add(1, 4, 28);
+  c.Add(2, 4, 28);
+  auto found = c.Evaluate();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].diverged, std::vector<int>{0});
+}
+
+TEST(ReplicaCheckTest, MemoryIsBoundedAndBadInputIgnored) {
+  ReplicaCheck c(2);
+  for (std::int64_t s = 0; s < 1000; ++s) Report(&c, s, 2);
+  c.Add(-1, 5, 1);
+  c.Add(7, 5, 1);
+  c.Add(0, 3, 99);  // older than what it holds
+  EXPECT_TRUE(c.Evaluate().empty());
+  c.Reset(2);
+  EXPECT_TRUE(c.replica_sets().empty());
+}
+
+}  // namespace
+}  // namespace trainguard

@@ -1,0 +1,72 @@
+"""Silent data corruption, part 1 (docs/sdc.md), with real DDP ranks: the
+instrumentation fingerprints every rank's parameters after optimizer steps
+with no change to the script, the controller learns which ranks are
+replicas and names the one that silently diverged; its node is evicted and
+cordoned, a spare takes its place, the job resumes from a checkpoint saved
+before the divergence and ends with the parameters of a plain run. A healthy
+job compares its replicas and finds nothing."""
+
+import json
+import os
+import subprocess
+
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, free_port
+
+STEPS = 200
+
+
+def command(tmp_path, *extra):
+    return [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "20", "--step-delay", "0.02",
+            "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum"), *extra]
+
+
+def plain_checksum(tmp_path):
+    """Four processes with torchrun's environment, no supervisor, no trainguard."""
+    port = free_port()
+    procs = []
+    for rank in range(4):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank % 2), WORLD_SIZE="4",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0")
+        env.pop("PYTHONPATH", None)
+        procs.append(subprocess.Popen(
+            [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "20", "--ckpt-engine", "torch",
+             "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read().decode()[-2000:]
+    return (tmp_path / "sum").read_text().strip()
+
+
+def test_a_rank_whose_parameters_silently_diverge_is_named_evicted_and_rolled_back(tmp_path, no_leftovers):
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    reference = plain_checksum(plain)
+    run = tmp_path / "flip"
+    run.mkdir()
+    job = Job(run, "sdc-flip", command(run, "--flip-at-step", "90", "--crash-rank", "2"), flags=["--spares", "1"])
+    assert job.wait(300) == 0, job.output()[-3000:]
+    assert [e["detail"]["sets"] for e in job.events("replica_sets") if e["generation"] == 0] == [[[0, 1, 2, 3]]]
+    found = job.events("replica_divergence")
+    assert len(found) == 1, job.event_lines()[-3000:]
+    d = found[0]["detail"]
+    assert d["diverged"] == [2] and d["nodes"] == ["node1"], d
+    assert d["last_agreed_step"] < 91 <= d["step"], d  # the flip follows step 90's update
+    assert d["resume_at_most"] == d["last_agreed_step"]
+    assert [e["node"] for e in job.events("node_evicted")] == ["node1"]
+    attribution = job.events("attribution")[0]["detail"]
+    assert attribution["rule"] == "replica-divergence" and attribution["category"] == "gpu_hardware", attribution
+    resumed = {e["detail"].get("resumed_step") for e in job.events("first_step") if e["generation"] == 1}
+    assert resumed and all(s is not None and s <= d["last_agreed_step"] for s in resumed), resumed
+    assert "saved after step %d, the last at which the replicas' parameters agreed" % d["last_agreed_step"] \
+        in job.output()
+    assert (run / "sum").read_text().strip() == reference
+    nodes = subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"], capture_output=True, text=True,
+                           timeout=30)
+    assert {n["node"]: n["status"] for n in json.loads(nodes.stdout)}["node1"] == "cordoned"
+
+
+def test_a_healthy_job_compares_its_replicas_and_finds_nothing(tmp_path, no_leftovers):
+    job = Job(tmp_path, "sdc-healthy", command(tmp_path))
+    assert job.wait(300) == 0, job.output()[-3000:]
+    assert [e["detail"]["sets"] for e in job.events("replica_sets")] == [[[0, 1, 2, 3]]]
+    assert not job.events("replica_divergence") and not job.events("failure")
