@@ -8,6 +8,7 @@ job compares its replicas and finds nothing."""
 
 import json
 import os
+import re
 import subprocess
 
 from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, free_port
@@ -55,10 +56,15 @@ def test_a_rank_whose_parameters_silently_diverge_is_named_evicted_and_rolled_ba
     assert [e["node"] for e in job.events("node_evicted")] == ["node1"]
     attribution = job.events("attribution")[0]["detail"]
     assert attribution["rule"] == "replica-divergence" and attribution["category"] == "gpu_hardware", attribution
-    resumed = {e["detail"].get("resumed_step") for e in job.events("first_step") if e["generation"] == 1}
-    assert resumed and all(s is not None and s <= d["last_agreed_step"] for s in resumed), resumed
-    assert "saved after step %d, the last at which the replicas' parameters agreed" % d["last_agreed_step"] \
-        in job.output()
+    # The newest checkpoint saved no later than the last agreement (one every 20 steps).
+    # The newest checkpoint saved no later than the last agreement (one every 20 steps), or none: the
+    # example keeps two, and the one of step 80 may be gone by the time the divergence is seen.
+    resumed = {int(s) for s in re.findall(r"rank \d: resumed from step (\d+)", job.output())}
+    assert resumed in (set(), {d["last_agreed_step"] // 20 * 20}), (resumed, d)
+    committed = job.events("failure")[0]["detail"]["checkpoint_step"]
+    if committed > d["last_agreed_step"]:  # a newer one was committed before the detection: skipped, and said
+        assert "saved after step %d, the last at which the replicas' parameters agreed" % d["last_agreed_step"] \
+            in job.output()
     assert (run / "sum").read_text().strip() == reference
     nodes = subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"], capture_output=True, text=True,
                            timeout=30)
@@ -70,3 +76,13 @@ def test_a_healthy_job_compares_its_replicas_and_finds_nothing(tmp_path, no_left
     assert job.wait(300) == 0, job.output()[-3000:]
     assert [e["detail"]["sets"] for e in job.events("replica_sets")] == [[[0, 1, 2, 3]]]
     assert not job.events("replica_divergence") and not job.events("failure")
+
+
+def test_a_tensor_and_pipeline_parallel_job_is_never_judged_on_shards_that_differ(tmp_path, no_leftovers):
+    """tests/tp_pp_dp.py (no trainguard import): every rank's weights differ
+    (its own seed), so no two ranks ever agree, no set is learned and no
+    rank is named."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tp_pp_dp.py")
+    job = Job(tmp_path, "sdc-tp-pp-dp", [PYTHON, script, "--steps", "80", "--step-delay", "0.02"], nnodes=4, nproc=2)
+    assert job.wait(300) == 0, job.output()[-3000:]
+    assert not job.events("replica_sets") and not job.events("replica_divergence") and not job.events("failure")
