@@ -11,7 +11,7 @@ import os
 import re
 import subprocess
 
-from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, free_port
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, plain_example_checksum
 
 STEPS = 200
 
@@ -21,27 +21,10 @@ def command(tmp_path, *extra):
             "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum"), *extra]
 
 
-def plain_checksum(tmp_path):
-    """Four processes with torchrun's environment, no supervisor, no trainguard."""
-    port = free_port()
-    procs = []
-    for rank in range(4):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank % 2), WORLD_SIZE="4",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0")
-        env.pop("PYTHONPATH", None)
-        procs.append(subprocess.Popen(
-            [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "20", "--ckpt-engine", "torch",
-             "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    for p in procs:
-        assert p.wait(timeout=300) == 0, p.stderr.read().decode()[-2000:]
-    return (tmp_path / "sum").read_text().strip()
-
-
 def test_a_rank_whose_parameters_silently_diverge_is_named_evicted_and_rolled_back(tmp_path, no_leftovers):
     plain = tmp_path / "plain"
     plain.mkdir()
-    reference = plain_checksum(plain)
+    reference = plain_example_checksum(plain, STEPS)
     run = tmp_path / "flip"
     run.mkdir()
     job = Job(run, "sdc-flip", command(run, "--flip-at-step", "90", "--crash-rank", "2"), flags=["--spares", "1"])

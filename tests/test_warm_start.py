@@ -15,14 +15,11 @@
 import json
 import os
 import re
-import shutil
 import signal
-import subprocess
-import time
 
 import pytest
 
-from conftest import EXAMPLE, PYTHON, Job, free_port, wait_for
+from conftest import EXAMPLE, PYTHON, Job, plain_example_checksum, wait_for
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OBSERVE = os.path.join(HERE, "observe_start.py")
@@ -101,20 +98,7 @@ def test_a_warm_start_looks_like_a_cold_one(tmp_path, no_leftovers):
 def plain_checksum(tmp_path_factory):
     """The example job's final parameters, run plainly: four processes with
     torchrun's environment, no supervisor, no trainguard."""
-    tmp = tmp_path_factory.mktemp("plain")
-    port = free_port()
-    procs = []
-    for rank in range(4):
-        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank % 2), WORLD_SIZE="4",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0")
-        env.pop("PYTHONPATH", None)
-        procs.append(subprocess.Popen(
-            [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "20", "--ckpt-engine", "torch",
-             "--ckpt-dir", str(tmp / "ckpt"), "--out", str(tmp / "sum")],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-    for p in procs:
-        assert p.wait(timeout=300) == 0, p.stderr.read().decode()[-2000:]
-    return (tmp / "sum").read_text().strip()
+    return plain_example_checksum(tmp_path_factory.mktemp("plain"), STEPS)
 
 
 def run_with_fault(tmp_path, job_id, fault):
