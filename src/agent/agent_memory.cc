@@ -86,7 +86,8 @@ void Agent::MaybePushMemoryCopies() {
   for (const auto& rank : ranks_) {
     if (rank->page.get() == nullptr) continue;
     const std::int64_t step = rank->page.get()->checkpoint_step.load(std::memory_order_relaxed);
-    if (step == kNoStep || step <= memory_->pushed_step[rank->global_rank]) continue;
+    auto pushed = memory_->pushed_step.find(rank->global_rank);
+    if (step == kNoStep || (pushed != memory_->pushed_step.end() && step <= pushed->second)) continue;
     // Committed: the copy was written before the rank's manifest, so it is whole and named.
     memory_->pushed_step[rank->global_rank] = step;
     for (const auto& relative : memory_->store.OwnCopies(rank->global_rank, step)) {
