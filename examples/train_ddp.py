@@ -17,6 +17,9 @@ Fault injection for tests (all off by default; all act on rank --crash-rank):
     --hang-at-step N     sleeps forever at step N (first attempt only)
     --raise-at-step N    raises a ValueError at step N (every attempt: a bug in the script)
     --nan-at-step N      its loss becomes NaN at step N (every attempt); the NaN guard raises
+    --silent-nan-at-step N  its loss becomes NaN at step N and training goes on (no guard);
+                         first attempt only (a device that computed wrong once), or with
+                         --nan-every-attempt every attempt; --nan-ranks all: on every rank
     --xid-at-step N      prints an NVIDIA Xid 79 line and dies by SIGKILL (first attempt only)
     --flip-at-step N     flips one bit of one parameter after step N's update, silently
                          (a device that computes wrong; first attempt only)
@@ -57,6 +60,9 @@ def parse_args():
     p.add_argument("--raise-at-step", type=int, default=-1)
     p.add_argument("--nan-at-step", type=int, default=-1)
     p.add_argument("--xid-at-step", type=int, default=-1)
+    p.add_argument("--silent-nan-at-step", type=int, default=-1)
+    p.add_argument("--nan-ranks", default="", help="'all' or a rank (default: --crash-rank)")
+    p.add_argument("--nan-every-attempt", action="store_true")
     p.add_argument("--flip-at-step", type=int, default=-1)
     p.add_argument("--crash-rank", type=int, default=1)
     return p.parse_args()
@@ -168,9 +174,13 @@ def main():
         x, y = batch_for(args.seed, step, rank, args.batch)
         if rank == args.crash_rank and step == args.nan_at_step:
             x = x * float("nan")
+        silent_nan = (step == args.silent_nan_at_step and (restart == 0 or args.nan_every_attempt)
+                      and (args.nan_ranks == "all" or rank == int(args.nan_ranks or args.crash_rank)))
+        if silent_nan:
+            x = x * float("nan")
         with ctx("forward"):
             loss = nn.functional.mse_loss(ddp(x), y)
-        if not torch.isfinite(loss):
+        if not torch.isfinite(loss) and args.silent_nan_at_step < 0:
             raise FloatingPointError("loss is %s at step %d" % (loss.item(), step))
         with ctx("backward"):
             opt.zero_grad()

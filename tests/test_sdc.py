@@ -69,3 +69,47 @@ def test_a_tensor_and_pipeline_parallel_job_is_never_judged_on_shards_that_diffe
     job = Job(tmp_path, "sdc-tp-pp-dp", [PYTHON, script, "--steps", "80", "--step-delay", "0.02"], nnodes=4, nproc=2)
     assert job.wait(300) == 0, job.output()[-3000:]
     assert not job.events("replica_sets") and not job.events("replica_divergence") and not job.events("failure")
+
+
+def test_a_nan_on_every_rank_is_the_jobs_numerics_and_evicts_nobody(tmp_path, no_leftovers):
+    """The script has no NaN guard: it would train on NaN. Every rank's loss
+    is NaN at step 50 (every attempt): category numeric, nobody evicted,
+    resumed once from before it, and the same again stops the job."""
+    job = Job(tmp_path, "nan-all", command(tmp_path, "--silent-nan-at-step", "50", "--nan-ranks", "all",
+                                           "--nan-every-attempt"), flags=["--spares", "1"])
+    assert job.wait(300) != 0, job.output()[-3000:]
+    found = job.events("numeric_anomaly")
+    assert len(found) == 2, job.event_lines()[-3000:]
+    for e in found:
+        d = e["detail"]
+        assert d["step"] == 50 and d["all"] and d["ranks"] == [0, 1, 2, 3] and d["resume_at_most"] == 49, d
+    attributions = [e["detail"] for e in job.events("attribution")]
+    assert [a["category"] for a in attributions] == ["numeric", "numeric"], attributions
+    assert not job.events("node_evicted")
+    resumed = {int(s) for s in re.findall(r"rank \d: resumed from step (\d+)", job.output())}
+    assert resumed <= {20, 40}, resumed  # never a checkpoint saved after the NaN
+    assert "deterministic" in job.event_lines(), job.event_lines()[-2000:]
+
+
+def test_a_nan_on_one_rank_names_it_and_a_clean_replay_says_transient(tmp_path, no_leftovers):
+    """Rank 2's loss is NaN at step 50 on the first attempt only (a device
+    that computed wrong once): rank 2 is named, the job replays from before
+    step 50 on the same nodes, the replay is clean: transient, recorded for
+    node1, nobody evicted, and the job ends with a plain run's parameters."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    reference = plain_example_checksum(plain, STEPS)
+    run = tmp_path / "nan"
+    run.mkdir()
+    job = Job(run, "nan-one", command(run, "--silent-nan-at-step", "50", "--crash-rank", "2"))
+    assert job.wait(300) == 0, job.output()[-3000:]
+    found = job.events("numeric_anomaly")
+    assert len(found) == 1, job.event_lines()[-3000:]
+    d = found[0]["detail"]
+    assert d["step"] == 50 and not d["all"] and d["ranks"] == [2] and d["nodes"] == ["node1"], d
+    confirmation = job.events("sdc_confirmation")
+    assert len(confirmation) == 1, job.event_lines()[-3000:]
+    c = confirmation[0]["detail"]
+    assert c["result"] == "not reproduced" and c["persistence"] == "transient" and c["culprit_ranks"] == [2], c
+    assert not job.events("node_evicted")
+    assert (run / "sum").read_text().strip() == reference

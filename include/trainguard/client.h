@@ -63,6 +63,13 @@ void ResumedFrom(std::int64_t step);
 // `step` (docs/sdc.md): the controller compares it with the rank's replicas'.
 void ReportFingerprint(std::int64_t step, std::uint64_t fingerprint);
 
+// Numeric sentinels (docs/sdc.md): the process's first anomaly at `step`
+// (kind: 1 loss NaN/Inf, 2 gradient norm NaN/Inf, 3 loss spike, 4 gradient
+// norm spike) and its value; later calls are ignored. NumericObserved counts
+// one loss checked.
+void ReportNumeric(std::int64_t step, int kind, double value);
+void NumericObserved();
+
 // Adds time the training loop spent blocked in a checkpoint save; the
 // controller counts it as checkpoint overhead (trainguard's own checkpointer
 // calls this itself).

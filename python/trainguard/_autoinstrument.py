@@ -66,17 +66,56 @@ def _on_optimizer_step(optimizer):
         if _state["count"] == 1:
             record_imports()
         trainguard._phases.poll_device()
-    _guarded(_fingerprint_after, optimizer, _state["count"])
+    _guarded(_fingerprint_after, optimizer, completed_step())
 
 
-def _fingerprint_after(optimizer, count):
+def resumed_at(step):
+    """The script loaded the checkpoint of `step` (trainguard.Checkpointer or
+    a recognised torch.load): the automatic count goes on after it."""
+    import trainguard
+
+    if not trainguard._explicit_steps:
+        _state["count"] = step + 1
+
+
+def completed_step():
+    """The step the optimizer step that just returned completed, as the
+    status page numbers steps: the script's own (trainguard.step(n)) where
+    it reports them, else the automatic count's (from 0)."""
+    import trainguard
+
+    if trainguard._explicit_steps:
+        return trainguard._step_counter + 1  # the script reports it after the optimizer step
+    return _state["count"] - 1
+
+
+def pending_step():
+    """The step being computed (its optimizer has not stepped yet)."""
+    import trainguard
+
+    if trainguard._explicit_steps:
+        return trainguard._step_counter + 1
+    return _state["count"]
+
+
+def sentinel():
+    s = _state.get("sentinel")
+    if s is None:
+        import trainguard
+        from trainguard import _numeric
+
+        s = _state["sentinel"] = _numeric.Sentinel(trainguard._core, pending_step)
+    return s
+
+
+def _fingerprint_after(optimizer, step):
     fp = _state.get("fingerprinter")
     if fp is None:
         import trainguard
         from trainguard import _fingerprint
 
         fp = _state["fingerprinter"] = _fingerprint.Fingerprinter(trainguard._core)
-    fp.after_step(optimizer, count)
+    fp.after_step(optimizer, step)
 
 
 def _hook_optimizer(module):
@@ -234,13 +273,15 @@ def install(warm=False):
     if not trainguard.init():
         return
     trainguard._core.mark_startup(0)
-    from trainguard import _comm_journal, _phases, _torch_checkpoints
+    from trainguard import _comm_journal, _numeric, _phases, _torch_checkpoints
 
     _guarded(_phases.hook_gc)
 
     _after_import("torch.optim.optimizer", _hook_optimizer)
     _after_import("torch.optim.optimizer", _phases.hook_optimizer)
     _after_import("torch", _torch_checkpoints.hook_torch)
+    _after_import("torch", lambda torch: _numeric.hook_torch(torch, sentinel))  # inside the backward phase
+    _after_import("torch.nn.utils.clip_grad", lambda m: _numeric.hook_clip_grad(m, sentinel))
     _after_import("torch", _phases.hook_torch)  # the phase wraps the checkpoint hook
     _after_import("torch.utils.data.dataloader", _phases.hook_dataloader)
     _after_import("torch.distributed.distributed_c10d", _comm_journal.hook_distributed)

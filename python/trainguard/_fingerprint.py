@@ -37,6 +37,9 @@ class Fingerprinter:
         self.fixed = int(fixed) if fixed.isdigit() else None
         self.budget = float(os.environ.get("TRAINGUARD_FINGERPRINT_BUDGET", "0.005") or 0.005)
         self.every = self.fixed if self.fixed is not None else 1
+        # A replay confirming a disagreement (docs/sdc.md) needs this step's fingerprint whatever K is.
+        at = os.environ.get("TRAINGUARD_FINGERPRINT_AT", "")
+        self.forced = {int(at)} if at.isdigit() else set()
         self.last_step_at = None
         self.step_s = None  # a running mean of the step time
         self.cost_s = None
@@ -48,7 +51,7 @@ class Fingerprinter:
             dt = now - self.last_step_at
             self.step_s = dt if self.step_s is None else 0.9 * self.step_s + 0.1 * dt
         self.last_step_at = now
-        if not self.every or step % self.every:
+        if step not in self.forced and (not self.every or step % self.every):
             return
         t0 = time.perf_counter()
         value = fingerprint(self.core, optimizer)

@@ -75,7 +75,7 @@ def hook_torch(torch):
                 if step >= 0 and _is_training_checkpoint(result):
                     core.resumed_from(step)
                     if not trainguard._explicit_steps:
-                        _autoinstrument._state["count"] = step + 1
+                        _autoinstrument.resumed_at(step)
         except (OSError, ValueError):
             pass
         return result

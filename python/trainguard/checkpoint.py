@@ -263,15 +263,16 @@ class Checkpointer:
             listed = []
         steps = [c["step"] for c in listed if c["complete"]]
         unusable = [c for c in listed if c["problem"]]
-        # After replicas diverged (docs/sdc.md) the controller allows no
-        # checkpoint saved after their last agreement: it may hold corrupt state.
+        # After replicas diverged or a NaN (docs/sdc.md) the controller allows
+        # no checkpoint saved after the last good step: it may hold corrupt state.
         at_most = os.environ.get("TRAINGUARD_RESUME_AT_MOST", "")
         if at_most.lstrip("-").isdigit() and int(at_most) >= 0:
             newer = [s for s in steps if s > int(at_most)]
+            why = os.environ.get("TRAINGUARD_RESUME_AT_MOST_WHY", "") or \
+                "the last at which the replicas' parameters agreed"
             if newer and self.rank == 0:
-                print("trainguard: checkpoint(s) of step %s skipped: saved after step %d, the last at which "
-                      "the replicas' parameters agreed" % (", ".join(str(s) for s in newer), int(at_most)),
-                      file=sys.stderr, flush=True)
+                print("trainguard: checkpoint(s) of step %s skipped: saved after step %d, %s"
+                      % (", ".join(str(s) for s in newer), int(at_most), why), file=sys.stderr, flush=True)
             steps = [s for s in steps if s <= int(at_most)]
         if not steps:
             if unusable:
@@ -285,6 +286,9 @@ class Checkpointer:
             if state is not None:
                 _core.mark_startup(4)
                 _core.resumed_from(step)
+                from . import _autoinstrument
+
+                _autoinstrument.resumed_at(step)
                 return step, state
             reasons.append("step %d: %s" % (step, self.last_error))
         if steps:

@@ -213,6 +213,17 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
       f->set_value(value);
       rank.fingerprints_sent_step = step;
     }
+    if (snap.numeric_step != kNoStep) {
+      s.mutable_numeric()->set_step(snap.numeric_step);
+      s.mutable_numeric()->set_kind(static_cast<int>(snap.numeric_kind));
+      s.mutable_numeric()->set_value(snap.numeric_value);
+    }
+    if (snap.spike_step != kNoStep) {
+      s.mutable_spike()->set_step(snap.spike_step);
+      s.mutable_spike()->set_kind(static_cast<int>(snap.spike_kind));
+      s.mutable_spike()->set_value(snap.spike_value);
+    }
+    s.set_losses_observed(snap.losses_observed);
     if (snap.first_step_mono_ns > 0) s.set_first_step_ms((snap.first_step_mono_ns - rank.launch_mono) / kMillisecond);
   }
   s.set_progress_age_ms(std::max<Nanos>(0, now_mono - since) / kMillisecond);

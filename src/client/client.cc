@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -161,6 +162,23 @@ void ReportFingerprint(std::int64_t step, std::uint64_t fingerprint) {
   page->fingerprints[count % kFingerprints].value.store(fingerprint, std::memory_order_relaxed);
   page->fingerprint_count.store(count + 1, std::memory_order_relaxed);
   page->fingerprint_seq.store(seq + 2, std::memory_order_release);
+}
+
+void ReportNumeric(std::int64_t step, int kind, double value) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr || step < 0) return;
+  const bool spike = kind == kLossSpike || kind == kGradNormSpike;
+  std::atomic<std::int64_t>& at = spike ? page->spike_step : page->numeric_step;
+  if (at.load(std::memory_order_relaxed) != kNoStep) return;  // the first of each is kept
+  (spike ? page->spike_kind : page->numeric_kind).store(kind, std::memory_order_relaxed);
+  (spike ? page->spike_value : page->numeric_value)
+      .store(std::bit_cast<std::uint64_t>(value), std::memory_order_relaxed);
+  at.store(step, std::memory_order_release);
+}
+
+void NumericObserved() {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page != nullptr) page->losses_observed.fetch_add(1, std::memory_order_relaxed);
 }
 
 void AddCheckpointOverhead(std::int64_t nanos) {

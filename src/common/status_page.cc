@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 namespace trainguard {
@@ -19,6 +20,8 @@ void InitStatusPage(StatusPage* page) {
   page->step.store(kNoStep);
   page->checkpoint_step.store(kNoStep);
   page->resumed_step.store(kNoStep);
+  page->numeric_step.store(kNoStep);
+  page->spike_step.store(kNoStep);
   InitJournal(&page->journal);
 }
 
@@ -47,6 +50,17 @@ StatusSnapshot ReadStatusPage(const StatusPage& page) {
   s.max_step_ns = page.max_step_ns.load(std::memory_order_relaxed);
   for (int i = 0; i < kStartupMarks; ++i) s.startup_mono_ns[i] = page.startup_mono_ns[i].load(std::memory_order_relaxed);
   s.resumed_step = page.resumed_step.load(std::memory_order_relaxed);
+  s.numeric_step = page.numeric_step.load(std::memory_order_acquire);
+  if (s.numeric_step != kNoStep) {
+    s.numeric_kind = page.numeric_kind.load(std::memory_order_relaxed);
+    s.numeric_value = std::bit_cast<double>(page.numeric_value.load(std::memory_order_relaxed));
+  }
+  s.losses_observed = page.losses_observed.load(std::memory_order_relaxed);
+  s.spike_step = page.spike_step.load(std::memory_order_acquire);
+  if (s.spike_step != kNoStep) {
+    s.spike_kind = page.spike_kind.load(std::memory_order_relaxed);
+    s.spike_value = std::bit_cast<double>(page.spike_value.load(std::memory_order_relaxed));
+  }
   for (int attempt = 0; attempt < 100; ++attempt) {  // the same bounded seqlock read as the phase's
     std::uint64_t before = page.fingerprint_seq.load(std::memory_order_acquire);
     if (before & 1) continue;

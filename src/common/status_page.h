@@ -30,6 +30,14 @@ constexpr std::size_t kPhaseNameCapacity = 64;  // including the terminating NUL
 constexpr std::int64_t kNoStep = -1;
 constexpr int kFingerprints = 16;  // the ring of parameter fingerprints
 
+// A numeric sentinel's anomaly (python/trainguard/_numeric.py).
+enum NumericKind : int {
+  kLossNonFinite = 1,
+  kGradNormNonFinite = 2,
+  kLossSpike = 3,
+  kGradNormSpike = 4,
+};
+
 // Start-up marks of a rank, in the order a start passes them.
 enum StartupMark : int {
   kMarkScriptStart = 0,   // the interpreter is up and the script begins (a warm standby: activated)
@@ -76,7 +84,18 @@ struct StatusPage {
     std::atomic<std::int64_t> step;
     std::atomic<std::uint64_t> value;
   } fingerprints[kFingerprints];
-  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints];
+  // Numeric sentinels (docs/sdc.md): the process's first NaN/Inf, written
+  // once (kind and value first, then the step with release; kNoStep: none),
+  // and how many losses it has checked.
+  std::atomic<std::int64_t> numeric_step;
+  std::atomic<std::int64_t> numeric_kind;   // NumericKind
+  std::atomic<std::uint64_t> numeric_value;  // the value's double bits
+  std::atomic<std::int64_t> losses_observed;
+  // The first spike (kind 3 or 4), written the same way.
+  std::atomic<std::int64_t> spike_step;
+  std::atomic<std::int64_t> spike_kind;
+  std::atomic<std::uint64_t> spike_value;
+  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 56];
   OpJournal journal;  // version 2: the journal of communication operations
   char reserved_after_journal[kTimingsOffset - kJournalOffset - sizeof(OpJournal)];
   TimingRing timings;  // version 3: phase and step intervals, a ring
@@ -84,6 +103,7 @@ struct StatusPage {
 static_assert(offsetof(StatusPage, checkpoint_blocked_ns) == 160);
 static_assert(offsetof(StatusPage, startup_mono_ns) == 176);
 static_assert(offsetof(StatusPage, fingerprint_seq) == 232);
+static_assert(offsetof(StatusPage, numeric_step) == 504);
 static_assert(offsetof(StatusPage, journal) == kJournalOffset);
 static_assert(offsetof(StatusPage, timings) == kTimingsOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
@@ -109,6 +129,13 @@ struct StatusSnapshot {
   std::int64_t resumed_step = kNoStep;
   // The ring's fingerprints, oldest first: (step, value).
   std::vector<std::pair<std::int64_t, std::uint64_t>> fingerprints;
+  std::int64_t numeric_step = kNoStep;  // the first numeric anomaly, kNoStep: none
+  std::int64_t numeric_kind = 0;
+  double numeric_value = 0;
+  std::int64_t losses_observed = 0;
+  std::int64_t spike_step = kNoStep;  // the first spike, kNoStep: none
+  std::int64_t spike_kind = 0;
+  double spike_value = 0;
   std::string phase;
 };
 

@@ -10,6 +10,7 @@ const char* FindingKindName(FindingKind kind) {
     case FindingKind::kFatalLine: return "fatal_line";
     case FindingKind::kStraggler: return "straggler";
     case FindingKind::kReplicaDivergence: return "replica_divergence";
+    case FindingKind::kNumericAnomaly: return "numeric_anomaly";
     case FindingKind::kLinkFlapping: return "link_flapping";
   }
   return "unknown";

@@ -25,6 +25,7 @@ enum class FindingKind {
   kStraggler,     // straggler_detector, with --straggler-action evict
   kLinkFlapping,  // link_monitor: a node's link lost its carrier too often
   kReplicaDivergence,  // replica_check: a rank's parameters differ from its replicas' (docs/sdc.md)
+  kNumericAnomaly,     // numeric_check: NaN/Inf in losses or gradient norms (docs/sdc.md)
 };
 const char* FindingKindName(FindingKind kind);
 
@@ -39,6 +40,7 @@ struct DetectorVerdict {
   std::string persistence = "persistent";
   std::string description;  // one line, for people
   std::vector<std::string> evict_nodes;  // the nodes the verdict supports evicting
+  std::string action;  // "": from evict_nodes; "stop": restart once, stop if the same happens again
 };
 
 struct Finding {

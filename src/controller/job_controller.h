@@ -54,6 +54,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "attribution/attribution.h"
 #include "common/clock.h"
 #include "controller/clock_sync.h"
@@ -67,6 +69,7 @@
 #include "controller/job_view.h"
 #include "controller/link_monitor.h"
 #include "controller/recovery_policy.h"
+#include "controller/numeric_check.h"
 #include "controller/replica_check.h"
 #include "controller/straggler_detector.h"
 #include "proto/protocol.h"
@@ -265,8 +268,21 @@ class JobController {
   // Records a straggler finding; with --straggler-action evict, fails the
   // generation so that the node is evicted (the "straggler" rule).
   void ActOnStraggler(const StragglerFinding& f);
+  // Silent data corruption and numeric sentinels (job_controller_sdc.cc, docs/sdc.md).
   void CheckReplicas();
   void ActOnDivergence(const Divergence& d);
+  void ObserveNumeric(const v1::RankStatus& status);
+  void CheckNumeric();
+  void ActOnNumeric(const NumericFinding& n);
+  void CheckConfirmation();
+  void ConfirmationNotReproduced(nlohmann::json detail, std::vector<int> culprits = {});
+  void ConfirmationReproduced(nlohmann::json detail);
+  void RecordSdc(const std::vector<std::string>& nodes, const nlohmann::json& evidence, bool confirmed);
+  int SdcHistory(const std::string& node) const;
+  void ReturnNode(const std::string& node, const std::string& why);
+  std::vector<std::string> NodesOfRanks(const std::vector<int>& ranks) const;
+  // The next generations resume from no checkpoint newer than `step`.
+  void ResumeAtMost(std::int64_t step, const std::string& why);
   // Records the generation's parallel layout (from the journals' groups) as
   // a "layout" event, for the trace to group ranks by.
   // Waits (returns without recording) while some rank's coordinates are
@@ -440,6 +456,20 @@ class JobController {
   ReplicaCheck replicas_;
   bool replica_fingerprints_new_ = false;
   std::int64_t resume_at_most_ = -1;
+  std::string resume_at_most_why_;
+  NumericCheck numeric_;
+  // A suspicion being confirmed by replaying its step: stage 1 on the same
+  // nodes, stage 2 with the suspect node(s) moved out (evicted).
+  struct SdcSuspicion {
+    std::string what;  // "numeric" (NaN/Inf on some ranks) or "disagreement" (two replicas)
+    int stage = 0;     // 0: none
+    std::int64_t step = -1;
+    std::vector<int> ranks;               // the suspects
+    std::map<int, std::uint64_t> values;  // disagreement: the original fingerprints at `step`
+    std::vector<std::string> nodes;       // the suspects' nodes
+    std::vector<std::string> moved;       // stage 2: the nodes moved out
+    std::int64_t from_generation = -1;    // the replay is a later generation
+  } suspicion_;
   std::map<std::string, std::int64_t> timings_dropped_;  // per node, the last count reported
   std::int64_t timing_newest_step_ = -1;
   std::int64_t timing_compacted_below_ = 0;

@@ -48,6 +48,7 @@ void JobController::MaybeStartGeneration() {
   first_step_seen_ = false;
   stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
   replicas_.Reset(active_nnodes_ * config_.nproc_per_node);
+  numeric_.Reset(active_nnodes_ * config_.nproc_per_node);
   timing_rows_this_generation_ = 0;
   layout_next_try_rows_ = 0;
   generation_start_wall_ = clock_->WallNanos();
@@ -122,7 +123,14 @@ void JobController::FillStart(v1::Start* start) const {
   for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
   // After replicas diverged: no checkpoint saved after their last agreement
   // (trainguard's checkpointer honours it; docs/sdc.md).
-  if (resume_at_most_ >= 0) (*start->mutable_env())["TRAINGUARD_RESUME_AT_MOST"] = std::to_string(resume_at_most_);
+  if (resume_at_most_ >= 0) {
+    (*start->mutable_env())["TRAINGUARD_RESUME_AT_MOST"] = std::to_string(resume_at_most_);
+    (*start->mutable_env())["TRAINGUARD_RESUME_AT_MOST_WHY"] = resume_at_most_why_;
+  }
+  // A replay confirming a disagreement needs every replica's fingerprint at its step.
+  if (suspicion_.stage > 0 && suspicion_.what == "disagreement") {
+    (*start->mutable_env())["TRAINGUARD_FINGERPRINT_AT"] = std::to_string(suspicion_.step);
+  }
 }
 
 void JobController::HandleStandbyImports(Node* node, const v1::StandbyImports& imports) {

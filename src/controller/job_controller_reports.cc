@@ -80,83 +80,12 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
       replicas_.Add(hb.ranks(i).global_rank(), f.step(), f.value());
       replica_fingerprints_new_ = true;
     }
+    ObserveNumeric(hb.ranks(i));
     UpdateRank(node, hb.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);
   }
   CheckReplicas();
-}
-
-void JobController::CheckReplicas() {
-  if (!replica_fingerprints_new_) return;
-  replica_fingerprints_new_ = false;
-  const bool learned = !replicas_.replica_sets().empty();
-  std::vector<Divergence> found = replicas_.Evaluate();
-  if (!learned && !replicas_.replica_sets().empty()) {
-    json sets = replicas_.replica_sets();
-    Emit("replica_sets", "", -1, -1,
-         "parameter fingerprints: " + std::to_string(replicas_.replica_sets().size()) +
-             " set(s) of replicas agree (" + sets.dump() + "), compared from now on",
-         json{{"generation", generation_}, {"sets", sets}}.dump(-1, ' ', false, kReplaceBadUtf8));
-  }
-  for (const Divergence& d : found) {
-    ActOnDivergence(d);
-    if (state_ != JobState::kRunning) break;
-  }
-}
-
-void JobController::ActOnDivergence(const Divergence& d) {
-  auto list = [](const std::vector<int>& ranks) {
-    std::string out;
-    for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
-    return out;
-  };
-  json values = json::object();
-  char hex[24];
-  for (const auto& [r, v] : d.values) {
-    std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(v));
-    values[std::to_string(r)] = hex;
-  }
-  std::set<std::string> nodes;
-  for (int r : d.diverged) {
-    for (const auto& n : nodes_) {
-      if (n.group_rank >= 0 && n.ranks.count(r)) nodes.insert(n.node_id);
-    }
-  }
-  const std::string message =
-      d.diverged.empty()
-          ? "replicas " + list(d.replicas) + " disagree on their parameters after step " + std::to_string(d.step) +
-                " (agreed after step " + std::to_string(d.last_agreed_step) +
-                "): no majority names the wrong one; the job resumes from before the disagreement"
-          : "rank " + list(d.diverged) + "'s parameters diverged from " + std::to_string(d.replicas.size() - d.diverged.size()) +
-                " replicas' after step " + std::to_string(d.step) + " (all agreed after step " +
-                std::to_string(d.last_agreed_step) + "): silent data corruption suspected on its device";
-  json detail = {{"step", d.step},        {"last_agreed_step", d.last_agreed_step},
-                 {"replicas", d.replicas}, {"diverged", d.diverged},
-                 {"fingerprints", values}, {"nodes", std::vector<std::string>(nodes.begin(), nodes.end())}};
-  // The state written after the last agreement may be corrupt: no checkpoint newer than it is resumed.
-  resume_at_most_ = resume_at_most_ < 0 ? d.last_agreed_step : std::min(resume_at_most_, d.last_agreed_step);
-  detail["resume_at_most"] = resume_at_most_;
-  Finding f;
-  f.kind = FindingKind::kReplicaDivergence;
-  f.description = message;
-  f.rank = d.diverged.empty() ? -1 : d.diverged[0];
-  f.node = nodes.empty() ? "" : *nodes.begin();
-  f.rank_step = d.step;
-  f.fault_wall = clock_->WallNanos();
-  f.lines.push_back({f.rank, f.node, "trainguard: " + message});
-  f.detail_json = detail.dump(-1, ' ', false, kReplaceBadUtf8);
-  DetectorVerdict v;
-  v.rule_id = d.diverged.empty() ? "replica-disagreement" : "replica-divergence";
-  v.category = "gpu_hardware";
-  v.hardware = !d.diverged.empty();
-  v.persistence = "transient";  // until a replay reproduces it (not yet built)
-  v.description = d.diverged.empty()
-                      ? "two replicas' parameters differ with no majority to say which is wrong"
-                      : "a rank's parameters differ from the majority of its data-parallel replicas' with no error "
-                        "reported: its device computed wrong (silent data corruption)";
-  v.evict_nodes.assign(nodes.begin(), nodes.end());
-  f.verdict = v;
-  Emit("replica_divergence", f.node, f.rank, d.step, message, f.detail_json);
-  Fail(f);
+  if (state_ == JobState::kRunning) CheckNumeric();
+  if (state_ == JobState::kRunning) CheckConfirmation();
 }
 
 void JobController::HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned) {

@@ -109,6 +109,7 @@ Status JobController::Resume() {
     resume_deadline_mono_ = now + config_.reconnect_window;
     stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
     replicas_.Reset(active_nnodes_ * config_.nproc_per_node);
+    numeric_.Reset(active_nnodes_ * config_.nproc_per_node);
     for (const auto& [node_id, slot] : slot_of) {
       Node n;
       n.node_id = node_id;

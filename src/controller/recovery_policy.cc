@@ -137,7 +137,7 @@ Attribution FromVerdict(const DetectorVerdict& v, const Incident& inc) {
   a.description = v.description;
   a.hardware = v.hardware;
   a.persistence = v.persistence;
-  a.action = v.evict_nodes.empty() ? "restart" : "evict_node";
+  a.action = !v.action.empty() ? v.action : v.evict_nodes.empty() ? "restart" : "evict_node";
   a.culprit_nodes = v.evict_nodes;
   if (inc.first_rank >= 0) a.culprit_ranks = {inc.first_rank};
   a.confidence = 1.0;  // measured, not read from text

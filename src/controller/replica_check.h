@@ -42,6 +42,8 @@ class ReplicaCheck {
   std::vector<Divergence> Evaluate();
   // The replica sets learned so far.
   const std::vector<std::vector<int>>& replica_sets() const { return sets_; }
+  // A rank's fingerprint at `step`, if kept.
+  std::optional<std::uint64_t> ValueAt(int rank, std::int64_t step) const;
 
  private:
   struct Set {
@@ -50,7 +52,6 @@ class ReplicaCheck {
     std::int64_t last_agreed = -1;
     bool reported = false;
   };
-  std::optional<std::uint64_t> ValueAt(int rank, std::int64_t step) const;
   // The steps every rank in `ranks` has a fingerprint of, above `after`, ascending.
   std::vector<std::int64_t> CommonSteps(const std::vector<int>& ranks, std::int64_t after) const;
   void Learn();

@@ -121,6 +121,8 @@ PYBIND11_MODULE(_core, m) {
         "Start-up mark: 0 script start, 1/2 process-group init begin/end, 3/4 checkpoint restore begin/end.");
   m.def("resumed_from", &client::ResumedFrom, py::arg("step"));
   m.def("report_fingerprint", &client::ReportFingerprint, py::arg("step"), py::arg("fingerprint"));
+  m.def("report_numeric", &client::ReportNumeric, py::arg("step"), py::arg("kind"), py::arg("value"));
+  m.def("numeric_observed", &client::NumericObserved);
   m.def("fingerprint", [](const std::vector<std::pair<std::uintptr_t, std::size_t>>& buffers) {
     // XXH3 over the raw bytes of every buffer, in order: one bit anywhere changes it.
     py::gil_scoped_release release;
