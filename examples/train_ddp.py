@@ -22,7 +22,9 @@ Fault injection for tests (all off by default; all act on rank --crash-rank):
                          --nan-every-attempt every attempt; --nan-ranks all: on every rank
     --xid-at-step N      prints an NVIDIA Xid 79 line and dies by SIGKILL (first attempt only)
     --flip-at-step N     flips one bit of one parameter after step N's update, silently
-                         (a device that computes wrong; first attempt only)
+                         (a device that computes wrong; first attempt only); with
+                         --flip-on-node NODE instead: on whichever rank runs on that node
+                         (TRAINGUARD_NODE_ID), every attempt (a device that always does)
 """
 
 import argparse
@@ -64,6 +66,7 @@ def parse_args():
     p.add_argument("--nan-ranks", default="", help="'all' or a rank (default: --crash-rank)")
     p.add_argument("--nan-every-attempt", action="store_true")
     p.add_argument("--flip-at-step", type=int, default=-1)
+    p.add_argument("--flip-on-node", default="")
     p.add_argument("--crash-rank", type=int, default=1)
     return p.parse_args()
 
@@ -187,7 +190,9 @@ def main():
             loss.backward()
         with ctx("optimizer"):
             opt.step()
-        if restart == 0 and rank == args.crash_rank and step == args.flip_at_step:
+        flip = (os.environ.get("TRAINGUARD_NODE_ID") == args.flip_on_node if args.flip_on_node
+                else restart == 0 and rank == args.crash_rank)
+        if flip and step == args.flip_at_step:
             with torch.no_grad():
                 word = next(model.parameters()).view(-1)[:1].view(torch.int32)
                 word.bitwise_xor_(1 << 22)

@@ -113,3 +113,37 @@ def test_a_nan_on_one_rank_names_it_and_a_clean_replay_says_transient(tmp_path, 
     assert c["result"] == "not reproduced" and c["persistence"] == "transient" and c["culprit_ranks"] == [2], c
     assert not job.events("node_evicted")
     assert (run / "sum").read_text().strip() == reference
+
+
+def test_two_replicas_that_disagree_are_told_apart_by_replay_and_the_faulty_node_is_cordoned(tmp_path,
+                                                                                             no_leftovers):
+    """Two replicas (2 nodes x 1 rank); whichever rank runs on node0 flips a
+    bit after step 90's update on every attempt (a device that always
+    computes wrong). No majority: the step is replayed on the same nodes, it
+    goes wrong again (persistent), node1 is moved out first (the last
+    suspect), the replicas still disagree without it, so node0 is confirmed,
+    evicted and cordoned with the evidence and node1 returned; the job ends
+    with a plain run's parameters."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    reference = plain_example_checksum(plain, STEPS, world=2, nproc=1)
+    run = tmp_path / "flip"
+    run.mkdir()
+    job = Job(run, "sdc-two", command(run, "--flip-at-step", "90", "--flip-on-node", "node0"), nproc=1,
+              flags=["--spares", "2"])
+    assert job.wait(300) == 0, job.output()[-3000:]
+    first = job.events("replica_divergence")
+    assert len(first) == 1 and first[0]["detail"]["diverged"] == [] and first[0]["detail"]["replay"], first
+    step = first[0]["detail"]["step"]
+    confirmed = job.events("sdc_confirmation")
+    assert len(confirmed) == 1, job.event_lines()[-3000:]
+    c = confirmed[0]["detail"]
+    assert c["result"] == "reproduced" and c["persistence"] == "persistent" and c["nodes"] == ["node0"], c
+    assert c["step"] == step and c["returned"] == ["node1"], c
+    assert [e["node"] for e in job.events("node_evicted")] == ["node1", "node0"]
+    assert [e["node"] for e in job.events("node_returned")] == ["node1"]
+    assert (run / "sum").read_text().strip() == reference
+    nodes = subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"], capture_output=True, text=True,
+                           timeout=30)
+    status = {n["node"]: n["status"] for n in json.loads(nodes.stdout)}
+    assert status["node0"] == "cordoned" and status["node1"] == "ok", status
