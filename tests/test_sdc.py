@@ -113,6 +113,9 @@ def test_a_nan_on_one_rank_names_it_and_a_clean_replay_says_transient(tmp_path, 
     assert c["result"] == "not reproduced" and c["persistence"] == "transient" and c["culprit_ranks"] == [2], c
     assert not job.events("node_evicted")
     assert (run / "sum").read_text().strip() == reference
+    nodes = subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"], capture_output=True, text=True,
+                           timeout=30)
+    assert {n["node"]: (n["status"], n["sdc_suspected"]) for n in json.loads(nodes.stdout)}["node1"] == ("ok", 1)
 
 
 def test_two_replicas_that_disagree_are_told_apart_by_replay_and_the_faulty_node_is_cordoned(tmp_path,
@@ -147,3 +150,4 @@ def test_two_replicas_that_disagree_are_told_apart_by_replay_and_the_faulty_node
                            timeout=30)
     status = {n["node"]: n["status"] for n in json.loads(nodes.stdout)}
     assert status["node0"] == "cordoned" and status["node1"] == "ok", status
+    assert {n["node"]: n["sdc_confirmed"] for n in json.loads(nodes.stdout)} == {"node0": 1, "node1": 0}

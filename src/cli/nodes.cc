@@ -89,11 +89,17 @@ int ShowNodes(const EventsOptions& o) {
     IncidentRecord last;
     std::optional<DiagnosticsRecord> diagnostics;
     std::vector<NodeAction> actions;
+    int sdc_confirmed = 0, sdc_suspected = 0;
   };
   std::map<std::string, Row> rows;
   for (const auto& h : *health) rows[h.node].health = h;
   for (const auto& d : *diagnostics) rows[d.node].diagnostics = d;
-  for (const auto& a : *actions) rows[a.node].actions.push_back(a);
+  for (const auto& a : *actions) {
+    Row& r = rows[a.node];
+    r.actions.push_back(a);
+    r.sdc_confirmed += a.action == "sdc-confirmed";  // lifetime: silent data corruption is kept, never cleared
+    r.sdc_suspected += a.action == "sdc-suspect";
+  }
   Nanos window_start = WallNowNanos() - JobConfig{}.suspicion_window;
   for (const auto& i : *incidents) {
     if (i.node.empty()) continue;
@@ -128,6 +134,8 @@ int ShowNodes(const EventsOptions& o) {
                      {"since_unix_ms", r.health.wall_ns / kMillisecond},
                      {"incidents", r.incidents},
                      {"hardware_incidents_counting", r.hardware},
+                     {"sdc_confirmed", r.sdc_confirmed},
+                     {"sdc_suspected", r.sdc_suspected},
                      {"last_incident", r.incidents == 0 ? json(nullptr)
                                                         : json{{"job_id", r.last.job_id},
                                                                {"category", r.last.category},
@@ -143,8 +151,8 @@ int ShowNodes(const EventsOptions& o) {
     std::printf("no node has a record in %s\n", StoreDisplayName(o.store).c_str());
     return 0;
   }
-  std::printf("%-20s %-8s %-17s %9s %9s  %s\n", "NODE", "STATUS", "SINCE", "INCIDENTS",
-              "HARDWARE", "REASON / LAST INCIDENT");
+  std::printf("%-20s %-8s %-17s %9s %9s %7s  %s\n", "NODE", "STATUS", "SINCE", "INCIDENTS",
+              "HARDWARE", "SDC", "REASON / LAST INCIDENT");
   for (const auto& [node, r] : rows) {
     std::string status = r.health.status.empty() ? "ok" : r.health.status;
     std::string why = r.health.reason;
@@ -153,11 +161,13 @@ int ShowNodes(const EventsOptions& o) {
     }
     if (why.empty() && r.incidents > 0) why = r.last.category + " (" + r.last.rule + ") in job " + r.last.job_id;
     if (r.diagnostics) why += (why.empty() ? "" : "; ") + std::string("diagnostics ") + When(r.diagnostics->wall_ns);
-    std::printf("%-20s %-8s %-17s %9d %9d  %s\n", node.c_str(), status.c_str(),
-                When(r.health.wall_ns).c_str(), r.incidents, r.hardware, why.c_str());
+    const std::string sdc = std::to_string(r.sdc_confirmed) + "/" + std::to_string(r.sdc_suspected);
+    std::printf("%-20s %-8s %-17s %9d %9d %7s  %s\n", node.c_str(), status.c_str(),
+                When(r.health.wall_ns).c_str(), r.incidents, r.hardware, sdc.c_str(), why.c_str());
   }
   std::printf("HARDWARE: hardware incidents of the last 7 days since the node was last cleared; "
-              "a node with any is evicted on unexplained failures. A cordoned node gets no ranks until "
+              "a node with any is evicted on unexplained failures. SDC: silent data corruption confirmed by replay / "
+              "suspected (not reproduced), lifetime. A cordoned node gets no ranks until "
               "`trainguard uncordon`; `--json` has each node's history and newest diagnostics.\n");
   return 0;
 }

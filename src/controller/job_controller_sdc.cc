@@ -143,6 +143,7 @@ void JobController::ActOnDivergence(const Divergence& d) {
                         "reported: its device computed wrong (silent data corruption)";
   v.evict_nodes = two ? std::vector<std::string>{} : nodes;
   f.verdict = v;
+  if (!two) RecordSdc(nodes, detail, true);  // a strict majority of replicas is the confirmation
   Emit("replica_divergence", f.node, f.rank, d.step, message, f.detail_json);
   Fail(f);
 }

@@ -49,13 +49,12 @@ std::optional<NumericFinding> NumericCheck::Judge(int w, Nanos now) {
   bool complete = true;
   for (std::size_t i = 0; i < ranks_.size(); ++i) {
     const Rank& r = ranks_[i];
+    const bool flagged = r.flag_step[w] >= 0 && r.flag_step[w] <= p.step;
+    // Every rank, observer or not: one not heard from since before the step may yet check (and flag) it.
+    if (!flagged && r.step < p.step) complete = false;
     if (!r.observer) continue;
     ++f.observers;
-    if (r.flag_step[w] >= 0 && r.flag_step[w] <= p.step) {
-      if (r.flag_step[w] == p.step) f.flagged[static_cast<int>(i)] = {r.kind[w], r.value[w]};
-    } else if (r.step < p.step) {
-      complete = false;  // it may yet flag this step
-    }
+    if (flagged && r.flag_step[w] == p.step) f.flagged[static_cast<int>(i)] = {r.kind[w], r.value[w]};
   }
   if (!complete && now - p.first_seen < kGrace) return std::nullopt;
   f.all = static_cast<int>(f.flagged.size()) == f.observers;
@@ -77,9 +76,8 @@ bool NumericCheck::PassedClean(std::int64_t step, Nanos now) {
   last_pass_scan_ = now;
   bool any = false;
   for (const Rank& r : ranks_) {
-    if (!r.observer) continue;
     if (r.step < step) return false;
-    any = true;
+    any = any || r.observer;
   }
   return any;
 }

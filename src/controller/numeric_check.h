@@ -1,9 +1,11 @@
 // NumericCheck: compares the ranks' numeric sentinels (docs/sdc.md). Each
 // rank reports its process's first NaN/Inf (of its loss or of the gradient
 // norm the script computes) and its first spike, with the step. The first
-// step any rank flagged is judged once it is complete: every rank that
-// checks losses has either flagged at or before it or finished it; or a
-// grace time after it was first seen. Flagged by every such rank: a numeric
+// step any rank flagged is judged once it is complete: every rank has
+// either flagged at or before it or finished it; or a
+// grace time after it was first seen. A rank not heard from since before the
+// step is waited for: until it has passed the step, whether it checks a loss
+// at all is not known. Flagged by every such rank: a numeric
 // problem of the job. By some only: those ranks are suspect (their device,
 // or their share of the data: a replay tells, docs/sdc.md).
 //
@@ -43,7 +45,7 @@ class NumericCheck {
   void Flag(int rank, bool spike, std::int64_t step, int kind, double value);
   // Judged findings not yet returned (each of NaN/Inf and spike once per generation).
   std::vector<NumericFinding> Evaluate(Nanos now);
-  // Whether every observer finished `step` with no NaN/Inf at or before it.
+  // Whether every rank finished `step` with no NaN/Inf at or before it (and some checks a loss).
   bool PassedClean(std::int64_t step, Nanos now);
 
  private:

@@ -40,12 +40,30 @@ TEST(NumericCheck, ANanOnOneRankNamesItAndItsConsequencesOnTheOthersDoNot) {
   EXPECT_EQ(found[0].flagged.at(2).first, 1);
 }
 
+TEST(NumericCheck, ARankNotHeardFromSinceBeforeTheStepIsWaitedFor) {
+  NumericCheck c;
+  c.Reset(4);
+  c.Observe(0, 49, 50);
+  c.Observe(1, 49, 50);
+  c.Flag(0, false, 50, 1, NAN);
+  c.Flag(1, false, 50, 1, NAN);
+  EXPECT_TRUE(c.Evaluate(kT0).empty());  // ranks 2 and 3 (another node) have not reported yet
+  c.Observe(2, 49, 50);
+  c.Observe(3, 49, 50);
+  c.Flag(2, false, 50, 1, NAN);
+  c.Flag(3, false, 50, 1, NAN);
+  auto found = c.Evaluate(kT0 + kSecond);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_TRUE(found[0].all);
+  EXPECT_EQ(found[0].observers, 4);
+}
+
 TEST(NumericCheck, OnlyRanksThatCheckALossAreCompared) {
   // A pipeline: only the last stage computes the loss.
   NumericCheck c;
   c.Reset(4);
-  c.Observe(0, 9, 0);
-  c.Observe(1, 9, 0);
+  c.Observe(0, 10, 0);
+  c.Observe(1, 10, 0);
   c.Observe(2, 9, 10);
   c.Observe(3, 9, 10);
   c.Flag(2, false, 10, 1, INFINITY);
