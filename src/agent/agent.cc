@@ -236,6 +236,11 @@ int Agent::RunLoop() {
         std::vector<int> capture(m.stop().capture_stacks_of().begin(),
                                  m.stop().capture_stacks_of().end());
         StopRanks(m.stop().generation(), capture, m.stop().grace_ms() * kMillisecond, true);
+      } else if (m.has_verified()) {
+        verified_step_ = std::max(verified_step_, m.verified().step());
+        for (auto& r : ranks_) {
+          if (r->page.get() != nullptr) r->page.get()->verified_step.store(verified_step_, std::memory_order_release);
+        }
       } else if (m.has_prepare_standby() && welcomed) {
         PrepareSpareStandbys(m.prepare_standby());
       } else if (m.has_run_diagnostics() && welcomed) {

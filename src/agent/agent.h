@@ -202,6 +202,7 @@ class Agent {
   // Control-loop state (Run() thread only).
   KernelLog kernel_;
   std::vector<std::unique_ptr<Rank>> ranks_;
+  std::int64_t verified_step_ = -1;  // the controller's newest (Verified), for new ranks' pages too
   std::unique_ptr<WarmState> warm_;
   std::unique_ptr<MemoryCopies> memory_;
   std::int64_t generation_ = -1;

@@ -111,6 +111,7 @@ void Agent::StartRanks(const v1::Start& start) {
     if (warm_->enabled && warm_->cmd) env["TRAINGUARD_IMPORTS_FILE"] = ImportsFile(local);
     if (page.ok()) {
       rank->page = std::move(page.value());
+      rank->page.get()->verified_step.store(verified_step_, std::memory_order_release);
       if (instrument) env["TRAINGUARD_STATUS_PAGE"] = page_path;
     } else {
       std::fprintf(stderr, "trainguard agent %s: rank %d runs without a status page: %s\n",

@@ -2,6 +2,8 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "trainguard/client.h"
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -436,7 +438,7 @@ class PosixCheckpointEngine final : public CheckpointEngine {
         }
       }
       if (committed && p.rank == 0) {  // before Wait() can return
-        Status s = Retain(options_.dir, p.step, p.save, options_.keep_last);
+        Status s = Retain(options_.dir, p.step, p.save, options_.keep_last, client::VerifiedStep());
         if (!s.ok()) std::fprintf(stderr, "trainguard: checkpoint %s\n", s.message().c_str());
       }
       // Gone: rank 0 committed and already retired it, or removed it as debris.

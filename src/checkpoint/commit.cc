@@ -134,7 +134,8 @@ Status RetireStep(const std::string& dir, const std::string& name) {
   return Status::Ok();
 }
 
-Status Retain(const std::string& dir, std::int64_t newest, const SaveId& committed, int keep_last) {
+Status Retain(const std::string& dir, std::int64_t newest, const SaveId& committed, int keep_last,
+              std::int64_t verified) {
   static const std::regex kStepDir("step-([0-9]{12})");
   std::vector<std::pair<std::int64_t, std::string>> steps;
   std::vector<std::string> problems;
@@ -152,6 +153,7 @@ Status Retain(const std::string& dir, std::int64_t newest, const SaveId& committ
   if (ec) return IoError("cannot list " + dir + ": " + ec.message());
   std::sort(steps.begin(), steps.end(), std::greater<>());
   int kept = 0;
+  bool verified_kept = false;
   for (const auto& [step, name] : steps) {
     if (step > newest) continue;  // may still be in progress
     std::string step_dir = dir + "/" + name;
@@ -161,6 +163,9 @@ Status Retain(const std::string& dir, std::int64_t newest, const SaveId& committ
                                    [&](const SaveId& s) { return IsInProgress(s, committed); });
     bool keep = scan.has_commit && kept < std::max(keep_last, 1);
     if (keep) ++kept;
+    // The newest verified one stays too, so that a rollback after a late
+    // verdict (a divergence, a NaN) still has good state to resume from.
+    if (scan.has_commit && verified >= 0 && step <= verified && !verified_kept) keep = verified_kept = true;
     if (!keep && !in_progress) {
       Status s = RetireStep(dir, name);
       if (!s.ok()) problems.push_back(s.message());

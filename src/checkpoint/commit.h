@@ -58,8 +58,9 @@ StatusOr<CommitResult> CommitIfComplete(const std::string& step_dir, std::int64_
 Status RetireStep(const std::string& dir, const std::string& name);
 
 // After rank 0 committed `committed` (a save of step `newest`) in `dir`:
-// - keeps the newest `keep_last` committed steps up to `newest` and retires
-//   the older ones;
+// - keeps the newest `keep_last` committed steps up to `newest`, and the
+//   newest committed step at or before `verified` (>= 0: the controller
+//   verified the state through it, docs/sdc.md), and retires the others;
 // - in steps up to `newest`, removes the directories of saves that will never
 //   be committed: saves of other attempts that no commit names, and earlier
 //   saves of this attempt; a step left with no save and no commit is retired;
@@ -67,6 +68,7 @@ Status RetireStep(const std::string& dir, const std::string& name);
 // Steps newer than `newest`, and later saves of this attempt, may still be in
 // progress and are left alone. Best effort: errors are returned after every
 // step was tried; the caller reports them without failing the save.
-Status Retain(const std::string& dir, std::int64_t newest, const SaveId& committed, int keep_last);
+Status Retain(const std::string& dir, std::int64_t newest, const SaveId& committed, int keep_last,
+              std::int64_t verified = -1);
 
 }  // namespace trainguard

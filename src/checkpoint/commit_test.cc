@@ -178,6 +178,29 @@ TEST_F(CommitTest, AStepIsRetiredByOneRenameAndAnInterruptedRetirementStaysInvis
   EXPECT_TRUE(RetireStep(dir_, "step-000000000030").ok());  // already gone
 }
 
+TEST_F(CommitTest, RetentionKeepsTheNewestVerifiedStepBesidesTheNewest) {
+  auto e = Engine(30, /*keep_last=*/10);
+  for (int i = 0; i < 8; ++i) {
+    Save(*e, 0, 1, 10 * (i + 1), "A", i, 'x');
+    ASSERT_TRUE(e->Wait().ok());
+  }
+  auto steps = [&] {
+    std::vector<std::int64_t> out;
+    auto listed = ListCheckpoints(dir_);  // kept: a range-for over *ListCheckpoints() would dangle
+    for (const auto& c : *listed) out.push_back(c.step);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  ASSERT_EQ(steps().size(), 8u);
+  // The controller verified the state through step 25 (replicas agreed, no NaN): step 20 stays too.
+  ASSERT_TRUE(Retain(dir_, 80, SaveId{"A", 7}, 2, 25).ok());
+  EXPECT_EQ(steps(), (std::vector<std::int64_t>{20, 70, 80}));
+  ASSERT_TRUE(Retain(dir_, 80, SaveId{"A", 7}, 2, 75).ok());  // 70 is both
+  EXPECT_EQ(steps(), (std::vector<std::int64_t>{70, 80}));
+  ASSERT_TRUE(Retain(dir_, 80, SaveId{"A", 7}, 1, -1).ok());  // nothing verified: keep_last alone
+  EXPECT_EQ(steps(), (std::vector<std::int64_t>{80}));
+}
+
 TEST_F(CommitTest, ACommittedStepWithAMissingPartIsListedDamagedNotComplete) {
   auto e = Engine();
   Save(*e, 0, 1, 30, "A", 0, 'x');

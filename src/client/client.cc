@@ -176,6 +176,11 @@ void ReportNumeric(std::int64_t step, int kind, double value) {
   at.store(step, std::memory_order_release);
 }
 
+std::int64_t VerifiedStep() {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  return page == nullptr ? kNoStep : page->verified_step.load(std::memory_order_acquire);
+}
+
 void NumericObserved() {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page != nullptr) page->losses_observed.fetch_add(1, std::memory_order_relaxed);

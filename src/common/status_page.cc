@@ -22,6 +22,7 @@ void InitStatusPage(StatusPage* page) {
   page->resumed_step.store(kNoStep);
   page->numeric_step.store(kNoStep);
   page->spike_step.store(kNoStep);
+  page->verified_step.store(kNoStep);
   InitJournal(&page->journal);
 }
 

@@ -95,7 +95,11 @@ struct StatusPage {
   std::atomic<std::int64_t> spike_step;
   std::atomic<std::int64_t> spike_kind;
   std::atomic<std::uint64_t> spike_value;
-  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 56];
+  // Written by the agent, read by the client: the newest step the controller
+  // verified (replicas agreed, no NaN through it; docs/sdc.md), kNoStep:
+  // none. Checkpoint retention keeps the newest checkpoint at or before it.
+  std::atomic<std::int64_t> verified_step;
+  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 64];
   OpJournal journal;  // version 2: the journal of communication operations
   char reserved_after_journal[kTimingsOffset - kJournalOffset - sizeof(OpJournal)];
   TimingRing timings;  // version 3: phase and step intervals, a ring
@@ -104,6 +108,7 @@ static_assert(offsetof(StatusPage, checkpoint_blocked_ns) == 160);
 static_assert(offsetof(StatusPage, startup_mono_ns) == 176);
 static_assert(offsetof(StatusPage, fingerprint_seq) == 232);
 static_assert(offsetof(StatusPage, numeric_step) == 504);
+static_assert(offsetof(StatusPage, verified_step) == 560);
 static_assert(offsetof(StatusPage, journal) == kJournalOffset);
 static_assert(offsetof(StatusPage, timings) == kTimingsOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);

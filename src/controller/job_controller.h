@@ -45,6 +45,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -281,6 +282,9 @@ class JobController {
   int SdcHistory(const std::string& node) const;
   void ReturnNode(const std::string& node, const std::string& why);
   std::vector<std::string> NodesOfRanks(const std::vector<int>& ranks) const;
+  // Tells the agents the newest verified step once it covers a newly
+  // committed checkpoint (retention keeps it; `checkpoint_verified`).
+  void AnnounceVerified();
   // The next generations resume from no checkpoint newer than `step`.
   void ResumeAtMost(std::int64_t step, const std::string& why);
   // Records the generation's parallel layout (from the journals' groups) as
@@ -458,6 +462,10 @@ class JobController {
   std::int64_t resume_at_most_ = -1;
   std::string resume_at_most_why_;
   NumericCheck numeric_;
+  std::deque<std::int64_t> gen_commits_;  // this generation's newest committed steps (at most 16)
+  std::int64_t verified_commit_ = -1;     // the newest commit announced as verified
+  Nanos next_verify_mono_ = 0;
+  Nanos next_replica_check_mono_ = 0;
   // A suspicion being confirmed by replaying its step: stage 1 on the same
   // nodes, stage 2 with the suspect node(s) moved out (evicted).
   struct SdcSuspicion {

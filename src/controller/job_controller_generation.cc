@@ -49,6 +49,7 @@ void JobController::MaybeStartGeneration() {
   stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
   replicas_.Reset(active_nnodes_ * config_.nproc_per_node);
   numeric_.Reset(active_nnodes_ * config_.nproc_per_node);
+  gen_commits_.clear();
   timing_rows_this_generation_ = 0;
   layout_next_try_rows_ = 0;
   generation_start_wall_ = clock_->WallNanos();

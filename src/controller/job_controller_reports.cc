@@ -30,6 +30,10 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
   const v1::RankStatus& status = view.status;
   view.received_mono = clock_->MonotonicNanos();
   next_hang_check_mono_ = std::min(next_hang_check_mono_, HangDeadline(view, LowestHangTimeout(config_), config_));
+  if (status.checkpoint_step() >= 0 && (gen_commits_.empty() || status.checkpoint_step() > gen_commits_.back())) {
+    gen_commits_.push_back(status.checkpoint_step());
+    if (gen_commits_.size() > 16) gen_commits_.pop_front();
+  }
   if (status.checkpoint_step() > checkpoint_step_) {
     checkpoint_step_ = status.checkpoint_step();
     Emit("checkpoint_committed", node->node_id, status.global_rank(), checkpoint_step_,
@@ -86,6 +90,7 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
   CheckReplicas();
   if (state_ == JobState::kRunning) CheckNumeric();
   if (state_ == JobState::kRunning) CheckConfirmation();
+  if (state_ == JobState::kRunning) AnnounceVerified();
 }
 
 void JobController::HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned) {

@@ -110,6 +110,7 @@ Status JobController::Resume() {
     stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
     replicas_.Reset(active_nnodes_ * config_.nproc_per_node);
     numeric_.Reset(active_nnodes_ * config_.nproc_per_node);
+    gen_commits_.clear();
     for (const auto& [node_id, slot] : slot_of) {
       Node n;
       n.node_id = node_id;

@@ -1,6 +1,7 @@
 #include "controller/numeric_check.h"
 
 #include <algorithm>
+#include <climits>
 
 namespace trainguard {
 
@@ -68,6 +69,14 @@ std::vector<NumericFinding> NumericCheck::Evaluate(Nanos now) {
     if (auto f = Judge(w, now)) out.push_back(*f);
   }
   return out;
+}
+
+std::int64_t NumericCheck::CleanThrough() const {
+  if (ranks_.empty()) return -1;
+  std::int64_t through = INT64_MAX;
+  for (const Rank& r : ranks_) through = std::min(through, r.step);
+  if (pending_[0].step >= 0) through = std::min(through, pending_[0].step - 1);
+  return through;
 }
 
 bool NumericCheck::PassedClean(std::int64_t step, Nanos now) {

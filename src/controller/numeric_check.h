@@ -45,6 +45,10 @@ class NumericCheck {
   void Flag(int rank, bool spike, std::int64_t step, int kind, double value);
   // Judged findings not yet returned (each of NaN/Inf and spike once per generation).
   std::vector<NumericFinding> Evaluate(Nanos now);
+  // Through which step every rank is known to be free of NaN/Inf: the
+  // lowest step of all ranks (capped below the first flagged step); -1 when
+  // no rank has stepped or some rank never reported.
+  std::int64_t CleanThrough() const;
   // Whether every rank finished `step` with no NaN/Inf at or before it (and some checks a loss).
   bool PassedClean(std::int64_t step, Nanos now);
 

@@ -8,6 +8,8 @@ void ReplicaCheck::Reset(int world_size) {
   world_size_ = std::max(world_size, 0);
   kept_.assign(static_cast<std::size_t>(world_size_), {});
   learn_checked_ = -1;
+  learn_steps_ = 0;
+  any_ = false;
   candidate_.clear();
   sets_.clear();
   checks_.clear();
@@ -18,6 +20,7 @@ void ReplicaCheck::Add(int rank, std::int64_t step, std::uint64_t value) {
   auto& kept = kept_[static_cast<std::size_t>(rank)];
   if (!kept.empty() && step <= kept.back().first) return;  // replayed or out of order
   kept.push_back({step, value});
+  any_ = true;
   while (kept.size() > kKeep) kept.pop_front();
 }
 
@@ -46,6 +49,7 @@ void ReplicaCheck::Learn() {
   for (int r = 0; r < world_size_; ++r) everyone[static_cast<std::size_t>(r)] = r;
   for (std::int64_t step : CommonSteps(everyone, learn_checked_)) {
     learn_checked_ = step;
+    ++learn_steps_;
     std::map<std::uint64_t, std::vector<int>> by_value;
     for (int r : everyone) by_value[*ValueAt(r, step)].push_back(r);
     std::vector<std::vector<int>> groups;
@@ -60,6 +64,13 @@ void ReplicaCheck::Learn() {
     }
     candidate_ = groups;
   }
+}
+
+std::int64_t ReplicaCheck::AgreedThrough() const {
+  if (checks_.empty()) return !any_ || learn_steps_ >= kLearnSteps ? kNoReplicas : kUnknown;
+  std::int64_t through = kNoReplicas;
+  for (const Set& s : checks_) through = std::min(through, s.last_agreed);
+  return through;
 }
 
 std::vector<Divergence> ReplicaCheck::Evaluate() {

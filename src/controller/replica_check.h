@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <climits>
 #include <deque>
 #include <map>
 #include <optional>
@@ -42,6 +43,14 @@ class ReplicaCheck {
   std::vector<Divergence> Evaluate();
   // The replica sets learned so far.
   const std::vector<std::vector<int>>& replica_sets() const { return sets_; }
+  // Through which step the replicas are known to agree: the lowest of the
+  // sets' last agreed steps; kUnknown while learning (fingerprints came, no
+  // set yet, fewer than kLearnSteps common steps seen); kNoReplicas when the
+  // learning saw that many and found none (or no fingerprints came at all).
+  static constexpr std::int64_t kUnknown = -2;
+  static constexpr std::int64_t kNoReplicas = INT64_MAX;
+  static constexpr int kLearnSteps = 4;
+  std::int64_t AgreedThrough() const;
   // A rank's fingerprint at `step`, if kept.
   std::optional<std::uint64_t> ValueAt(int rank, std::int64_t step) const;
 
@@ -60,6 +69,8 @@ class ReplicaCheck {
   std::vector<std::deque<std::pair<std::int64_t, std::uint64_t>>> kept_;  // by rank, ascending steps
   // Learning: the partition seen at the newest fully reported step.
   std::int64_t learn_checked_ = -1;
+  int learn_steps_ = 0;  // common steps the learning examined
+  bool any_ = false;     // a fingerprint came
   std::vector<std::vector<int>> candidate_;  // equal-value groups of size >= 2 at that step
   std::vector<std::vector<int>> sets_;
   std::vector<Set> checks_;
