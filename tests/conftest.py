@@ -150,16 +150,22 @@ def free_port():
 def plain_example_checksum(tmp, steps, world=4, nproc=2):
     """The example job's final parameters, run plainly: `world` processes with
     torchrun's environment, no supervisor, no trainguard (torch.save checkpoints)."""
+    return plain_checksum(tmp, [PYTHON, EXAMPLE, "--steps", str(steps), "--ckpt-every", "20", "--ckpt-engine",
+                                "torch", "--ckpt-dir", os.path.join(str(tmp), "ckpt"),
+                                "--out", os.path.join(str(tmp), "sum")], world, nproc)
+
+
+def plain_checksum(tmp, argv, world=4, nproc=2):
+    """Runs `argv` (which writes its final checksum to TMP/sum) as `world`
+    processes with torchrun's environment, no supervisor, no trainguard."""
     port = free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank % nproc), WORLD_SIZE=str(world),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TORCHELASTIC_RESTART_COUNT="0")
         env.pop("PYTHONPATH", None)
-        procs.append(subprocess.Popen(
-            [PYTHON, EXAMPLE, "--steps", str(steps), "--ckpt-every", "20", "--ckpt-engine", "torch",
-             "--ckpt-dir", os.path.join(str(tmp), "ckpt"), "--out", os.path.join(str(tmp), "sum")],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+        procs.append(subprocess.Popen(argv, env=env, cwd=str(tmp), stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE))
     for p in procs:
         assert p.wait(timeout=300) == 0, p.stderr.read().decode()[-2000:]
     with open(os.path.join(str(tmp), "sum")) as f:

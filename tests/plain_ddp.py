@@ -5,12 +5,16 @@ every --ckpt-every steps and resumes from it. For tests: --sleep-rank R
 (in the first run of the job only); --die-when FILE makes --die-rank print
 --die-line and die by SIGKILL once FILE exists (first run only);
 --raise-at-step S makes --die-rank raise the same ValueError at step S in
-every run (a deterministic bug); --out writes a checksum of the final
-parameters."""
+every run (a deterministic bug); --nan-at-step S makes --die-rank's loss NaN
+at step S in the first run (no NaN guard: it trains on); --out writes a
+checksum of the final parameters. A --ckpt holding "{step}" keeps a file per
+checkpoint and resumes from the newest."""
 
 import argparse
+import glob
 import hashlib
 import os
+import re
 import signal
 import time
 
@@ -40,6 +44,7 @@ def main():
     p.add_argument("--die-rank", type=int, default=1)
     p.add_argument("--die-line", default="")
     p.add_argument("--raise-at-step", type=int, default=-1)
+    p.add_argument("--nan-at-step", type=int, default=-1)
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -50,8 +55,14 @@ def main():
                       nn.Linear(args.hidden, 1)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     start = 0
-    if os.path.exists(args.ckpt):
-        state = torch.load(args.ckpt)
+    latest = args.ckpt
+    if "{step}" in args.ckpt:
+        pattern = re.escape(args.ckpt).replace(re.escape("{step}"), r"(\d+)")
+        found = [(int(re.fullmatch(pattern, f).group(1)), f) for f in glob.glob(args.ckpt.replace("{step}", "*"))
+                 if re.fullmatch(pattern, f)]
+        latest = max(found)[1] if found else ""
+    if latest and os.path.exists(latest):
+        state = torch.load(latest)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"] + 1
@@ -71,6 +82,8 @@ def main():
         if rank == args.die_rank and step == args.raise_at_step:
             raise ValueError("Expected input batch_size (4) to match target batch_size (1).")
         x, y = batch(7, step, rank, args.batch)
+        if first_run and rank == args.die_rank and step == args.nan_at_step:
+            x = x * float("nan")
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -78,9 +91,10 @@ def main():
         if args.step_delay:
             time.sleep(args.step_delay)
         if rank == 0 and (step + 1) % args.ckpt_every == 0:
-            tmp = args.ckpt + ".tmp"
+            path = args.ckpt.replace("{step}", str(step))
+            tmp = path + ".tmp"
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tmp)
-            os.replace(tmp, args.ckpt)
+            os.replace(tmp, path)
         dist.barrier() if (step + 1) % args.ckpt_every == 0 else None
     if rank == 0:
         h = hashlib.sha256()

@@ -11,9 +11,10 @@ import os
 import re
 import subprocess
 
-from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, plain_example_checksum
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, plain_checksum, plain_example_checksum
 
 STEPS = 200
+PLAIN_DDP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_ddp.py")
 
 
 def command(tmp_path, *extra):
@@ -153,3 +154,51 @@ def test_two_replicas_that_disagree_are_told_apart_by_replay_and_the_faulty_node
     status = {n["node"]: n["status"] for n in json.loads(nodes.stdout)}
     assert status["node0"] == "cordoned" and status["node1"] == "ok", status
     assert {n["node"]: n["sdc_confirmed"] for n in json.loads(nodes.stdout)} == {"node0": 1, "node1": 0}
+
+
+def plain_ddp(tmp, ckpt, *extra):
+    (tmp / "ckpt").mkdir(exist_ok=True)
+    return [PYTHON, PLAIN_DDP, "--steps", "200", "--ckpt-every", "10", "--step-delay", "0.02",
+            "--ckpt", str(tmp / "ckpt" / ckpt), "--out", str(tmp / "sum"), *extra]
+
+
+def test_a_scripts_own_checkpoints_saved_after_a_nan_are_moved_aside_and_it_resumes_from_a_good_one(
+        tmp_path, no_leftovers):
+    """tests/plain_ddp.py (no trainguard import) saves ckpt/step-N.pt every
+    10 steps and resumes from the newest file. Rank 1's loss is NaN at step
+    60 (first run only): the files saved after step 59 are moved aside (kept)
+    before the script looks, it resumes from step-59.pt and ends with a plain
+    run's parameters."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    reference = plain_checksum(plain, plain_ddp(plain, "step-{step}.pt"))
+    run = tmp_path / "nan"
+    run.mkdir()
+    job = Job(run, "nan-torch-save", plain_ddp(run, "step-{step}.pt", "--nan-at-step", "60", "--die-rank", "1"))
+    assert job.wait(300) == 0, job.output()[-3000:]
+    d = job.events("numeric_anomaly")[0]["detail"]
+    assert d["step"] == 60 and d["ranks"] == [1] and d["resume_at_most"] == 59, d
+    assert [e["detail"]["dir"] for e in job.events("torch_checkpoint_dir")] == [str(run / "ckpt")]
+    moved = [e for e in job.events("log_alert") if e["detail"]["rule"] == "checkpoint-set-aside"]
+    assert moved, job.event_lines()[-3000:]
+    aside = sorted(os.listdir(run / "ckpt" / ".trainguard-set-aside" / "gen-1"))
+    assert aside and all(int(re.match(r"step-(\d+)\.pt", f).group(1)) > 59 for f in aside), aside
+    assert (run / "sum").read_text().strip() == reference
+    assert job.events("sdc_confirmation")[0]["detail"]["result"] == "not reproduced"
+
+
+def test_a_script_that_overwrites_its_one_checkpoint_is_stopped_rather_than_resumed_from_bad_state(
+        tmp_path, no_leftovers):
+    """The same script keeping one file (ckpt/last.pt, replaced every 10
+    steps): after the NaN at step 60 its only checkpoint is from after it.
+    It is moved aside (kept) and the job stops, saying why, rather than
+    resume from NaN state or silently start over."""
+    job = Job(tmp_path, "nan-one-file", plain_ddp(tmp_path, "last.pt", "--nan-at-step", "60", "--die-rank", "1"))
+    assert job.wait(300) != 0, job.output()[-3000:]
+    assert "trainguard: refusing to resume" in job.output()
+    assert os.path.exists(tmp_path / "ckpt" / ".trainguard-set-aside" / "gen-1" / "last.pt")
+    assert not os.path.exists(tmp_path / "ckpt" / "last.pt")
+    assert "started 2 rank(s) of generation 1" in job.event_lines()  # the replay was tried, and stopped
+    last = job.events("decision")[-1]["message"]
+    assert "stop" in last and "checkpoint-no-good-state" in last, job.event_lines()[-3000:]
+    assert not os.path.exists(tmp_path / "sum")  # never started over and trained to the end

@@ -10,6 +10,10 @@ group); stage 1 computes its layer and the loss, sends the activation's
 gradient back; each rank averages its gradients over its data-parallel group
 (all_reduce), steps its optimizer, and the loss is averaged over the world.
 
+--replicated-dp seeds each rank's weights by its TP/PP coordinate, as
+Megatron does, so data-parallel peers hold identical weights (replicas);
+without it every rank's weights are its own.
+
 Faults, for tests, in generation (restart) number G only:
   --stop RANK:WHERE:G   the rank stops making progress at --fault-step, at
                         WHERE: "before-tp" (before its TP all_reduce),
@@ -38,6 +42,7 @@ def main():
     p.add_argument("--stop", action="append", default=[])
     p.add_argument("--desync", action="append", default=[])
     p.add_argument("--step-delay", type=float, default=0.05)
+    p.add_argument("--replicated-dp", action="store_true")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -82,7 +87,7 @@ def main():
             while True:
                 time.sleep(1)
 
-    torch.manual_seed(100 + rank)
+    torch.manual_seed(100 + (tp_rank + TP * stage if args.replicated_dp else rank))
     weight = torch.randn(16, 16, requires_grad=True)
     opt = torch.optim.SGD([weight], lr=0.01)
     for step in range(args.steps):

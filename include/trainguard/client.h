@@ -70,9 +70,9 @@ void ReportFingerprint(std::int64_t step, std::uint64_t fingerprint);
 void ReportNumeric(std::int64_t step, int kind, double value);
 void NumericObserved();
 
-// The newest step the controller verified (docs/sdc.md), -1 if none or not
-// under trainguard: checkpoint retention keeps the newest checkpoint at or
-// before it.
+// The newest step the controller verified (docs/sdc.md): checkpoint
+// retention keeps the newest checkpoint at or before it. -2: under
+// trainguard, nothing verified yet; -1: not under trainguard.
 std::int64_t VerifiedStep();
 
 // Adds time the training loop spent blocked in a checkpoint save; the

@@ -260,6 +260,34 @@ def _hook_process_group(c10d):
     c10d.init_process_group = init_process_group
 
 
+def _set_aside_bad_checkpoints():
+    """A rollback after silent data corruption or a NaN (docs/sdc.md): the
+    script's own torch.save files written after the last good step are moved
+    aside before it looks for its newest. Where that leaves it nothing from
+    before, it would resume from bad state or silently start over: the rank
+    stops instead, saying why."""
+    at_most = os.environ.get("TRAINGUARD_RESUME_AT_MOST", "")
+    dirs = [d for d in os.environ.get("TRAINGUARD_TORCH_CHECKPOINT_DIRS", "").split("\n") if d]
+    if not at_most.isdigit() or not dirs:
+        return
+    from trainguard import _torch_checkpoints
+
+    def say(line):
+        print(line, file=sys.stderr, flush=True)
+
+    generation = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+    moved, good, unknown, aside = _torch_checkpoints.set_aside(int(at_most), dirs, generation, say)
+    if aside and good == 0:
+        if os.environ.get("RANK", "0") != "0":
+            import time
+
+            time.sleep(5)  # rank 0, which sees the same files where storage is shared, says it first
+        say("trainguard: refusing to resume: every torch.save checkpoint in %s was saved after step %s, "
+            "the last good one, and none from before it is left (they are kept in %s); restore a good one "
+            "by hand or start over deliberately" % (", ".join(dirs), at_most, _torch_checkpoints.SET_ASIDE))
+        os._exit(3)
+
+
 def install(warm=False):
     """Called by sitecustomize in every Python rank trainguard launches, and
     by a warm standby when it becomes a rank (`warm`: torch and the rest may
@@ -276,6 +304,7 @@ def install(warm=False):
     from trainguard import _comm_journal, _numeric, _phases, _torch_checkpoints
 
     _guarded(_phases.hook_gc)
+    _guarded(_set_aside_bad_checkpoints)
 
     _after_import("torch.optim.optimizer", _hook_optimizer)
     _after_import("torch.optim.optimizer", _phases.hook_optimizer)

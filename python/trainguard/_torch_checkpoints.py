@@ -13,15 +13,25 @@ restarts of scripts that never import trainguard.
   stored step, so a restarted generation numbers its steps as the first one
   did.
 
+- Every training checkpoint's directory goes into the rank's ledger
+  (TRAINGUARD_SAVE_LEDGER, a line per directory), for the controller: after
+  silent data corruption or a NaN, the next generation moves the files
+  saved after the last good step aside before the script looks for its
+  newest (`set_aside`, docs/sdc.md). A script that reports its own steps
+  (trainguard.step) has its files marked with its step too.
+
 File systems without user extended attributes (some network file systems)
 keep neither: the checkpoint still counts as committed, but a restarted
-generation numbers its steps from 0 again.
+generation numbers its steps from 0 again, and its files cannot be judged
+on a rollback (said so, left in place).
 """
 
 import os
 from collections.abc import Mapping
 
 XATTR = "user.trainguard.step"
+SET_ASIDE = ".trainguard-set-aside"
+_ledgered = set()
 _MODEL_KEYS = ("model", "state_dict", "model_state_dict", "module")
 
 
@@ -52,14 +62,19 @@ def hook_torch(torch):
         try:
             count = _autoinstrument._state["count"]
             path = _path(f)
-            if (path is not None and count > 0 and not trainguard._explicit_steps
-                    and _is_training_checkpoint(obj)):
-                step = count - 1
-                core.checkpoint_committed(step)
-                try:
-                    os.setxattr(path, XATTR, str(step).encode())
-                except OSError:
-                    pass  # no user xattrs here: the step is not kept with the file
+            if path is not None and _is_training_checkpoint(obj):
+                step = None
+                if trainguard._explicit_steps:
+                    step = trainguard._step_counter
+                elif count > 0:
+                    step = count - 1
+                    core.checkpoint_committed(step)
+                if step is not None and step >= 0:
+                    try:
+                        os.setxattr(path, XATTR, str(step).encode())
+                    except OSError:
+                        pass  # no user xattrs here: the step is not kept with the file
+                _ledger(os.path.dirname(os.path.abspath(path)))
         except Exception:
             pass  # the script's save succeeded; recognising it is a bonus
         return result
@@ -85,3 +100,60 @@ def hook_torch(torch):
         wrapper.__name__ = original.__name__
         wrapper.__doc__ = original.__doc__
     torch.save, torch.load = save, load
+
+
+def _ledger(directory):
+    ledger = os.environ.get("TRAINGUARD_SAVE_LEDGER")
+    if not ledger or directory in _ledgered or "\n" in directory:
+        return
+    _ledgered.add(directory)
+    with open(ledger, "a") as f:
+        f.write(directory + "\n")
+
+
+def _file_step(path):
+    try:
+        return int(os.getxattr(path, XATTR).decode())
+    except (OSError, ValueError):
+        return None
+
+
+def set_aside(at_most, directories, generation, say, depth=3):
+    """Moves the script's checkpoint files saved after step `at_most` (by
+    their recorded step) out of the way, into DIR/.trainguard-set-aside/
+    gen-G/ with the same relative path: kept, never deleted, so that the
+    script's own resume logic finds the newest good one. Returns the files
+    moved, and counts of good ones (at or before `at_most`), ones with no
+    recorded step, and ones set aside (now or by an earlier rollback) after
+    `at_most`; says what it did. Every rank may run it at
+    once: a file another rank moved first is skipped."""
+    moved, good, unknown, aside = [], 0, 0, 0
+    for directory in directories:
+        if not os.path.isdir(directory):
+            continue
+        for root, dirs, files in os.walk(directory):
+            dirs[:] = [d for d in dirs if d != SET_ASIDE
+                       and os.path.relpath(os.path.join(root, d), directory).count(os.sep) < depth]
+            for name in files:
+                path = os.path.join(root, name)
+                step = _file_step(path)
+                if step is None:
+                    unknown += 1
+                    continue
+                if step <= at_most:
+                    good += 1
+                    continue
+                target = os.path.join(directory, SET_ASIDE, "gen-%d" % generation, os.path.relpath(path, directory))
+                try:
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    os.rename(path, target)
+                    moved.append("%s (step %d)" % (path, step))
+                except FileNotFoundError:
+                    pass  # another rank moved it first
+        # Counted after the moves: files another rank moved while this one looked are there by now.
+        for root, _, files in os.walk(os.path.join(directory, SET_ASIDE)):
+            aside += sum(1 for name in files if (_file_step(os.path.join(root, name)) or -1) > at_most)
+    if moved:
+        say("trainguard: moved aside %d torch.save checkpoint(s) saved after step %d, the last good one, "
+            "kept in %s: %s" % (len(moved), at_most, SET_ASIDE, ", ".join(moved)))
+    return moved, good, unknown, aside

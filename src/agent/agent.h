@@ -201,6 +201,7 @@ class Agent {
 
   // Control-loop state (Run() thread only).
   KernelLog kernel_;
+  void ReadSaveLedger(const Rank& rank, v1::RankStatus* s) const;
   std::vector<std::unique_ptr<Rank>> ranks_;
   std::int64_t verified_step_ = -1;  // the controller's newest (Verified), for new ranks' pages too
   std::unique_ptr<WarmState> warm_;

@@ -40,6 +40,8 @@ struct Agent::Rank {
   bool warm = false;        // a standby became it
   std::string cold_reason;  // why not, where warm starts are on
   mutable std::int64_t fingerprints_sent_step = -1;  // the newest fingerprint step reported
+  std::string save_ledger;                 // TRAINGUARD_SAVE_LEDGER: torch.save directories, a line each
+  mutable std::uintmax_t save_ledger_read = 0;  // bytes of it already reported
 };
 
 // What the agent needs to make the next start's warm standbys, from the

@@ -108,6 +108,9 @@ void Agent::StartRanks(const v1::Start& start) {
     env["LOCAL_RANK"] = std::to_string(local);
     env["ROLE_RANK"] = std::to_string(rank->global_rank);
     if (instrument) env["TRAINGUARD_STACKS_FILE"] = rank->stacks_path;
+    rank->save_ledger = config_.run_dir + "/errors/" + rank_gen + ".saves";
+    unlink(rank->save_ledger.c_str());
+    if (instrument) env["TRAINGUARD_SAVE_LEDGER"] = rank->save_ledger;
     if (warm_->enabled && warm_->cmd) env["TRAINGUARD_IMPORTS_FILE"] = ImportsFile(local);
     if (page.ok()) {
       rank->page = std::move(page.value());
@@ -165,6 +168,28 @@ void Agent::StartRanks(const v1::Start& start) {
     for (const auto& r : ranks_) pids_.push_back(r->pid);
   }
   Send(started);
+}
+
+// New lines of the rank's torch.save ledger (directories, written by the
+// instrumentation once per directory per process): at most 64 KiB a report.
+void Agent::ReadSaveLedger(const Rank& rank, v1::RankStatus* s) const {
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(rank.save_ledger, ec);
+  if (ec || size <= rank.save_ledger_read) return;
+  std::ifstream in(rank.save_ledger, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(rank.save_ledger_read));
+  std::string chunk(static_cast<std::size_t>(std::min<std::uintmax_t>(size - rank.save_ledger_read, 65536)), '\0');
+  in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+  chunk.resize(static_cast<std::size_t>(in.gcount()));
+  const std::size_t end = chunk.rfind('\n');
+  if (end == std::string::npos) return;  // a line still being written
+  std::size_t from = 0;
+  while (from <= end) {
+    const std::size_t nl = chunk.find('\n', from);
+    if (nl > from && nl - from <= 4096) s->add_torch_checkpoint_dirs(chunk.substr(from, nl - from));
+    from = nl + 1;
+  }
+  rank.save_ledger_read += end + 1;
 }
 
 v1::RankStatus Agent::Describe(const Rank& rank) const {
@@ -225,6 +250,7 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
       s.mutable_spike()->set_value(snap.spike_value);
     }
     s.set_losses_observed(snap.losses_observed);
+    ReadSaveLedger(rank, &s);
     if (snap.first_step_mono_ns > 0) s.set_first_step_ms((snap.first_step_mono_ns - rank.launch_mono) / kMillisecond);
   }
   s.set_progress_age_ms(std::max<Nanos>(0, now_mono - since) / kMillisecond);

@@ -154,6 +154,15 @@ Status Retain(const std::string& dir, std::int64_t newest, const SaveId& committ
   std::sort(steps.begin(), steps.end(), std::greater<>());
   int kept = 0;
   bool verified_kept = false;
+  std::int64_t oldest_committed = -1;
+  if (verified == -2) {
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      if (it->first <= newest && ScanStep(dir + "/" + it->second).has_commit) {
+        oldest_committed = it->first;
+        break;
+      }
+    }
+  }
   for (const auto& [step, name] : steps) {
     if (step > newest) continue;  // may still be in progress
     std::string step_dir = dir + "/" + name;
@@ -166,6 +175,8 @@ Status Retain(const std::string& dir, std::int64_t newest, const SaveId& committ
     // The newest verified one stays too, so that a rollback after a late
     // verdict (a divergence, a NaN) still has good state to resume from.
     if (scan.has_commit && verified >= 0 && step <= verified && !verified_kept) keep = verified_kept = true;
+    // Nothing verified yet (a job's first minutes): the oldest committed step stays until something is.
+    if (scan.has_commit && verified == -2 && step == oldest_committed) keep = true;
     if (!keep && !in_progress) {
       Status s = RetireStep(dir, name);
       if (!s.ok()) problems.push_back(s.message());

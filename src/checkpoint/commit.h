@@ -60,7 +60,9 @@ Status RetireStep(const std::string& dir, const std::string& name);
 // After rank 0 committed `committed` (a save of step `newest`) in `dir`:
 // - keeps the newest `keep_last` committed steps up to `newest`, and the
 //   newest committed step at or before `verified` (>= 0: the controller
-//   verified the state through it, docs/sdc.md), and retires the others;
+//   verified the state through it, docs/sdc.md; -2: nothing is verified
+//   yet, the oldest committed step is kept instead; -1: no verification),
+//   and retires the others;
 // - in steps up to `newest`, removes the directories of saves that will never
 //   be committed: saves of other attempts that no commit names, and earlier
 //   saves of this attempt; a step left with no save and no commit is retired;

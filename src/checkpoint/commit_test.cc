@@ -197,7 +197,9 @@ TEST_F(CommitTest, RetentionKeepsTheNewestVerifiedStepBesidesTheNewest) {
   EXPECT_EQ(steps(), (std::vector<std::int64_t>{20, 70, 80}));
   ASSERT_TRUE(Retain(dir_, 80, SaveId{"A", 7}, 2, 75).ok());  // 70 is both
   EXPECT_EQ(steps(), (std::vector<std::int64_t>{70, 80}));
-  ASSERT_TRUE(Retain(dir_, 80, SaveId{"A", 7}, 1, -1).ok());  // nothing verified: keep_last alone
+  ASSERT_TRUE(Retain(dir_, 80, SaveId{"A", 7}, 1, -2).ok());  // nothing verified yet: the oldest stays
+  EXPECT_EQ(steps(), (std::vector<std::int64_t>{70, 80}));
+  ASSERT_TRUE(Retain(dir_, 80, SaveId{"A", 7}, 1, -1).ok());  // no verification: keep_last alone
   EXPECT_EQ(steps(), (std::vector<std::int64_t>{80}));
 }
 

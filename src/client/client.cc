@@ -178,7 +178,9 @@ void ReportNumeric(std::int64_t step, int kind, double value) {
 
 std::int64_t VerifiedStep() {
   StatusPage* page = g_page.load(std::memory_order_acquire);
-  return page == nullptr ? kNoStep : page->verified_step.load(std::memory_order_acquire);
+  if (page == nullptr) return -1;
+  const std::int64_t step = page->verified_step.load(std::memory_order_acquire);
+  return step == kNoStep ? -2 : step;
 }
 
 void NumericObserved() {

@@ -273,6 +273,7 @@ class JobController {
   void CheckReplicas();
   void ActOnDivergence(const Divergence& d);
   void ObserveNumeric(const v1::RankStatus& status);
+  void ObserveTorchCheckpointDirs(const v1::RankStatus& status);
   void CheckNumeric();
   void ActOnNumeric(const NumericFinding& n);
   void CheckConfirmation();
@@ -287,6 +288,7 @@ class JobController {
   void AnnounceVerified();
   // The next generations resume from no checkpoint newer than `step`.
   void ResumeAtMost(std::int64_t step, const std::string& why);
+  void MaybeClearResumeBound();
   // Records the generation's parallel layout (from the journals' groups) as
   // a "layout" event, for the trace to group ranks by.
   // Waits (returns without recording) while some rank's coordinates are
@@ -461,6 +463,9 @@ class JobController {
   bool replica_fingerprints_new_ = false;
   std::int64_t resume_at_most_ = -1;
   std::string resume_at_most_why_;
+  std::int64_t bad_through_ = -1;        // the highest step a generation that set the bound reached
+  std::int64_t bound_generation_ = -1;   // the generation that set it last
+  std::set<std::string> torch_checkpoint_dirs_;  // where the script's own torch.save checkpoints go (at most 16)
   NumericCheck numeric_;
   std::deque<std::int64_t> gen_commits_;  // this generation's newest committed steps (at most 16)
   std::int64_t verified_commit_ = -1;     // the newest commit announced as verified

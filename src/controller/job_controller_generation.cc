@@ -127,6 +127,9 @@ void JobController::FillStart(v1::Start* start) const {
   if (resume_at_most_ >= 0) {
     (*start->mutable_env())["TRAINGUARD_RESUME_AT_MOST"] = std::to_string(resume_at_most_);
     (*start->mutable_env())["TRAINGUARD_RESUME_AT_MOST_WHY"] = resume_at_most_why_;
+    std::string dirs;
+    for (const auto& d : torch_checkpoint_dirs_) dirs += (dirs.empty() ? "" : "\n") + d;
+    if (!dirs.empty()) (*start->mutable_env())["TRAINGUARD_TORCH_CHECKPOINT_DIRS"] = dirs;
   }
   // A replay confirming a disagreement needs every replica's fingerprint at its step.
   if (suspicion_.stage > 0 && suspicion_.what == "disagreement") {

@@ -85,12 +85,14 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
       replica_fingerprints_new_ = true;
     }
     ObserveNumeric(hb.ranks(i));
+    ObserveTorchCheckpointDirs(hb.ranks(i));
     UpdateRank(node, hb.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);
   }
   CheckReplicas();
   if (state_ == JobState::kRunning) CheckNumeric();
   if (state_ == JobState::kRunning) CheckConfirmation();
   if (state_ == JobState::kRunning) AnnounceVerified();
+  if (state_ == JobState::kRunning) MaybeClearResumeBound();
 }
 
 void JobController::HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned) {
@@ -111,7 +113,7 @@ void JobController::HandleStarted(Node* node, const v1::RanksStarted& started, v
   }
   json detail{{"pids", pids}, {"generation", started.generation()}, {"group_rank", node->group_rank},
               {"warm", warm}, {"cold", cold}};
-  if (started.has_memory_restore()) {  // the node came back with no copies: it fetched them from their holder
+  if (started.has_memory_restore() && (started.memory_restore().files() > 0 || !started.memory_restore().problem().empty())) {  // the node came back with no copies: it fetched them from their holder
     const v1::MemoryRestore& m = started.memory_restore();
     detail["memory_restore"] = {{"from_node", m.from_node()}, {"files", m.files()}, {"bytes", m.bytes()},
                                 {"ms", m.ms()}, {"problem", m.problem()}};

@@ -62,6 +62,40 @@ void JobController::ResumeAtMost(std::int64_t step, const std::string& why) {
     resume_at_most_ = std::max<std::int64_t>(step, 0);
     resume_at_most_why_ = why;
   }
+  // Every checkpoint this generation wrote is of a step it reached.
+  bad_through_ = std::max(bad_through_, MaxStep());
+  bound_generation_ = generation_;
+}
+
+// The bound holds until a later generation, resumed from before it, has
+// committed a checkpoint at or past every step the bad generations reached:
+// from then on the newest checkpoint is a good one (a bad one of the same
+// step was saved again whole), and a later restart may resume from it.
+void JobController::MaybeClearResumeBound() {
+  if (resume_at_most_ < 0 || suspicion_.stage != 0 || generation_ <= bound_generation_ || gen_commits_.empty() ||
+      gen_commits_.back() < bad_through_) {
+    return;
+  }
+  Emit("resume_bound_cleared", "", -1, gen_commits_.back(),
+       "checkpoint of step " + std::to_string(gen_commits_.back()) + " committed after the rollback, past step " +
+           std::to_string(bad_through_) + " that the bad state reached: restarts resume from the newest again",
+       json{{"resume_at_most", resume_at_most_}, {"bad_through", bad_through_}, {"committed", gen_commits_.back()}}
+           .dump(-1, ' ', false, kReplaceBadUtf8));
+  resume_at_most_ = -1;
+  resume_at_most_why_.clear();
+  bad_through_ = -1;
+}
+
+void JobController::ObserveTorchCheckpointDirs(const v1::RankStatus& status) {
+  for (const std::string& dir : status.torch_checkpoint_dirs()) {
+    if (dir.empty() || dir.size() > 4096 || dir.find('\n') != std::string::npos) continue;
+    if (torch_checkpoint_dirs_.size() >= 16 && !torch_checkpoint_dirs_.count(dir)) continue;  // bounded
+    if (torch_checkpoint_dirs_.insert(dir).second) {
+      Emit("torch_checkpoint_dir", "", status.global_rank(), -1,
+           "the script writes its own torch.save checkpoints to " + dir + " (set aside on a rollback)",
+           json{{"dir", dir}}.dump(-1, ' ', false, kReplaceBadUtf8));
+    }
+  }
 }
 
 void JobController::ObserveNumeric(const v1::RankStatus& status) {
