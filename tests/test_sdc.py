@@ -64,14 +64,19 @@ def test_a_healthy_job_compares_its_replicas_and_finds_nothing(tmp_path, no_left
     assert not job.events("replica_divergence") and not job.events("failure")
 
 
-def test_a_tensor_and_pipeline_parallel_job_is_never_judged_on_shards_that_differ(tmp_path, no_leftovers):
-    """tests/tp_pp_dp.py (no trainguard import): every rank's weights differ
-    (its own seed), so no two ranks ever agree, no set is learned and no
-    rank is named."""
+def test_a_tensor_and_pipeline_parallel_job_compares_data_parallel_peers_only(tmp_path, no_leftovers):
+    """tests/tp_pp_dp.py --replicated-dp (no trainguard import; weights
+    seeded by TP/PP coordinate, as Megatron does): the four pairs of
+    data-parallel peers are learned as the replica sets, tensor-parallel
+    shards and pipeline stages are never compared, only the last stage's
+    ranks check a loss, and nothing is reported."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tp_pp_dp.py")
-    job = Job(tmp_path, "sdc-tp-pp-dp", [PYTHON, script, "--steps", "80", "--step-delay", "0.02"], nnodes=4, nproc=2)
+    job = Job(tmp_path, "sdc-tp-pp-dp", [PYTHON, script, "--steps", "120", "--step-delay", "0.02", "--replicated-dp"],
+              nnodes=4, nproc=2)
     assert job.wait(300) == 0, job.output()[-3000:]
-    assert not job.events("replica_sets") and not job.events("replica_divergence") and not job.events("failure")
+    assert [e["detail"]["sets"] for e in job.events("replica_sets")] == [[[0, 2], [1, 3], [4, 6], [5, 7]]]
+    assert not job.events("replica_divergence") and not job.events("failure")
+    assert not job.events("numeric_anomaly") and not job.events("numeric_spike")
 
 
 def test_a_nan_on_every_rank_is_the_jobs_numerics_and_evicts_nobody(tmp_path, no_leftovers):
