@@ -55,6 +55,8 @@ def test_a_rank_whose_parameters_silently_diverge_is_named_evicted_and_rolled_ba
     nodes = subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"], capture_output=True, text=True,
                            timeout=30)
     assert {n["node"]: n["status"] for n in json.loads(nodes.stdout)}["node1"] == "cordoned"
+    assert {n["node"]: n["sdc_devices"] for n in json.loads(nodes.stdout)}["node1"] == \
+        {"node1:0": {"confirmed": 1, "suspected": 0}}
 
 
 def test_a_healthy_job_compares_its_replicas_and_finds_nothing(tmp_path, no_leftovers):
@@ -123,7 +125,9 @@ def test_a_nan_on_one_rank_names_it_and_a_clean_replay_says_transient(tmp_path, 
     assert (run / "sum").read_text().strip() == reference
     nodes = subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"], capture_output=True, text=True,
                            timeout=30)
-    assert {n["node"]: (n["status"], n["sdc_suspected"]) for n in json.loads(nodes.stdout)}["node1"] == ("ok", 1)
+    node1 = {n["node"]: n for n in json.loads(nodes.stdout)}["node1"]
+    assert (node1["status"], node1["sdc_suspected"]) == ("ok", 1), node1
+    assert node1["sdc_devices"] == {"node1:0": {"confirmed": 0, "suspected": 1}}, node1  # rank 2 = node1's GPU 0
 
 
 def test_two_replicas_that_disagree_are_told_apart_by_replay_and_the_faulty_node_is_cordoned(tmp_path,
@@ -159,6 +163,8 @@ def test_two_replicas_that_disagree_are_told_apart_by_replay_and_the_faulty_node
     status = {n["node"]: n["status"] for n in json.loads(nodes.stdout)}
     assert status["node0"] == "cordoned" and status["node1"] == "ok", status
     assert {n["node"]: n["sdc_confirmed"] for n in json.loads(nodes.stdout)} == {"node0": 1, "node1": 0}
+    assert {n["node"]: n["sdc_devices"] for n in json.loads(nodes.stdout)}["node0"] == \
+        {"node0:0": {"confirmed": 1, "suspected": 0}}  # the GPU: its local rank
 
 
 def plain_ddp(tmp, ckpt, *extra):

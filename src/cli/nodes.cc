@@ -10,6 +10,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <array>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -66,6 +67,13 @@ int Fail(const Status& s) {
   return 2;
 }
 
+// Per device ("node:gpu"): silent data corruption confirmed and suspected, lifetime.
+json SdcDevicesJson(const std::map<std::string, std::array<int, 2>>& devices) {
+  json out = json::object();
+  for (const auto& [device, counts] : devices) out[device] = {{"confirmed", counts[0]}, {"suspected", counts[1]}};
+  return out;
+}
+
 }  // namespace
 
 int ShowNodes(const EventsOptions& o) {
@@ -90,6 +98,7 @@ int ShowNodes(const EventsOptions& o) {
     std::optional<DiagnosticsRecord> diagnostics;
     std::vector<NodeAction> actions;
     int sdc_confirmed = 0, sdc_suspected = 0;
+    std::map<std::string, std::array<int, 2>> sdc_devices;  // "node:gpu" -> {confirmed, suspected}
   };
   std::map<std::string, Row> rows;
   for (const auto& h : *health) rows[h.node].health = h;
@@ -99,6 +108,14 @@ int ShowNodes(const EventsOptions& o) {
     r.actions.push_back(a);
     r.sdc_confirmed += a.action == "sdc-confirmed";  // lifetime: silent data corruption is kept, never cleared
     r.sdc_suspected += a.action == "sdc-suspect";
+    if (a.action == "sdc-confirmed" || a.action == "sdc-suspect") {
+      json evidence = json::parse(a.evidence_json, nullptr, false);
+      if (evidence.is_object() && evidence.contains("devices") && evidence["devices"].is_array()) {
+        for (const auto& d : evidence["devices"]) {
+          if (d.is_string()) ++r.sdc_devices[d.get<std::string>()][a.action == "sdc-confirmed" ? 0 : 1];
+        }
+      }
+    }
   }
   Nanos window_start = WallNowNanos() - JobConfig{}.suspicion_window;
   for (const auto& i : *incidents) {
@@ -136,6 +153,7 @@ int ShowNodes(const EventsOptions& o) {
                      {"hardware_incidents_counting", r.hardware},
                      {"sdc_confirmed", r.sdc_confirmed},
                      {"sdc_suspected", r.sdc_suspected},
+                     {"sdc_devices", SdcDevicesJson(r.sdc_devices)},
                      {"last_incident", r.incidents == 0 ? json(nullptr)
                                                         : json{{"job_id", r.last.job_id},
                                                                {"category", r.last.category},

@@ -279,7 +279,11 @@ class JobController {
   void CheckConfirmation();
   void ConfirmationNotReproduced(nlohmann::json detail, std::vector<int> culprits = {});
   void ConfirmationReproduced(nlohmann::json detail);
-  void RecordSdc(const std::vector<std::string>& nodes, const nlohmann::json& evidence, bool confirmed);
+  // Kept in the store per node (node actions sdc-confirmed / sdc-suspect), with the devices of `ranks`.
+  void RecordSdc(const std::vector<std::string>& nodes, nlohmann::json evidence, bool confirmed,
+                 const std::vector<std::string>& devices);
+  std::map<int, std::string> DevicesOf(const std::vector<int>& ranks) const;
+  std::vector<std::string> SuspectDevices(const std::vector<std::string>& nodes, const std::vector<int>& only) const;
   int SdcHistory(const std::string& node) const;
   void ReturnNode(const std::string& node, const std::string& why);
   std::vector<std::string> NodesOfRanks(const std::vector<int>& ranks) const;
@@ -481,6 +485,7 @@ class JobController {
     std::map<int, std::uint64_t> values;  // disagreement: the original fingerprints at `step`
     std::vector<std::string> nodes;       // the suspects' nodes
     std::vector<std::string> moved;       // stage 2: the nodes moved out
+    std::map<int, std::string> devices;   // the suspects' devices ("node:local rank"), for the store
     std::int64_t from_generation = -1;    // the replay is a later generation
   } suspicion_;
   std::map<std::string, std::int64_t> timings_dropped_;  // per node, the last count reported

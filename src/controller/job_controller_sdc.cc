@@ -47,6 +47,33 @@ const char* NumericKindText(int kind) {
 
 }  // namespace
 
+// A rank's device: its local rank on its node is its GPU index there (one GPU per rank, torchrun's
+// convention), so the store counts per GPU, not only per node: "node1:2".
+std::map<int, std::string> JobController::DevicesOf(const std::vector<int>& ranks) const {
+  std::map<int, std::string> out;
+  for (int r : ranks) {
+    for (const auto& n : nodes_) {
+      if (n.group_rank >= 0 && n.ranks.count(r)) {
+        out[r] = n.node_id + ":" + std::to_string(r % std::max(config_.nproc_per_node, 1));
+      }
+    }
+  }
+  return out;
+}
+
+// The suspects' devices on `nodes` (remembered: a moved node has left the job).
+std::vector<std::string> JobController::SuspectDevices(const std::vector<std::string>& nodes,
+                                                       const std::vector<int>& only) const {
+  std::vector<std::string> out;
+  for (const auto& [r, device] : suspicion_.devices) {
+    const std::string node = device.substr(0, device.rfind(':'));
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) continue;
+    if (!only.empty() && std::find(only.begin(), only.end(), r) == only.end()) continue;
+    out.push_back(device);
+  }
+  return out;
+}
+
 std::vector<std::string> JobController::NodesOfRanks(const std::vector<int>& ranks) const {
   std::set<std::string> nodes;
   for (int r : ranks) {
@@ -160,6 +187,7 @@ void JobController::ActOnDivergence(const Divergence& d) {
     suspicion_.ranks = d.replicas;
     suspicion_.values = d.values;
     suspicion_.nodes = NodesOfRanks(d.replicas);
+    suspicion_.devices = DevicesOf(d.replicas);
     suspicion_.from_generation = generation_;
     detail["replay"] = {{"step", d.step}, {"on", "the same nodes"}};
   }
@@ -183,7 +211,11 @@ void JobController::ActOnDivergence(const Divergence& d) {
                         "reported: its device computed wrong (silent data corruption)";
   v.evict_nodes = two ? std::vector<std::string>{} : nodes;
   f.verdict = v;
-  if (!two) RecordSdc(nodes, detail, true);  // a strict majority of replicas is the confirmation
+  if (!two) {
+    std::vector<std::string> devices;
+    for (const auto& [r, device] : DevicesOf(d.diverged)) devices.push_back(device);
+    RecordSdc(nodes, detail, true, devices);
+  }  // a strict majority of replicas is the confirmation
   Emit("replica_divergence", f.node, f.rank, d.step, message, f.detail_json);
   Fail(f);
 }
@@ -278,6 +310,7 @@ void JobController::ActOnNumeric(const NumericFinding& n) {
     suspicion_.step = n.step;
     suspicion_.ranks = ranks;
     suspicion_.nodes = nodes;
+    suspicion_.devices = DevicesOf(ranks);
     suspicion_.from_generation = generation_;
     detail["replay"] = {{"step", n.step}, {"on", "the same nodes"}};
     v.rule_id = "numeric-one-rank";
@@ -352,7 +385,7 @@ void JobController::ConfirmationNotReproduced(json detail, std::vector<int> culp
                   "transient fault" +
                   (culprits.empty() ? std::string(" (which replica was wrong cannot be told)")
                                     : " of rank " + List(culprits) + (nodes.empty() ? "" : " on " + nodes.front()));
-  RecordSdc(nodes, detail, moved);
+  RecordSdc(nodes, detail, moved, SuspectDevices(nodes, moved ? std::vector<int>{} : culprits));
   Emit("sdc_confirmation", nodes.empty() ? "" : nodes.front(), culprits.empty() ? -1 : culprits.front(),
        suspicion_.step, message, detail.dump(-1, ' ', false, kReplaceBadUtf8));
   suspicion_ = SdcSuspicion{};
@@ -425,7 +458,7 @@ void JobController::ConfirmationReproduced(json detail) {
     v.hardware = true;
     v.evict_nodes = others;
     v.description = "confirmed by replay: the replica that disagreed on other hardware too computed wrong";
-    RecordSdc(others, detail, true);
+    RecordSdc(others, detail, true, SuspectDevices(others, {}));
     Emit("sdc_confirmation", others.empty() ? "" : others.front(), -1, suspicion_.step, "confirmed: " + f.description,
          detail.dump(-1, ' ', false, kReplaceBadUtf8));
     suspicion_ = SdcSuspicion{};
@@ -436,8 +469,10 @@ void JobController::ConfirmationReproduced(json detail) {
   Fail(f);
 }
 
-void JobController::RecordSdc(const std::vector<std::string>& nodes, const json& evidence, bool confirmed) {
+void JobController::RecordSdc(const std::vector<std::string>& nodes, json evidence, bool confirmed,
+                              const std::vector<std::string>& devices) {
   const Nanos now = clock_->WallNanos();
+  if (!devices.empty()) evidence["devices"] = devices;
   for (const auto& n : nodes) {
     writer_->RecordNodeAction({n, now, confirmed ? std::string("sdc-confirmed") : std::string("sdc-suspect"),
                                "controller of job " + config_.job_id,
