@@ -138,7 +138,8 @@ def test_diag_without_a_store_judges_by_floors_and_stale_records_are_not_compare
     report = json.loads(done.stdout)
     assert report["nodes_compared"] == 1 and report["nodes"][0]["node"] == "solo"
     names = [f["name"] for f in report["nodes"][0]["figures"]]
-    assert names == ["compute_gflops", "memory_gbps", "disk_write_mbps:scratch", "disk_read_mbps:scratch",
+    assert names == ["compute_gflops", "memory_gbps", "gemm_known_answer_mismatches", "disk_write_mbps:scratch",
+                     "disk_read_mbps:scratch",
                      "disk_free_gib:scratch"]
     # A floor an operator raises above what this machine does fails the node.
     done = subprocess.run([TRAINGUARD, "diag", "--no-store", "--path", "scratch=%s" % tmp_path,

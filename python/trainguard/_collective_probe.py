@@ -11,7 +11,11 @@ GPU is there):
   RACK_RANK of RACK_SIZE, rendezvous at the rack's first node): bus bandwidth
   (algbw x 2(n-1)/n) and a check of the sum;
 - with --gpu, per visible CUDA device: a half-precision GEMM (TFLOP/s) and
-  pinned host<->device copies (GB/s), timed with CUDA events.
+  pinned host<->device copies (GB/s), timed with CUDA events; and a
+  known-answer check for silent data corruption (docs/sdc.md): GEMMs of
+  small fixed-seed integers in float32 and float16, whose every result is
+  exact in any summation order, compared bit for bit with the CPU's integer
+  product (mismatched elements: must be 0).
 
 With --nccl and a GPU, the collectives run on NCCL (local rank r on device
 r), as the job's ranks would; else on gloo.
@@ -207,6 +211,26 @@ def rack_all_reduce(args):
             pass
 
 
+def known_answer_mismatches(torch, device):
+    """Elements of fixed-seed GEMMs computed wrong on `device`: inputs are
+    integers in [-3, 3], so every product and partial sum is an exactly
+    representable integer (float32: n=512, sums up to 4,608 < 2^24; float16
+    with its reduced-precision accumulation: n=64, sums up to 576 < 2^11),
+    whatever order the device sums in; the truth is the CPU's int64 product."""
+    wrong = 0
+    gemms = [(512, torch.float32)]
+    if torch.device(device).type == "cuda":
+        gemms.append((64, torch.float16))  # tensor cores; the CPU has no half GEMM in torch 1.13
+    for n, dtype in gemms:
+        g = torch.Generator().manual_seed(24 + n)
+        a = torch.randint(-3, 4, (n, n), generator=g)
+        b = torch.randint(-3, 4, (n, n), generator=g)
+        want = a @ b
+        got = (a.to(device=device, dtype=dtype) @ b.to(device=device, dtype=dtype)).float().cpu().to(torch.int64)
+        wrong += int((got != want).sum())
+    return wrong
+
+
 def gpu_figures(args):
     import torch
 
@@ -238,6 +262,8 @@ def gpu_figures(args):
                     return fastest
 
                 out.append(figure("gpu_gemm_tflops:%d" % i, 2 * size ** 3 / best(lambda: torch.mm(a, b)) / 1e12))
+                out.append(figure("gpu_known_answer_mismatches:%d" % i,
+                                  known_answer_mismatches(torch, torch.device("cuda", i))))
                 out.append(figure("gpu_h2d_gbps:%d" % i,
                                   copy_bytes / best(lambda: dev.copy_(host, non_blocking=True)) / 1e9))
                 out.append(figure("gpu_d2h_gbps:%d" % i,

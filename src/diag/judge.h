@@ -37,7 +37,10 @@ struct JudgePolicy {
   // By kind: a value above this fails (counts of faults that must be 0).
   std::map<std::string, double> ceilings = {{"gpu_ecc_uncorrected", 0}, {"gpu_retired_pending", 0},
                                             {"gpu_remap_pending", 0},   {"gpu_remap_failed", 0},
-                                            {"gpu_nvlink_down", 0},     {"gpu_fatal_xids", 0}};
+                                            {"gpu_nvlink_down", 0},     {"gpu_fatal_xids", 0},
+                                            // silent data corruption: results computed wrong (docs/sdc.md)
+                                            {"gemm_known_answer_mismatches", 0},
+                                            {"gpu_known_answer_mismatches", 0}};
   // Kinds that are shown but never fail a node, not even with an error: the
   // round trip; the rack's all-reduce (one collective of several nodes: its
   // figure does not say which node is at fault, the ring probe does); a

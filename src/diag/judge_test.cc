@@ -37,6 +37,18 @@ TEST(DiagJudgeTest, AFailedProbeAndAFloorFailWithoutPeers) {
   EXPECT_EQ(verdicts[1].failures.size(), 1u);
 }
 
+TEST(DiagJudgeTest, AWrongKnownAnswerFailsTheNodeWhateverItsPeersDo) {
+  std::vector<NodeFigures> nodes;
+  for (int i = 0; i < 4; ++i) {
+    nodes.push_back({"n" + std::to_string(i),
+                     {{"gemm_known_answer_mismatches", 0, ""}, {"gpu_known_answer_mismatches:3", i == 2 ? 17.0 : 0.0, ""}}});
+  }
+  auto verdicts = JudgeNodes(nodes);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(verdicts[i].healthy, i != 2) << i;
+  ASSERT_EQ(verdicts[2].failures.size(), 1u);
+  EXPECT_NE(verdicts[2].failures[0].find("gpu_known_answer_mismatches:3"), std::string::npos) << verdicts[2].failures[0];
+}
+
 TEST(DiagJudgeTest, TwoNodesAreJudgedByFloorsOnly) {
   auto verdicts = JudgeNodes({Node("n0", 2.0, 500, 50), Node("n1", 0.5, 100, 50)});
   EXPECT_TRUE(verdicts[0].healthy);

@@ -73,6 +73,31 @@ Figure MeasureCompute(Nanos budget, Nanos window) {
   return {"compute_gflops", per_ns, ""};  // flop/ns = GFLOP/s
 }
 
+Figure CheckKnownAnswer() {
+  constexpr int n = 192;  // |sums| <= 9 * 192 = 1,728: exact in float
+  std::mt19937 rng(24);
+  std::uniform_int_distribution<int> dist(-3, 3);
+  std::vector<int> ai(n * n), bi(n * n);
+  for (auto& x : ai) x = dist(rng);
+  for (auto& x : bi) x = dist(rng);
+  std::vector<float> a(ai.begin(), ai.end()), b(bi.begin(), bi.end()), c(n * n, 0.0f);
+  for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < n; ++k) {
+      const float aik = a[i * n + k];
+      for (int j = 0; j < n; ++j) c[i * n + j] += aik * b[k * n + j];
+    }
+  }
+  int wrong = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      std::int64_t want = 0;
+      for (int k = 0; k < n; ++k) want += static_cast<std::int64_t>(ai[i * n + k]) * bi[k * n + j];
+      wrong += static_cast<std::int64_t>(c[i * n + j]) != want || c[i * n + j] != static_cast<float>(want);
+    }
+  }
+  return {"gemm_known_answer_mismatches", static_cast<double>(wrong), ""};
+}
+
 Figure MeasureMemory(Nanos budget, Nanos window) {
   constexpr std::size_t bytes = 64u << 20;
   std::vector<char> src(bytes, 1), dst(bytes, 0);

@@ -39,6 +39,10 @@ struct ProbeBudget {
 
 // Single-threaded float GEMM, 256x256: GFLOP/s of the best window.
 Figure MeasureCompute(Nanos budget, Nanos window);
+// A known-answer check for silent data corruption (docs/sdc.md): float GEMMs
+// of fixed-seed small integers (every sum exact in any order) compared with
+// the exact integer product: the number of elements computed wrong (must be 0).
+Figure CheckKnownAnswer();
 // memcpy between two 64 MiB buffers: GB/s (bytes read + written) of the best window.
 Figure MeasureMemory(Nanos budget, Nanos window);
 // Writes `bytes` to a new file under `dir` (O_EXCL), fsyncs, reads it back

@@ -20,6 +20,13 @@ TEST(DiagProbesTest, ComputeAndMemoryMeasureAPositiveRate) {
   EXPECT_GT(m.value, 0);
 }
 
+TEST(DiagProbesTest, AHealthyCpuComputesTheKnownAnswerExactly) {
+  Figure k = CheckKnownAnswer();
+  EXPECT_EQ(k.name, "gemm_known_answer_mismatches");
+  EXPECT_TRUE(k.error.empty());
+  EXPECT_EQ(k.value, 0);
+}
+
 TEST(DiagProbesTest, ABudgetShorterThanAWindowStillMeasures) {
   EXPECT_GT(MeasureCompute(1 * kMillisecond, 1000 * kMillisecond).value, 0);
 }

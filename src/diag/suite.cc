@@ -14,6 +14,7 @@ std::vector<Figure> RunSuite(const SuitePlan& plan) {
   std::vector<Figure> out;
   out.push_back(MeasureCompute(budget.compute, budget.window));
   out.push_back(MeasureMemory(budget.memory, budget.window));
+  out.push_back(CheckKnownAnswer());
   for (const auto& [role, dir] : plan.paths) {
     for (auto& f : MeasureDisk(role, dir, budget.disk_bytes)) out.push_back(std::move(f));
   }
