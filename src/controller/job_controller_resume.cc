@@ -62,6 +62,19 @@ Status JobController::Resume() {
       }
     } else if (e.kind == "first_step" && e.generation == generation_) {
       first_step_seen_ = true;
+    } else if ((e.kind == "replica_divergence" || e.kind == "numeric_anomaly") && d.contains("resume_at_most")) {
+      // A rollback's bound outlives the controller: forgetting it would let
+      // the next restart load a checkpoint saved after the fault (docs/sdc.md).
+      resume_at_most_ = d.value("resume_at_most", resume_at_most_);
+      resume_at_most_why_ = d.value("resume_why", resume_at_most_why_);
+      bad_through_ = d.value("bad_through", bad_through_);
+      bound_generation_ = e.generation;
+    } else if (e.kind == "resume_bound_cleared") {
+      resume_at_most_ = -1;
+      resume_at_most_why_.clear();
+      bad_through_ = -1;
+    } else if (e.kind == "torch_checkpoint_dir" && d.contains("dir")) {
+      if (torch_checkpoint_dirs_.size() < 16) torch_checkpoint_dirs_.insert(d.value("dir", ""));
     } else if (e.kind == "checkpoint_committed") {
       checkpoint_step_ = std::max(checkpoint_step_, e.step);
     } else if (e.kind == "failure") {

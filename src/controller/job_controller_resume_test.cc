@@ -1,5 +1,7 @@
 // JobController::Resume: a controller started again on the store of a job
 // whose controller died takes it back.
+#include <cmath>
+
 #include "controller/job_controller_test_fixture.h"
 
 namespace trainguard {
@@ -95,6 +97,57 @@ TEST_F(ResumeTest, ADeterministicFailureStopsAtItsFirstRepeatAcrossAControllerRe
   EXPECT_EQ(controller_->restart_count(), 1);
   EXPECT_NE(controller_->summary().find("deterministic"), std::string::npos) << controller_->summary();
   EXPECT_EQ(Detail("decision", 1)["decision"], "stop");
+}
+
+// After a NaN or a divergence the next generations may resume from no
+// checkpoint saved after the last good step; a controller restarted in
+// between must not forget it, or the next restart loads bad state.
+TEST_F(ResumeTest, ARollbacksBoundOutlivesTheController) {
+  RunGeneration0();
+  for (int node : {0, 1}) {  // every rank's loss is NaN at step 13
+    std::vector<v1::RankStatus> ranks;
+    for (int local : {0, 1}) {
+      v1::RankStatus r = Rank(node * 2 + local, 13);
+      r.set_losses_observed(14);
+      r.mutable_numeric()->set_step(13);
+      r.mutable_numeric()->set_kind(1);
+      r.mutable_numeric()->set_value(std::nan(""));
+      ranks.push_back(r);
+    }
+    Heartbeat(node, 0, ranks);
+  }
+  clock_.Advance(kSecond);
+  controller_->Tick();  // a judgement the heartbeats' burst left throttled
+  ASSERT_EQ(EventsOf("numeric_anomaly").size(), 1u);
+  EXPECT_TRUE(Detail("numeric_anomaly")["all"]);
+  Stopped(0, 0);
+  Stopped(1, 0);
+  auto bound = [](const FakeAgentLink* link) {
+    const v1::ControllerMessage* start = link->Last(Kind::kStart);
+    if (start == nullptr) return std::string("no start");
+    auto it = start->start().env().find("TRAINGUARD_RESUME_AT_MOST");
+    return it == start->start().env().end() ? std::string("none") : it->second;
+  };
+  ASSERT_EQ(bound(links_[0].get()), "12");
+  ASSERT_TRUE(Restart().ok());
+  FakeAgentLink* a = Reconnect(0, 1, 0);
+  FakeAgentLink* b = Reconnect(1, 1, 0);
+  v1::AgentMessage crash;
+  auto* e = crash.mutable_rank_exited();
+  e->set_generation(1);
+  *e->mutable_rank() = Rank(1, 5);
+  e->mutable_rank()->set_running(false);
+  e->mutable_rank()->set_exit_code(1);
+  e->set_exit_unix_ms(clock_.WallNanos() / kMillisecond);
+  controller_->OnMessage(10, crash);
+  for (std::uint64_t conn : {10u, 11u}) {
+    v1::AgentMessage st;
+    st.mutable_stopped()->set_generation(1);
+    st.mutable_stopped()->set_free_port(50000 + static_cast<int>(conn));
+    controller_->OnMessage(conn, st);
+  }
+  EXPECT_EQ(bound(a), "12");  // generation 2: still no checkpoint after step 12
+  EXPECT_EQ(bound(b), "12");
 }
 
 TEST_F(ResumeTest, TheAgentsOfTheRunningGenerationComeBackWithTheirRanksAndNothingIsRecordedTwice) {

@@ -178,6 +178,8 @@ void JobController::ActOnDivergence(const Divergence& d) {
   // The state written after the last agreement may be corrupt: no checkpoint newer than it is resumed.
   ResumeAtMost(d.last_agreed_step, "the last at which the replicas' parameters agreed");
   detail["resume_at_most"] = resume_at_most_;
+  detail["resume_why"] = resume_at_most_why_;
+  detail["bad_through"] = bad_through_;
   if (two) {
     // No majority: the next generation replays the step on the same nodes (docs/sdc.md, "Confirmation").
     suspicion_ = SdcSuspicion{};
@@ -286,6 +288,8 @@ void JobController::ActOnNumeric(const NumericFinding& n) {
   }
   ResumeAtMost(n.step - 1, "the last before " + std::string(what).substr(4) + " at step " + std::to_string(n.step));
   detail["resume_at_most"] = resume_at_most_;
+  detail["resume_why"] = resume_at_most_why_;
+  detail["bad_through"] = bad_through_;
   const std::string message = what + " at step " + std::to_string(n.step) + " " + where;
   Finding f;
   f.kind = FindingKind::kNumericAnomaly;

@@ -42,6 +42,10 @@ void JobController::Tick() {
   switch (state_) {
     case JobState::kRunning:
       CheckHeartbeats();
+      // Judgements a burst of heartbeats left throttled (docs/sdc.md) are made here at the latest.
+      if (state_ == JobState::kRunning) CheckReplicas();
+      if (state_ == JobState::kRunning) CheckNumeric();
+      if (state_ == JobState::kRunning) CheckConfirmation();
       // Only once the earliest rank could be hung (reports move it:
       // UpdateRank): at 100,000 ranks, no pass over them every tick.
       if (state_ == JobState::kRunning && now >= next_hang_check_mono_) {

@@ -42,7 +42,7 @@ std::optional<NumericFinding> NumericCheck::Judge(int w, Nanos now) {
   Pending& p = pending_[w];
   if (p.reported || p.step < 0) return std::nullopt;
   if (p.first_seen == 0) p.first_seen = now;
-  if (now - last_scan_[w] < kScanEvery && now - p.first_seen < kGrace) return std::nullopt;
+  if (last_scan_[w] != 0 && now - last_scan_[w] < kScanEvery && now - p.first_seen < kGrace) return std::nullopt;
   last_scan_[w] = now;
   NumericFinding f;
   f.spike = w == 1;
@@ -81,7 +81,7 @@ std::int64_t NumericCheck::CleanThrough() const {
 
 bool NumericCheck::PassedClean(std::int64_t step, Nanos now) {
   if (pending_[0].step >= 0 && pending_[0].step <= step) return false;
-  if (now - last_pass_scan_ < kScanEvery) return false;
+  if (last_pass_scan_ != 0 && now - last_pass_scan_ < kScanEvery) return false;
   last_pass_scan_ = now;
   bool any = false;
   for (const Rank& r : ranks_) {
