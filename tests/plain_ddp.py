@@ -6,7 +6,9 @@ every --ckpt-every steps and resumes from it. For tests: --sleep-rank R
 --die-line and die by SIGKILL once FILE exists (first run only);
 --raise-at-step S makes --die-rank raise the same ValueError at step S in
 every run (a deterministic bug); --nan-at-step S makes --die-rank's loss NaN
-at step S in the first run (no NaN guard: it trains on); --out writes a
+at step S in the first run (no NaN guard: it trains on); --flip-at-step S
+flips one bit of one of --die-rank's parameters after step S's update in
+the first run (a device that computed wrong, silently); --out writes a
 checksum of the final parameters. A --ckpt holding "{step}" keeps a file per
 checkpoint and resumes from the newest."""
 
@@ -45,6 +47,7 @@ def main():
     p.add_argument("--die-line", default="")
     p.add_argument("--raise-at-step", type=int, default=-1)
     p.add_argument("--nan-at-step", type=int, default=-1)
+    p.add_argument("--flip-at-step", type=int, default=-1)
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -88,6 +91,9 @@ def main():
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if first_run and rank == args.die_rank and step == args.flip_at_step:
+            with torch.no_grad():
+                next(model.parameters()).view(-1)[:1].view(torch.int32).bitwise_xor_(1 << 22)
         if args.step_delay:
             time.sleep(args.step_delay)
         if rank == 0 and (step + 1) % args.ckpt_every == 0:

@@ -213,3 +213,27 @@ def test_a_script_that_overwrites_its_one_checkpoint_is_stopped_rather_than_resu
     last = job.events("decision")[-1]["message"]
     assert "stop" in last and "checkpoint-no-good-state" in last, job.event_lines()[-3000:]
     assert not os.path.exists(tmp_path / "sum")  # never started over and trained to the end
+
+
+def test_a_script_without_trainguard_whose_replica_diverges_resumes_from_its_own_good_checkpoint(
+        tmp_path, no_leftovers):
+    """tests/plain_ddp.py (no trainguard import, its own torch.save file per
+    checkpoint, resumed by torch.load) with one bit of rank 3's parameters
+    flipped after step 90 on the first run: rank 3 is named and node1
+    evicted, the files saved after the last agreement are moved aside, the
+    script resumes from its own newest good file and ends with a plain run's
+    parameters."""
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    reference = plain_checksum(plain, plain_ddp(plain, "step-{step}.pt"))
+    run = tmp_path / "flip"
+    run.mkdir()
+    job = Job(run, "flip-torch-save", plain_ddp(run, "step-{step}.pt", "--flip-at-step", "90", "--die-rank", "3"),
+              flags=["--spares", "1"])
+    assert job.wait(300) == 0, job.output()[-3000:]
+    d = job.events("replica_divergence")[0]["detail"]
+    assert d["diverged"] == [3] and d["nodes"] == ["node1"] and d["last_agreed_step"] <= 90 < d["step"], d
+    assert [e["node"] for e in job.events("node_evicted")] == ["node1"]
+    aside = os.listdir(run / "ckpt" / ".trainguard-set-aside" / "gen-1")
+    assert aside and all(int(re.match(r"step-(\d+)\.pt", f).group(1)) > d["last_agreed_step"] for f in aside), aside
+    assert (run / "sum").read_text().strip() == reference

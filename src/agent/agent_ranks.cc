@@ -108,8 +108,10 @@ void Agent::StartRanks(const v1::Start& start) {
     env["LOCAL_RANK"] = std::to_string(local);
     env["ROLE_RANK"] = std::to_string(rank->global_rank);
     if (instrument) env["TRAINGUARD_STACKS_FILE"] = rank->stacks_path;
-    rank->save_ledger = config_.run_dir + "/errors/" + rank_gen + ".saves";
-    unlink(rank->save_ledger.c_str());
+    // One ledger per rank for the whole job (its environment stays the same from one start to
+    // the next, as a warm standby's must): a new generation reads it from the start again, and the
+    // controller keeps each directory once.
+    rank->save_ledger = config_.run_dir + "/errors/rank" + std::to_string(rank->global_rank) + ".saves";
     if (instrument) env["TRAINGUARD_SAVE_LEDGER"] = rank->save_ledger;
     if (warm_->enabled && warm_->cmd) env["TRAINGUARD_IMPORTS_FILE"] = ImportsFile(local);
     if (page.ok()) {
