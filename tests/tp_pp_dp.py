@@ -14,6 +14,11 @@ gradient back; each rank averages its gradients over its data-parallel group
 Megatron does, so data-parallel peers hold identical weights (replicas);
 without it every rank's weights are its own.
 
+--order tpd numbers ranks tp + 2 * pp + 4 * dp instead (pipeline neighbours
+have stride 2, data-parallel peers stride 4), and --pipeline-on-world sends
+the activations with plain send/recv on the world group, with no pipeline
+new_group, as many hand-written pipelines do.
+
 Faults, for tests, in generation (restart) number G only:
   --stop RANK:WHERE:G   the rank stops making progress at --fault-step, at
                         WHERE: "before-tp" (before its TP all_reduce),
@@ -43,32 +48,41 @@ def main():
     p.add_argument("--desync", action="append", default=[])
     p.add_argument("--step-delay", type=float, default=0.05)
     p.add_argument("--replicated-dp", action="store_true")
+    p.add_argument("--order", choices=("tdp", "tpd"), default="tdp")
+    p.add_argument("--pipeline-on-world", action="store_true")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     assert world == TP * DP * PP, "needs %d ranks" % (TP * DP * PP)
     generation = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    tp_rank, dp_rank, stage = rank % TP, (rank // TP) % DP, rank // (TP * DP)
+
+    def rank_of(t, d, s):
+        return t + TP * d + TP * DP * s if args.order == "tdp" else t + TP * s + TP * PP * d
+
+    tp_rank = rank % TP
+    dp_rank = [d for d in range(DP) for s in range(PP) if rank_of(tp_rank, d, s) == rank][0]
+    stage = [s for s in range(PP) if rank_of(tp_rank, dp_rank, s) == rank][0]
 
     # Every rank creates every group, in the same order.
     tp_group = dp_group = pp_group = None
     for s in range(PP):
         for d in range(DP):
-            g = dist.new_group([s * TP * DP + d * TP + t for t in range(TP)])
+            g = dist.new_group([rank_of(t, d, s) for t in range(TP)])
             if (s, d) == (stage, dp_rank):
                 tp_group = g
     for s in range(PP):
         for t in range(TP):
-            g = dist.new_group([s * TP * DP + d * TP + t for d in range(DP)])
+            g = dist.new_group([rank_of(t, d, s) for d in range(DP)])
             if (s, t) == (stage, tp_rank):
                 dp_group = g
-    for d in range(DP):
-        for t in range(TP):
-            members = [s * TP * DP + d * TP + t for s in range(PP)]
-            g = dist.new_group(members)
-            if rank in members:
-                pp_group = g
-    peer = rank + TP * DP if stage == 0 else rank - TP * DP
+    if not args.pipeline_on_world:
+        for d in range(DP):
+            for t in range(TP):
+                members = [rank_of(t, d, s) for s in range(PP)]
+                g = dist.new_group(members)
+                if rank in members:
+                    pp_group = g
+    peer = rank_of(tp_rank, dp_rank, 1 - stage)
 
     stop_at = {}
     for spec in args.stop:

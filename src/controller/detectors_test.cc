@@ -166,6 +166,50 @@ TEST(HangDetectorTest, OneQuietRankMakesItAHangWithEveryStuckRankAsEvidence) {
   EXPECT_EQ(f->capture_stacks_of, (std::vector<int>{2, 0, 1, 3}));
   EXPECT_EQ(nlohmann::json::parse(f->detail_json)["hung_ranks"].size(), 4u);
   EXPECT_EQ(f->lines.size(), 4u);
+  EXPECT_NE(f->culprit_evidence.find("rank 2 used no CPU or I/O while 3 other stuck rank(s) kept busy"),
+            std::string::npos) << f->culprit_evidence;
+}
+
+// DDP on torch 1.13 journals no bucket all-reduce: its ranks wait in the
+// backward phase. The rank elsewhere is the culprit, whichever was noticed
+// first.
+TEST(HangDetectorTest, TheRankOutsideCommunicationWhileOthersWaitInBackwardIsTheCulprit) {
+  for (int stalled = 0; stalled < 4; ++stalled) {
+    Job job;
+    for (int r = 0; r < 4; ++r) {
+      // All quiet (gloo waits on a condition variable); rank 0 noticed first.
+      RankView v = Rank(r, 11, r == 0 ? 14 : 12, 12);
+      v.status.set_phase(r == stalled ? "data" : "backward");
+      job.Put(r / 2, v);
+    }
+    auto f = DetectHang(job.View(), Config());
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->rank, stalled);
+    EXPECT_NE(f->culprit_evidence.find("outside any communication (phase 'data') while 3 rank(s) wait"),
+              std::string::npos) << f->culprit_evidence;
+    EXPECT_NE(f->description.find("; culprit: rank " + std::to_string(stalled)), std::string::npos)
+        << f->description;
+  }
+}
+
+TEST(HangDetectorTest, WhenNothingSetsARankApartNoneIsNamedTheCulprit) {
+  Job job;
+  for (int r = 0; r < 4; ++r) {
+    RankView v = Rank(r, 11, r == 3 ? 13 : 12, 12);
+    v.status.set_phase("backward");
+    job.Put(r / 2, v);
+  }
+  auto f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->culprit_evidence, "");
+  EXPECT_NE(f->description.find("; no rank stands out yet (noticed first: rank 3"), std::string::npos)
+      << f->description;
+  // A rank that stopped progressing well before all others stands out.
+  job.nodes[1].ranks[3].status.set_progress_age_ms(19000);
+  f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_NE(f->culprit_evidence.find("rank 3 stopped progressing 7.000 s before any other rank"),
+            std::string::npos) << f->culprit_evidence;
 }
 
 TEST(HangDetectorTest, AStoppedProcessIsTheCulpritOverAQuietOne) {

@@ -53,6 +53,10 @@ struct Finding {
   std::vector<int> capture_stacks_of;  // ranks whose stacks the agents dump before stopping
   std::vector<int> hung_ranks;         // hang: every rank without progress
   std::vector<int> roots;              // hang: the ranks the others wait for (journals)
+  // Hang: what sets `rank` apart from the other stuck ranks (stopped, outside
+  // any collective while they wait in one, the journals' wait-for root); ""
+  // when nothing does and `rank` is only the one noticed first.
+  std::string culprit_evidence;
   std::vector<LogLine> lines;          // evidence for the attribution
   std::string detail_json = "{}";      // the event's detail
   int exit_code = 0;                   // rank_failed: the rank's exit code (0 if killed)

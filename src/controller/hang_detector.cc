@@ -55,9 +55,14 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
     const NodeView* node;
     const v1::RankStatus* status;
     Nanos age;
-    std::tuple<bool, bool, Nanos> culprit_key;  // (stopped, quiet, age): the largest is the culprit
+    bool stopped;
+    bool waiting;  // in a journaled operation, or in backward (DDP's reducer waits there)
+    bool quiet;
   };
   std::vector<Stuck> stuck;
+  // The two largest progress ages of all ranks, stuck or not: a rank that
+  // stopped progressing well before every other one stands out.
+  Nanos oldest = INT64_MIN, second_oldest = INT64_MIN;
   bool any_quiet = false;
   // A communication operation in flight for the timeout is a hang however
   // busy its rank looks (NCCL's waiters spin).
@@ -69,6 +74,11 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
       Nanos since_report = view.now_mono - rv.received_mono;
       bool active_known = s.activity_sampled();
       Nanos activity_age = s.activity_age_ms() * kMillisecond + since_report;
+      if (s.attached()) {
+        Nanos progress = s.progress_age_ms() * kMillisecond + since_report;
+        second_oldest = std::max(second_oldest, std::min(oldest, progress));
+        oldest = std::max(oldest, progress);
+      }
       Nanos age;
       bool quiet;
       if (s.attached()) {
@@ -87,17 +97,44 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
       for (const auto& op : s.ops_in_flight()) {
         op_stuck = op_stuck || op.age_ms() * kMillisecond + since_report > timeout;
       }
-      stuck.push_back({n, &s, age, {s.proc_state() == "T" || s.proc_state() == "t", quiet, age}});
+      stuck.push_back({n, &s, age, s.proc_state() == "T" || s.proc_state() == "t",
+                       s.ops_in_flight_size() > 0 || s.phase() == "backward", quiet});
     }
   }
   if (stuck.empty() || !(any_quiet || op_stuck)) return std::nullopt;
   Finding f;
   f.kind = FindingKind::kHang;
   json evidence = json::array();
+  std::size_t waiting = 0, busy = 0;
+  for (const Stuck& s : stuck) {
+    waiting += s.waiting ? 1 : 0;
+    busy += s.quiet ? 0 : 1;
+  }
+  // The culprit: a stopped process, else a rank outside communication while
+  // others wait in it, else the quiet one, else the longest without progress.
+  auto culprit_key = [&](const Stuck& s) {
+    return std::make_tuple(s.stopped, !s.waiting && waiting > 0, s.quiet, s.age);
+  };
   const Stuck* culprit = &stuck.front();
   for (const Stuck& s : stuck) {
-    if (s.culprit_key > culprit->culprit_key) culprit = &s;
+    if (culprit_key(s) > culprit_key(*culprit)) culprit = &s;
     f.hung_ranks.push_back(s.status->global_rank());
+  }
+  const std::string culprit_name = "rank " + std::to_string(culprit->status->global_rank());
+  const Nanos step_time = culprit->status->max_step_ms() * kMillisecond;
+  if (culprit->stopped) {
+    f.culprit_evidence = culprit_name + "'s process is stopped (state T)";
+  } else if (!culprit->waiting && waiting > 0) {
+    f.culprit_evidence = culprit_name + " is outside any communication (phase '" +
+                         culprit->status->phase() + "') while " + std::to_string(waiting) +
+                         " rank(s) wait in one (in a collective, or in backward)";
+  } else if (culprit->quiet && busy > 0) {
+    f.culprit_evidence = culprit_name + " used no CPU or I/O while " + std::to_string(busy) +
+                         " other stuck rank(s) kept busy (spinning in communication)";
+  } else if (culprit->status->attached() && culprit->age == oldest &&
+             oldest - second_oldest >= std::max<Nanos>(5 * kSecond, 3 * step_time)) {
+    f.culprit_evidence = culprit_name + " stopped progressing " + Seconds(oldest - second_oldest) +
+                         " before any other rank";
   }
   // Evidence, lines and stack captures for the culprit and a bounded number
   // of others: at 100,000 ranks a line and a stack dump of every rank is
@@ -133,8 +170,11 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
                   (any_quiet ? " rank(s) made no progress and used no CPU or I/O for longer than "
                              : " rank(s) made no progress, waiting in communication for longer than ") +
                   Seconds(timeout) + (config.hang_timeout_auto ? " (--hang-timeout auto)" : "") +
-                  "; first stuck: rank " +
-                  std::to_string(f.rank) + " on " + f.node + AtStep(f.rank_step);
+                  (f.culprit_evidence.empty()
+                       ? std::string(kHangNoCulprit) + "noticed first: rank " + std::to_string(f.rank) +
+                             " on " + f.node + AtStep(f.rank_step) + ")"
+                       : kHangCulprit + culprit_name + " on " + f.node + AtStep(f.rank_step) + " (" +
+                             f.culprit_evidence + ")");
   f.detail_json = json{{"hung_ranks", evidence}, {"hung_ranks_total", stuck.size()}}.dump(-1, ' ', false, kReplaceBadUtf8);
   return f;
 }

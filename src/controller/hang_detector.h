@@ -26,6 +26,10 @@ Nanos EffectiveHangTimeout(const JobView& view, const JobConfig& config);
 // A hang finding describes (evidence, lines, stacks to capture) the culprit
 // and at most this many ranks in all; hung_ranks lists every one.
 constexpr std::size_t kHungRanksDescribed = 64;
+// How a hang finding's description names its culprit (replaced when the
+// journals locate the hang).
+constexpr const char* kHangCulprit = "; culprit: ";
+constexpr const char* kHangNoCulprit = "; no rank stands out yet (";
 
 // The hang finding, or nothing. Its rank is the likeliest culprit: a stopped
 // process (state T) first, then a quiet rank over a busy one, then the rank

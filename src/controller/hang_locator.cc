@@ -1,8 +1,10 @@
 #include "controller/hang_locator.h"
 #include "common/json_text.h"
+#include "controller/hang_detector.h"
 
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <set>
 #include <tuple>
 
@@ -59,6 +61,10 @@ struct Family {
   int stride = 0;
   std::vector<const GroupInfo*> groups;
   std::string name;
+  struct ByMembers {
+    bool operator()(const std::vector<int>* a, const std::vector<int>* b) const { return *a < *b; }
+  };
+  std::set<const std::vector<int>*, ByMembers> member_lists;
 };
 
 }  // namespace
@@ -171,7 +177,10 @@ HangLocation LocateHang(const JobView& view) {
     Family& f = by_shape[{size, stride}];
     f.size = size;
     f.stride = stride;
-    f.groups.push_back(&g);
+    // The same members twice (Megatron's embedding group is its first and
+    // last pipeline stage: with two stages, a pipeline group again) are one
+    // group of the family, not an overlap that would hide the dimension.
+    if (f.member_lists.insert(&g.members).second) f.groups.push_back(&g);
   }
   std::vector<Family> families;
   for (auto& [shape, f] : by_shape) {
@@ -225,6 +234,61 @@ HangLocation LocateHang(const JobView& view) {
         int m = g->members[i];
         if (m >= 0 && m < loc.world_size) loc.ranks[m].coords[f.name] = static_cast<int>(i);
       }
+    }
+  }
+  // A dimension no group stands for: ranks whose coordinates are equal in
+  // every family differ in it. A pipeline written as send/recv on the world
+  // group (no pipeline new_group, as many scripts do) is one; its stage is
+  // the rank's place among them. Taken only when the classes are equal in
+  // size, and, for a single class (no families at all), when point-to-point
+  // traffic runs inside it (a pure pipeline, not plain data parallelism).
+  std::deque<GroupInfo> residual_groups;
+  {
+    std::map<std::vector<int>, std::vector<int>> classes;
+    for (const auto& [rank, s] : status) {
+      std::vector<int> key;
+      for (const Family& f : families) {
+        auto c = loc.ranks[rank].coords.find(f.name);
+        key.push_back(c == loc.ranks[rank].coords.end() ? -1 : c->second);
+      }
+      classes[key].push_back(rank);
+    }
+    std::size_t k = classes.begin()->second.size();
+    bool equal = k >= 2 && std::all_of(classes.begin(), classes.end(),
+                                       [&](const auto& c) { return c.second.size() == k; });
+    std::map<int, std::size_t> class_of;
+    std::size_t index = 0;
+    for (const auto& [key, members] : classes) {
+      for (int m : members) class_of[m] = index;
+      ++index;
+    }
+    bool carries = false;
+    for (const auto& [a, b] : p2p_pairs) {
+      auto ca = class_of.find(a), cb = class_of.find(b);
+      carries = carries || (ca != class_of.end() && cb != class_of.end() && ca->second == cb->second);
+    }
+    if (equal && (classes.size() > 1 || carries)) {
+      Family f;
+      f.size = static_cast<int>(k);
+      f.stride = classes.begin()->second[1] - classes.begin()->second[0];
+      int id = -1;
+      for (const auto& [key, members] : classes) {
+        for (std::size_t i = 1; i < members.size(); ++i) {
+          if (members[i] - members[i - 1] != f.stride) f.stride = 0;
+        }
+        residual_groups.push_back({id--, "", members});
+        f.groups.push_back(&residual_groups.back());
+      }
+      if (carries) claim(f, "pp");
+      claim(f, "dp");
+      if (f.name.empty()) f.name = "g" + std::to_string(f.size) + "x" + std::to_string(f.stride);
+      for (const GroupInfo* g : f.groups) {
+        for (std::size_t i = 0; i < g->members.size(); ++i) {
+          int m = g->members[i];
+          if (m >= 0 && m < loc.world_size) loc.ranks[m].coords[f.name] = static_cast<int>(i);
+        }
+      }
+      families.push_back(f);
     }
   }
   auto dim_order = [](const std::string& n) {
@@ -522,9 +586,12 @@ void AttachLocation(const HangLocation& loc, Finding* f) {
     f->node = root.node;
     f->rank_step = root.step;
     // The journals name the culprit: they replace the detector's guess.
-    std::size_t guess = f->description.find("; first stuck:");
-    if (guess != std::string::npos) f->description.resize(guess);
+    for (const char* clause : {kHangCulprit, kHangNoCulprit}) {
+      std::size_t guess = f->description.find(clause);
+      if (guess != std::string::npos) f->description.resize(guess);
+    }
     f->description += "; " + loc.explanation.front();
+    f->culprit_evidence = loc.explanation.front();
   }
   for (std::size_t i = 0; i < loc.explanation.size(); ++i) {
     int rank = loc.explanation_rank[i];

@@ -15,7 +15,9 @@
 // memberships: families of equal-size groups that partition the world, named
 // by the groups' names where the framework gave them, else pipeline for the
 // family that carries point-to-point traffic, tensor for the one with the
-// smallest stride, data for the next. Pure logic, O(ranks x groups per rank)
+// smallest stride, data for the next. A dimension without groups (a pipeline
+// of send/recv on the world group) is what tells apart the ranks that agree
+// in every other: pipeline where point-to-point traffic runs in it. Pure logic, O(ranks x groups per rank)
 // (the members blocking one collective are found once, however many ranks
 // wait in it).
 #pragma once

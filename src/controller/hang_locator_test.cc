@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 namespace trainguard {
 namespace {
 
@@ -90,6 +93,68 @@ TEST(HangLocatorTest, InfersTheLayoutFromGroupShapesAndPointToPointTraffic) {
   EXPECT_EQ(loc.Name(5), "rank 5 (tp1 pp1 dp0)");
   EXPECT_EQ(loc.Name(2), "rank 2 (tp0 pp0 dp1)");
   EXPECT_TRUE(loc.roots.empty());
+}
+
+TEST(HangLocatorTest, APipelineOfSendAndRecvOnTheWorldGroupIsADimension) {
+  // rank = tp + 2 * pp + 4 * dp; tp and dp groups only, the stages talk
+  // with send/recv on the world group.
+  Job job;
+  for (int r = 0; r < 8; ++r) {
+    job.Group(r, 0, "", {0, 1, 2, 3, 4, 5, 6, 7}, 3);
+    job.Group(r, 10 + r / 2, "", {r / 2 * 2, r / 2 * 2 + 1}, 20);
+    job.Group(r, 20 + r % 4, "", {r % 4, r % 4 + 4}, 41);
+    auto* p = job.Rank(r).add_peers();
+    p->set_peer(r % 4 < 2 ? r + 2 : r - 2);
+    p->set_sends(9);
+    p->set_recvs(9);
+  }
+  HangLocation loc = LocateHang(job.View());
+  ASSERT_EQ(loc.layout.size(), 3u);
+  EXPECT_EQ(loc.layout[0].name, "tp");
+  EXPECT_EQ(loc.layout[1].name, "pp");
+  EXPECT_EQ(loc.layout[1].size, 2);
+  EXPECT_EQ(loc.layout[1].stride, 2);
+  EXPECT_EQ(loc.layout[2].name, "dp");
+  EXPECT_EQ(loc.layout[2].stride, 4);
+  EXPECT_EQ(loc.Name(0), "rank 0 (tp0 pp0 dp0)");
+  EXPECT_EQ(loc.Name(2), "rank 2 (tp0 pp1 dp0)");
+  EXPECT_EQ(loc.Name(7), "rank 7 (tp1 pp1 dp1)");
+  std::set<std::map<std::string, int>> distinct;
+  for (const RankWait& w : loc.ranks) distinct.insert(w.coords);
+  EXPECT_EQ(distinct.size(), 8u);
+}
+
+TEST(HangLocatorTest, AGroupWithAnotherGroupsMembersDoesNotHideItsDimension) {
+  Job job;
+  job.Layout3D();
+  // Megatron's embedding group: the first and last stage, here the
+  // pipeline group's members again.
+  for (int r = 0; r < 8; ++r) job.Group(r, 40 + r % 4, "embedding", {r % 4, r % 4 + 4}, 2);
+  HangLocation loc = LocateHang(job.View());
+  ASSERT_EQ(loc.layout.size(), 3u);
+  EXPECT_EQ(loc.Name(5), "rank 5 (tp1 pp1 dp0)");
+}
+
+TEST(HangLocatorTest, PlainDataParallelHasNoDimensionAndAPurePipelineHasOne) {
+  Job ddp(4);
+  for (int r = 0; r < 4; ++r) ddp.Group(r, 0, "", {0, 1, 2, 3}, 50);
+  EXPECT_TRUE(LocateHang(ddp.View()).layout.empty());
+  Job pipeline(4);
+  for (int r = 0; r < 4; ++r) {
+    pipeline.Group(r, 0, "", {0, 1, 2, 3}, 1);
+    for (int peer : {r - 1, r + 1}) {
+      if (peer < 0 || peer > 3) continue;
+      auto* p = pipeline.Rank(r).add_peers();
+      p->set_peer(peer);
+      p->set_sends(5);
+      p->set_recvs(5);
+    }
+  }
+  HangLocation loc = LocateHang(pipeline.View());
+  ASSERT_EQ(loc.layout.size(), 1u);
+  EXPECT_EQ(loc.layout[0].name, "pp");
+  EXPECT_EQ(loc.layout[0].size, 4);
+  EXPECT_EQ(loc.Name(3), "rank 3 (pp3)");
 }
 
 TEST(HangLocatorTest, GroupNamesOutweighTheShapeHeuristics) {
@@ -287,10 +352,15 @@ TEST(HangLocatorTest, ScalesLinearlyWithTheRanksWaitingInOneCollective) {
   HangLocation loc = LocateHang(view);
   ASSERT_EQ(loc.roots, std::vector<int>{77});
   EXPECT_EQ(loc.ranks[5].waits_for, std::vector<int>{77});
-  ASSERT_EQ(loc.layout.size(), 2u);
+  // Data parallelism runs on the world group: what tells apart the ranks
+  // with equal tp and pp coordinates.
+  ASSERT_EQ(loc.layout.size(), 3u);
   EXPECT_EQ(loc.layout[0].name, "tp");
   EXPECT_EQ(loc.layout[1].name, "pp");
-  EXPECT_EQ(loc.Name(77), "rank 77 (tp5 pp0)");
+  EXPECT_EQ(loc.layout[2].name, "dp");
+  EXPECT_EQ(loc.layout[2].size, kWorld / 16);
+  EXPECT_EQ(loc.layout[2].stride, 8);
+  EXPECT_EQ(loc.Name(77), "rank 77 (tp5 pp0 dp9)");
   EXPECT_NE(loc.explanation.front().find("99999 rank(s) wait for it"), std::string::npos)
       << loc.explanation.front();
   EXPECT_NE(loc.explanation.front().find("and 99991 more"), std::string::npos);

@@ -34,6 +34,7 @@ struct Incident {
   std::string first_node;
   std::int64_t first_rank_step = -1;
   std::vector<int> hung_ranks;
+  std::string hang_evidence;        // Finding::culprit_evidence
   std::vector<int> hang_roots;      // located from the journals: the ranks the others wait for
   std::vector<LogLine> lines;       // what the attribution reads (add with AddLine)
   std::map<int, std::pair<std::string, std::string>> stacks;  // rank -> (state, python)

@@ -41,6 +41,7 @@ void JobController::Fail(const Finding& f) {
   inc.first_rank_step = f.rank_step;
   inc.hung_ranks = f.hung_ranks;
   inc.hang_roots = f.roots;
+  inc.hang_evidence = f.culprit_evidence;
   for (const auto& line : f.lines) inc.AddLine(line);
   if (f.rank >= 0 && f.kind == FindingKind::kRankFailed) inc.exit_times[f.rank] = f.fault_wall;
   for (const auto& n : nodes_) {
@@ -194,7 +195,8 @@ Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
             {"reason", v.why},                {"history", v.history},
             {"failure_step", b.step},         {"evidence", evidence},
             {"fleet", json::parse(fleet.EvidenceJson())},
-            {"first_in_time", b.first_in_time}};
+            {"first_in_time", b.first_in_time},
+            {"culprit_evidence", b.culprit_evidence}};
   Emit("attribution", b.culprit_node, b.culprit_rank, b.step,
        "incident " + std::to_string(inc.number) + ": " + a.category + " (" +
            (a.hardware ? "hardware" : "software") + ", " + a.persistence + ", confidence " +

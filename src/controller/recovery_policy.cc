@@ -102,29 +102,54 @@ void PreferFirstInTime(const RuleSet& rules, const Incident& inc, Blame* b) {
 }
 
 // A hang names the roots of the journals' wait-for graph; without journals,
-// the ranks that were not waiting: a stopped process first, else
-// ranks whose stack is outside any collective while others wait inside one;
-// the timeouts of the waiting ranks are symptoms.
-std::vector<int> HangCulprits(const Incident& inc, const Attribution& a) {
+// the ranks that were not waiting: a stopped process first, else ranks
+// whose stack is outside any collective while others wait inside one, else
+// what set the hang detector's culprit apart. The timeouts of the waiting
+// ranks are symptoms. Nothing sets a rank apart (all wait inside one
+// collective): no culprit, rather than the rank that happened to be
+// noticed first.
+std::vector<int> HangCulprits(const Incident& inc, const Attribution& a, std::string* why) {
   // The journals' wait-for graph, where the ranks kept one, says it best.
-  if (!inc.hang_roots.empty()) return inc.hang_roots;
-  std::vector<int> stopped, outside;
-  bool some_inside = false;
+  if (!inc.hang_roots.empty()) {
+    *why = inc.hang_evidence;
+    return inc.hang_roots;
+  }
+  std::vector<int> stopped, outside, inside;
   for (int r : inc.hung_ranks) {
     auto it = inc.stacks.find(r);
     if (it == inc.stacks.end()) continue;
     if (it->second.first == "T" || it->second.first == "t") stopped.push_back(r);
     if (it->second.second.empty()) continue;
-    if (InCollective(it->second.second)) {
-      some_inside = true;
-    } else {
-      outside.push_back(r);
-    }
+    (InCollective(it->second.second) ? inside : outside).push_back(r);
   }
-  if (!stopped.empty()) return stopped;
-  if (some_inside && !outside.empty()) return outside;
-  if (a.category == "comm_hang" || a.culprit_ranks.empty()) return {inc.first_rank};
-  return a.culprit_ranks;
+  std::sort(inside.begin(), inside.end());
+  std::sort(outside.begin(), outside.end());
+  std::sort(stopped.begin(), stopped.end());
+  auto list = [](const std::vector<int>& ranks) {
+    std::string s;
+    for (std::size_t i = 0; i < ranks.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+    return ranks.size() > 8 ? s + " and " + std::to_string(ranks.size() - 8) + " more" : s;
+  };
+  if (!stopped.empty()) {
+    *why = "rank(s) " + list(stopped) + " stopped (process state T)";
+    return stopped;
+  }
+  if (!inside.empty() && !outside.empty()) {
+    *why = "the stack of rank(s) " + list(outside) + " is outside any collective while rank(s) " +
+           list(inside) + " wait inside one";
+    return outside;
+  }
+  if (!inc.hang_evidence.empty() && inc.first_rank >= 0) {
+    *why = inc.hang_evidence;
+    return {inc.first_rank};
+  }
+  if (a.category != "comm_hang" && !a.culprit_ranks.empty()) {
+    *why = "the " + a.category + " lines of rank(s) " + list(a.culprit_ranks);
+    return a.culprit_ranks;
+  }
+  *why = "no rank stands out: every stuck rank captured waits in communication, none is stopped "
+         "or elsewhere (the network, or the operation itself)";
+  return {};
 }
 
 // A detector's verdict as the incident's attribution: taken as it stands,
@@ -160,7 +185,7 @@ Blame AssignBlame(const RuleSet* rules, const Incident& inc,
   const Attribution& a = b.attribution;
   b.culprit_ranks = a.culprit_ranks;
   if (inc.kind == FindingKind::kHang) {
-    b.culprit_ranks = HangCulprits(inc, a);
+    b.culprit_ranks = HangCulprits(inc, a, &b.culprit_evidence);
   } else if (b.culprit_ranks.empty() && inc.first_rank >= 0 &&
              (a.culprit_nodes.empty() ||
               std::count(a.culprit_nodes.begin(), a.culprit_nodes.end(), node_of_rank(inc.first_rank)))) {
@@ -168,12 +193,24 @@ Blame AssignBlame(const RuleSet* rules, const Incident& inc,
     // its node only (kernel lines: the OOM killer, an Xid), that rank too.
     b.culprit_ranks = {inc.first_rank};
   }
-  b.culprit_nodes.insert(a.culprit_nodes.begin(), a.culprit_nodes.end());
+  // The culprit nodes are the culprit ranks' own: a hang's timeouts, logged
+  // by every waiting rank, name every node. Nodes named by node-level lines
+  // (the kernel's: an Xid, the OOM killer) or by a detector's verdict join
+  // them.
   for (int r : b.culprit_ranks) {
     std::string n = node_of_rank(r);
     if (!n.empty()) b.culprit_nodes.insert(n);
   }
-  if (b.culprit_nodes.empty() && !inc.first_node.empty()) b.culprit_nodes.insert(inc.first_node);
+  if (inc.verdict || (b.culprit_ranks.empty() && (inc.kind != FindingKind::kHang || a.hardware))) {
+    b.culprit_nodes.insert(a.culprit_nodes.begin(), a.culprit_nodes.end());
+  } else {
+    for (const auto& e : a.evidence) {
+      if (e.rank < 0 && !e.node.empty() && e.category == a.category) b.culprit_nodes.insert(e.node);
+    }
+  }
+  if (b.culprit_nodes.empty() && !inc.first_node.empty() && inc.kind != FindingKind::kHang) {
+    b.culprit_nodes.insert(inc.first_node);
+  }
   b.culprit_rank = b.culprit_ranks.empty() ? -1 : b.culprit_ranks.front();
   // The culprit rank's own node, not whichever node sorts first among those named.
   if (b.culprit_rank >= 0) b.culprit_node = node_of_rank(b.culprit_rank);
@@ -249,9 +286,10 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
     v.evict_nodes = inc.verdict->evict_nodes;
     v.why = a.category + " on " + culprit + " (" + a.rule_id + "): evicting node(s) and restarting" +
             (v.history.empty() ? "" : " (" + v.history + ")");
-  } else if (a.action == "evict_node" || fleet.PointsAtNode() ||
-             (suspect_history && (IsHardwareCategory(a.category) || a.category == "other" ||
-                                  a.category == "comm_hang"))) {
+  } else if (!b.culprit_nodes.empty() &&
+             (a.action == "evict_node" || fleet.PointsAtNode() ||
+              (suspect_history && (IsHardwareCategory(a.category) || a.category == "other" ||
+                                   a.category == "comm_hang")))) {
     v.decision = Decision::kEvict;
     v.evict_nodes.assign(b.culprit_nodes.begin(), b.culprit_nodes.end());
     v.why = a.category + " on " + culprit + ": evicting node(s) and restarting" +

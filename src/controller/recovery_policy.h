@@ -29,6 +29,7 @@ struct Blame {
   std::string culprit_node;       // the culprit rank's own node, else the first culprit node
   std::int64_t step = -1;         // the step the culprit failed at
   std::string first_in_time;      // why the first failure in time overrode the loudest symptom
+  std::string culprit_evidence;   // hang: why these ranks, or why no rank is named
   // "rank 3 on node1" / "node node1" / "unknown"
   std::string CulpritText() const;
 };

@@ -47,11 +47,46 @@ TEST(BlameTest, AHangBlamesTheRankOutsideAnyCollectiveWhileOthersWaitInOne) {
   EXPECT_EQ(b.culprit_nodes, (std::set<std::string>{"node0"}));
 }
 
-TEST(BlameTest, WithoutStacksTheHangDetectorsCulpritStands) {
+TEST(BlameTest, WithoutStacksTheHangDetectorsCulpritStandsWhereItsEvidenceSetsItApart) {
   Incident inc = Hang({0, 1, 2, 3}, 2);
+  inc.hang_evidence = "rank 2 is outside any communication (phase 'data') while 3 rank(s) wait in one";
   Blame b = AssignBlame(nullptr, inc, NodeOf);
   EXPECT_EQ(b.culprit_rank, 2);
   EXPECT_EQ(b.culprit_node, "node1");
+  EXPECT_EQ(b.culprit_evidence, inc.hang_evidence);
+}
+
+TEST(BlameTest, AHangWhereNoRankStandsOutNamesNoCulpritRatherThanTheOneNoticedFirst) {
+  Incident inc = Hang({0, 1, 2, 3}, 2);
+  for (int r = 0; r < 4; ++r) inc.stacks[r] = {"S", "File \"torch/autograd/__init__.py\", in backward"};
+  Blame b = AssignBlame(nullptr, inc, NodeOf);
+  EXPECT_TRUE(b.culprit_ranks.empty());
+  EXPECT_TRUE(b.culprit_nodes.empty());
+  EXPECT_EQ(b.CulpritText(), "unknown");
+  EXPECT_NE(b.culprit_evidence.find("no rank stands out"), std::string::npos);
+  // With a node under suspicion, nothing is evicted: no node is named.
+  RecoveryPolicy policy(3);
+  Verdict v = policy.Decide(b, inc, HardwareHistory({{"node1", 2}}));
+  EXPECT_EQ(v.decision, Decision::kRestart) << v.why;
+  EXPECT_TRUE(v.evict_nodes.empty());
+}
+
+TEST(BlameTest, AHangsCulpritNodesAreTheCulpritRanksOwnThoughEveryNodeLoggedTimeouts) {
+  auto rules = RuleSet::Load(TG_RULES_FILE);
+  ASSERT_TRUE(rules.ok()) << rules.status().ToString();
+  Incident inc = Hang({0, 1, 2, 3}, 0);
+  for (int r : {0, 2, 3}) {
+    inc.AddLine({r, NodeOf(r), "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+                               "Timed out waiting 1800000ms for recv operation to complete"});
+    inc.stacks[r] = {"S", "File \"torch/autograd/__init__.py\", in backward"};
+  }
+  inc.stacks[1] = {"S", "File \"train.py\", line 40 in load_batch"};
+  Blame b = AssignBlame(&*rules, inc, NodeOf);
+  EXPECT_EQ(b.attribution.category, "comm_hang");
+  EXPECT_EQ(b.culprit_ranks, std::vector<int>{1});
+  EXPECT_EQ(b.culprit_nodes, (std::set<std::string>{"node0"}));
+  EXPECT_NE(b.culprit_evidence.find("rank(s) 1 is outside any collective while rank(s) 0, 2, 3 wait"),
+            std::string::npos) << b.culprit_evidence;
 }
 
 TEST(BlameTest, TheCulpritsOwnStepIsTheFailureStep) {

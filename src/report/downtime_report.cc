@@ -146,7 +146,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     const json& a = failures[i].attribution;
     if (a.is_object()) {
       for (const char* k : {"category", "hardware", "persistence", "confidence", "culprit_ranks",
-                            "culprit_nodes", "rule", "description", "evidence"}) {
+                            "culprit_nodes", "culprit_evidence", "rule", "description", "evidence"}) {
         if (a.contains(k)) inc[k] = a[k];
       }
     }
@@ -229,7 +229,8 @@ std::string ReportText(const DowntimeReport& r) {
                   inc.value("persistence", "unknown").c_str(), inc.value("confidence", 0.0));
     out += buf;
     out += "     culprit:  " + (culprit.empty() ? std::string("unknown") : culprit) +
-           (nodes.empty() ? "" : " on " + nodes) + "\n";
+           (nodes.empty() ? "" : " on " + nodes) +
+           (inc.value("culprit_evidence", "").empty() ? "" : " (" + inc.value("culprit_evidence", "") + ")") + "\n";
     out += "     decision: " + inc.value("decision", std::string("-")) + ": " +
            inc.value("reason", std::string("")) + "\n";
     int shown = 0;

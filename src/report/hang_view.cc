@@ -23,11 +23,31 @@ StatusOr<json> FindHang(const std::string& job_id, const std::vector<Event>& eve
              {"detected_unix_ms", d.value("detected_unix_ms", 0LL)},
              {"culprit_rank", e.rank},
              {"culprit_node", e.node},
+             {"culprit_ranks", e.rank >= 0 ? json::array({e.rank}) : json::array()},
+             {"culprit_nodes", e.node.empty() ? json::array() : json::array({e.node})},
+             {"culprit_evidence", ""},
+             {"category", nullptr},
+             {"blamed", false},
              {"location", d.contains("location") ? d["location"] : json(nullptr)}};
   }
   if (found.is_null()) {
     return NotFound(incident == 0 ? "job " + job_id + " had no hang"
                                   : "job " + job_id + " has no hang incident " + std::to_string(incident));
+  }
+  // The incident's attribution, once every rank stopped (stacks, the rules),
+  // has the last word: the hang view names the culprit the incident, the
+  // report and the dashboard name.
+  for (const auto& e : events) {
+    if (e.kind != "attribution") continue;
+    json d = json::parse(e.detail_json, nullptr, false);
+    if (!d.is_object() || d.value("incident", 0) != found["incident"].get<int>()) continue;
+    found["culprit_rank"] = e.rank;
+    found["culprit_node"] = e.node;
+    found["culprit_ranks"] = d.value("culprit_ranks", json::array());
+    found["culprit_nodes"] = d.value("culprit_nodes", json::array());
+    found["culprit_evidence"] = d.value("culprit_evidence", "");
+    found["category"] = d.value("category", "");
+    found["blamed"] = true;
   }
   return found;
 }
@@ -73,6 +93,22 @@ std::string HangText(const json& hang) {
   std::string out = "job " + hang.value("job_id", "") + ", incident " +
                     std::to_string(hang.value("incident", 0)) + ": " +
                     hang.value("description", "") + "\n";
+  std::string culprit;
+  for (const auto& r : hang.value("culprit_ranks", json::array())) {
+    culprit += (culprit.empty() ? "rank " : ", ") + std::to_string(r.get<int>());
+  }
+  std::string nodes;
+  for (const auto& n : hang.value("culprit_nodes", json::array())) {
+    nodes += (nodes.empty() ? "" : ", ") + n.get<std::string>();
+  }
+  if (hang.value("blamed", false)) {
+    out += "culprit: " + (culprit.empty() ? std::string("unknown") : culprit) +
+           (nodes.empty() ? "" : " on " + nodes) +
+           (hang["category"].is_string() ? " (" + hang["category"].get<std::string>() + ")" : "") +
+           (hang.value("culprit_evidence", "").empty() ? "" : ": " + hang.value("culprit_evidence", "")) + "\n";
+  } else {
+    out += "culprit: not yet blamed (the ranks are still stopping)\n";
+  }
   const json& loc = hang["location"];
   if (!loc.is_object()) {
     return out + "\nno rank kept a journal of its communication (not instrumented): the hang "
@@ -80,6 +116,11 @@ std::string HangText(const json& hang) {
   }
   std::set<int> roots, desync;
   for (int r : loc.value("roots", std::vector<int>{})) roots.insert(r);
+  // Blamed from stacks or the detector's evidence where the journals found
+  // no root (DDP's buckets unjournaled): the same culprit, marked the same.
+  if (roots.empty() && hang.value("blamed", false)) {
+    for (const auto& r : hang.value("culprit_ranks", json::array())) roots.insert(r.get<int>());
+  }
   for (int r : loc.value("desynchronized", std::vector<int>{})) desync.insert(r);
   out += "\n";
   for (const auto& sentence : loc["explanation"]) out += "  " + sentence.get<std::string>() + "\n";
