@@ -90,9 +90,12 @@ void AddCheckpointOverhead(std::int64_t nanos);
 int JournalGroup(std::int32_t id, const std::string& name, const std::vector<std::int32_t>& members);
 // Records an operation issued now: `op` and `dtype` are the journal's codes
 // (OpKind, DtypeCode in common/op_journal.h); `peer` is the global rank of a
-// send's or receive's peer, else -1. Returns a token for JournalComplete, or
-// -1 if nothing was recorded.
-std::int64_t JournalIssue(int group_slot, int op, int dtype, std::int64_t numel, std::int32_t peer);
+// send's or receive's peer, else -1; `on_device`: its tensors are on a GPU,
+// and JournalStarted will say when the device reached it. Returns a token
+// for JournalStarted and JournalComplete, or -1 if nothing was recorded.
+std::int64_t JournalIssue(int group_slot, int op, int dtype, std::int64_t numel, std::int32_t peer,
+                          bool on_device = false);
+void JournalStarted(std::int64_t token);
 void JournalComplete(std::int64_t token);
 
 // Unmaps the page. Further calls are no-ops until Init() again.

@@ -27,6 +27,17 @@ asynchronous call completes with its future (or, where the backend has none,
 when the script waits on it). On CUDA tensors a call returns once it is
 queued, so completion is a CUDA event recorded behind it, polled by a daemon
 thread: an operation stuck on the GPU stays in flight in the journal.
+
+Start on the device: for CUDA tensors a second pooled event is recorded on
+the current stream just before the call. Once it has run, the device has
+done everything the script queued before the operation, and the journal
+marks the operation started (`journal_started`). A rank whose operation was
+issued but never started is stuck before the collective (its GPU busy or
+hung): the hang locator blames it, not the peers that wait inside.
+(PyTorch's Flight Recorder calls an NCCL operation started when an event on
+NCCL's own stream, just before the kernel, has run; ours is on the caller's
+stream, so it also covers gloo with CUDA tensors, and an operation queued
+behind another collective on NCCL's stream counts as started here.)
 """
 
 import collections
@@ -43,6 +54,7 @@ _op_codes = {}
 _dtype_codes = {}
 _pending = []              # (token, done()) for asynchronous operations without a future
 _pending_events = collections.deque()  # (token, CUDA event) in the order recorded
+_pending_starts = collections.deque()  # (token, CUDA event before the operation), in order
 _event_pool = []           # CUDA events to reuse
 _torch = None
 _pending_lock = threading.Lock()
@@ -130,19 +142,60 @@ def _watch(token, done):
         _start_poller()
 
 
-def _watch_device(token):
-    """Completes `token` once the current CUDA stream has run what was queued
-    on it so far: a CUDA event recorded now (events are pooled)."""
+def _device_event():
+    """A CUDA event recorded now on the current stream (events are pooled)."""
     global _torch
     if _torch is None:
         import torch as _torch_module
 
         _torch = _torch_module
-    event = _event_pool.pop() if _event_pool else _torch.cuda.Event()
+    with _pending_lock:
+        event = _event_pool.pop() if _event_pool else None
+    if event is None:
+        event = _torch.cuda.Event()
     event.record()
+    return event
+
+
+def _watch_device(token):
+    """Completes `token` once the current CUDA stream has run what was queued
+    on it so far."""
+    event = _device_event()
     with _pending_lock:
         _pending_events.append((token, event))
         _start_poller()
+
+
+def _watch_device_start(token):
+    """Marks `token` started once the current CUDA stream has run what was
+    queued on it before the operation: call just before issuing it. Where no
+    event can be recorded, it is marked started now: an operation is never
+    left looking stuck before its collective for want of an event."""
+    if token < 0:
+        return
+    try:
+        event = _device_event()
+    except Exception:
+        _core.journal_started(token)
+        return
+    with _pending_lock:
+        _pending_starts.append((token, event))
+        _start_poller()
+
+
+def _ready_prefix(items):
+    """How many of (token, event) items, in the order recorded, have run: the
+    first one still pending stops the scan (later ones may be on another
+    stream and done, but they can wait; nothing is ever marked too early)."""
+    done = 0
+    for token, event in items:
+        try:
+            if not event.query():
+                break
+        except Exception:
+            pass
+        done += 1
+    return done
 
 
 def _poll():
@@ -152,11 +205,12 @@ def _poll():
     while True:
         time.sleep(0.05)
         with _pending_lock:
-            if not _pending and not _pending_events:
+            if not _pending and not _pending_events and not _pending_starts:
                 _poller = None  # the next watch starts another
                 return
             waiting = list(_pending)
             events = list(_pending_events)
+            starts = list(_pending_starts)
         finished = []
         for item in waiting:
             try:
@@ -164,18 +218,14 @@ def _poll():
                     finished.append(item)
             except Exception:
                 finished.append(item)  # a broken handle is not in flight forever
-        # Events in the order they were recorded: the first one still pending
-        # stops the scan (later ones may be on another stream and done, but
-        # they can wait; nothing is ever marked complete too early).
-        done_events = 0
-        for token, event in events:
-            try:
-                if not event.query():
-                    break
-            except Exception:
-                pass
-            done_events += 1
+        done_starts = _ready_prefix(starts)
+        done_events = _ready_prefix(events)
         with _pending_lock:
+            for _ in range(done_starts):
+                token, event = _pending_starts.popleft()
+                _core.journal_started(token)
+                if len(_event_pool) < 1024:
+                    _event_pool.append(event)
             for item in finished:
                 _core.journal_complete(item[0])
                 _pending.remove(item)
@@ -237,7 +287,9 @@ def _journaled(c10d, fn, op, tensor_at, peer_at, group_at, async_at):
                     if peer is None and group_peer is not None:  # torch >= 2.6
                         peer = c10d.get_global_rank(group or c10d.GroupMember.WORLD, group_peer)
                     peer = -1 if peer is None else int(peer)
-                token = _core.journal_issue(slot, code, dtype, numel, peer)
+                token = _core.journal_issue(slot, code, dtype, numel, peer, cuda)
+                if cuda:
+                    _watch_device_start(token)
         except Exception:
             token = -1  # journaling never stands in the way of the call
         _tls.depth = 1
@@ -348,7 +400,9 @@ def ddp_allreduce_hook(process_group, bucket):
         slot = _slot(c10d, group)
         numel, dtype, cuda = _describe(tensor)
         if slot >= 0:
-            token = _core.journal_issue(slot, _ALL_REDUCE, dtype, numel, -1)
+            token = _core.journal_issue(slot, _ALL_REDUCE, dtype, numel, -1, cuda)
+            if cuda:
+                _watch_device_start(token)
     except Exception:
         token = -1
     all_reduce = _plain.get("all_reduce", c10d.all_reduce)

@@ -15,6 +15,8 @@ void DescribeOp(const OpSnapshot& op, Nanos now_mono, v1::CommOp* out) {
   out->set_numel(op.numel);
   out->set_peer(op.peer);
   out->set_age_ms(std::max<Nanos>(0, now_mono - op.issued_mono_ns) / kMillisecond);
+  out->set_on_device(op.on_device);
+  out->set_started_ms(op.on_device ? op.started_ms : -1);
   out->set_duration_ms(op.completed_mono_ns == 0
                            ? -1
                            : std::max<Nanos>(0, op.completed_mono_ns - op.issued_mono_ns) / kMillisecond);

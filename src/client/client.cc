@@ -201,13 +201,22 @@ int JournalGroup(std::int32_t id, const std::string& name, const std::vector<std
   return JournalAddGroup(&page->journal, id, name, members);
 }
 
-std::int64_t JournalIssue(int group_slot, int op, int dtype, std::int64_t numel, std::int32_t peer) {
+std::int64_t JournalIssue(int group_slot, int op, int dtype, std::int64_t numel, std::int32_t peer,
+                          bool on_device) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr) return -1;
   std::int64_t now = MonotonicNowNanos();
   std::lock_guard<std::mutex> lock(g_journal_mu);
   return trainguard::JournalIssue(&page->journal, group_slot, static_cast<OpKind>(op),
-                                  static_cast<std::uint16_t>(dtype), numel, peer, now);
+                                  static_cast<std::uint16_t>(dtype), numel, peer, now, on_device);
+}
+
+void JournalStarted(std::int64_t token) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr || token < 0) return;
+  std::int64_t now = MonotonicNowNanos();
+  std::lock_guard<std::mutex> lock(g_journal_mu);
+  trainguard::JournalStarted(&page->journal, token, now);
 }
 
 void JournalComplete(std::int64_t token) {

@@ -87,7 +87,8 @@ int JournalAddGroup(OpJournal* j, std::int32_t id, const std::string& name,
 }
 
 std::int64_t JournalIssue(OpJournal* j, int group_slot, OpKind kind, std::uint16_t dtype,
-                 std::int64_t numel, std::int32_t peer, std::int64_t now_mono_ns) {
+                          std::int64_t numel, std::int32_t peer, std::int64_t now_mono_ns,
+                          bool on_device) {
   std::int64_t seq = 0;
   std::int32_t group_id = -1;
   if (group_slot >= 0 && group_slot < j->groups_used.load(std::memory_order_relaxed)) {
@@ -143,10 +144,23 @@ std::int64_t JournalIssue(OpJournal* j, int group_slot, OpKind kind, std::uint16
   r.group_id.store(group_id, std::memory_order_relaxed);
   r.peer.store(peer, std::memory_order_relaxed);
   r.kind_dtype.store(static_cast<std::uint32_t>(kind) << 16 | dtype, std::memory_order_relaxed);
+  r.device.store(on_device ? kDeviceNotStarted : kHostOperation, std::memory_order_relaxed);
   EndWrite(r.version, s);
   j->next_record.store(head + 1, std::memory_order_release);
   // The token names the record and this use of it.
   return static_cast<std::int64_t>((s + 1) << 8) | index;
+}
+
+void JournalStarted(OpJournal* j, std::int64_t token, std::int64_t now_mono_ns) {
+  if (token < 0) return;
+  int record = static_cast<int>(token & 0xff);
+  if (record >= kJournalRecords) return;
+  OpRecord& r = j->records[record];
+  if (r.version.load(std::memory_order_relaxed) != static_cast<std::uint64_t>(token) >> 8) return;
+  if (r.device.load(std::memory_order_relaxed) != kDeviceNotStarted) return;
+  std::int64_t ms = std::max<std::int64_t>(0, now_mono_ns - r.issued_mono_ns.load(std::memory_order_relaxed)) / 1'000'000;
+  r.device.store(kDeviceStarted + static_cast<std::uint32_t>(std::min<std::int64_t>(ms, UINT32_MAX - kDeviceStarted)),
+                 std::memory_order_release);
 }
 
 void JournalComplete(OpJournal* j, std::int64_t token, std::int64_t now_mono_ns) {
@@ -191,6 +205,9 @@ bool ReadRecord(const OpRecord& r, OpSnapshot* out) {
     std::atomic_thread_fence(std::memory_order_acquire);
     if (r.version.load(std::memory_order_relaxed) != before) continue;
     s.completed_mono_ns = r.completed_mono_ns.load(std::memory_order_acquire);
+    std::uint32_t device = r.device.load(std::memory_order_acquire);
+    s.on_device = device != kHostOperation;
+    s.started_ms = device >= kDeviceStarted ? static_cast<std::int64_t>(device - kDeviceStarted) : -1;
     *out = s;
     return true;
   }

@@ -58,8 +58,15 @@ struct OpRecord {
   std::atomic<std::int32_t> group_id;
   std::atomic<std::int32_t> peer;               // point-to-point: the peer's global rank, else -1
   std::atomic<std::uint32_t> kind_dtype;        // OpKind << 16 | dtype code
-  std::uint32_t reserved;
+  // Device operations (CUDA tensors): kDeviceNotStarted until the device
+  // reached the operation (an event recorded on the stream just before it
+  // completed), then kDeviceStarted + milliseconds from issue to start.
+  // kHostOperation for the rest. Written later, without the lock.
+  std::atomic<std::uint32_t> device;
 };
+constexpr std::uint32_t kHostOperation = 0;
+constexpr std::uint32_t kDeviceNotStarted = 1;
+constexpr std::uint32_t kDeviceStarted = 2;
 
 struct GroupEntry {
   std::atomic<std::uint64_t> version;   // sequence lock over id..members; 0: unused
@@ -102,9 +109,13 @@ int JournalAddGroup(OpJournal* j, std::int32_t id, const std::string& name,
                     const std::vector<std::int32_t>& members);
 // Records an operation issued now on the group in `group_slot` (collectives)
 // or with `peer` (point-to-point: group_slot names the group it went through,
-// or -1). Returns a token for JournalComplete, or -1 if not recorded.
+// or -1). `on_device`: its tensors are a device's, whose start JournalStarted
+// records. Returns a token for JournalComplete, or -1 if not recorded.
 std::int64_t JournalIssue(OpJournal* j, int group_slot, OpKind kind, std::uint16_t dtype,
-                 std::int64_t numel, std::int32_t peer, std::int64_t now_mono_ns);
+                          std::int64_t numel, std::int32_t peer, std::int64_t now_mono_ns,
+                          bool on_device = false);
+// The device reached the operation (its stream ran what came before it).
+void JournalStarted(OpJournal* j, std::int64_t token, std::int64_t now_mono_ns);
 void JournalComplete(OpJournal* j, std::int64_t token, std::int64_t now_mono_ns);
 
 // Reader side.
@@ -117,6 +128,8 @@ struct OpSnapshot {
   std::int32_t peer = -1;
   std::int64_t issued_mono_ns = 0;
   std::int64_t completed_mono_ns = 0;  // 0: in flight
+  bool on_device = false;
+  std::int64_t started_ms = -1;        // device operations: from issue to start; -1: not started
 };
 struct GroupSnapshot {
   std::int32_t id = -1;

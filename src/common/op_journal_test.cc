@@ -96,6 +96,34 @@ TEST(OpJournalTest, TheRingNeverOverwritesAnOperationInFlight) {
   EXPECT_EQ(ReadJournal(*j).ops.front().completed_mono_ns, 1000);
 }
 
+TEST(OpJournalTest, ADeviceOperationSaysWhenItsDeviceReachedIt) {
+  auto j = Fresh();
+  int g = JournalAddGroup(j.get(), 0, "world", {0, 1});
+  std::int64_t host = JournalIssue(j.get(), g, OpKind::kAllReduce, 1, 8, -1, 1'000'000);
+  std::int64_t started = JournalIssue(j.get(), g, OpKind::kAllReduce, 1, 8, -1, 2'000'000, true);
+  std::int64_t stuck = JournalIssue(j.get(), g, OpKind::kAllReduce, 1, 8, -1, 3'000'000, true);
+  JournalStarted(j.get(), host, 9'000'000);      // a host operation has no device start
+  JournalStarted(j.get(), started, 45'000'000);  // 43 ms after it was issued
+  JournalStarted(j.get(), started, 99'000'000);  // twice: the first time stands
+  JournalComplete(j.get(), started, 50'000'000);
+  JournalSnapshot s = ReadJournal(*j);
+  ASSERT_EQ(s.ops.size(), 3u);
+  EXPECT_FALSE(s.ops[0].on_device);
+  EXPECT_EQ(s.ops[0].started_ms, -1);
+  EXPECT_TRUE(s.ops[1].on_device);
+  EXPECT_EQ(s.ops[1].started_ms, 43);
+  EXPECT_TRUE(s.ops[2].on_device);
+  EXPECT_EQ(s.ops[2].started_ms, -1);  // issued, never reached by its device
+  EXPECT_EQ(s.ops[2].completed_mono_ns, 0);
+  // A record reused since: the stale token starts nothing.
+  JournalComplete(j.get(), stuck, 3'500'000);
+  for (int i = 0; i < kJournalRecords; ++i) {
+    JournalComplete(j.get(), JournalIssue(j.get(), g, OpKind::kBarrier, 0, 0, -1, 4'000'000 + i, true), 5'000'000);
+  }
+  JournalStarted(j.get(), stuck, 6'000'000);
+  for (const auto& op : ReadJournal(*j).ops) EXPECT_EQ(op.started_ms, -1) << op.seq;
+}
+
 TEST(OpJournalTest, AStaleTokenDoesNotCompleteALaterOperation) {
   auto j = Fresh();
   int g = JournalAddGroup(j.get(), 0, "", {0, 1});

@@ -192,6 +192,26 @@ TEST(HangDetectorTest, TheRankOutsideCommunicationWhileOthersWaitInBackwardIsThe
   }
 }
 
+TEST(HangDetectorTest, ARankWhoseGPUNeverStartedItsOperationIsTheCulprit) {
+  Job job;
+  for (int r = 0; r < 2; ++r) {
+    RankView v = Rank(r, 11, r == 0 ? 14 : 12, 12);
+    auto* op = v.status.add_ops_in_flight();
+    op->set_op("all_reduce");
+    op->set_seq(5);
+    op->set_age_ms(12000);
+    op->set_on_device(true);
+    op->set_started_ms(r == 1 ? -1 : 3);
+    job.Put(0, v);
+  }
+  auto f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->rank, 1);
+  EXPECT_NE(f->culprit_evidence.find("rank 1 issued all_reduce 12 s ago but its GPU never started it, while 1 "
+                                     "rank(s) wait"),
+            std::string::npos) << f->culprit_evidence;
+}
+
 TEST(HangDetectorTest, WhenNothingSetsARankApartNoneIsNamedTheCulprit) {
   Job job;
   for (int r = 0; r < 4; ++r) {

@@ -58,6 +58,7 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
     bool stopped;
     bool waiting;  // in a journaled operation, or in backward (DDP's reducer waits there)
     bool quiet;
+    const v1::CommOp* not_started;  // its oldest operation, on a GPU that never started it
   };
   std::vector<Stuck> stuck;
   // The two largest progress ages of all ranks, stuck or not: a rank that
@@ -97,8 +98,15 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
       for (const auto& op : s.ops_in_flight()) {
         op_stuck = op_stuck || op.age_ms() * kMillisecond + since_report > timeout;
       }
+      const v1::CommOp* oldest = nullptr;
+      for (const auto& op : s.ops_in_flight()) {
+        if (oldest == nullptr || op.age_ms() > oldest->age_ms()) oldest = &op;
+      }
+      const v1::CommOp* not_started =
+          oldest != nullptr && oldest->on_device() && oldest->started_ms() < 0 ? oldest : nullptr;
       stuck.push_back({n, &s, age, s.proc_state() == "T" || s.proc_state() == "t",
-                       s.ops_in_flight_size() > 0 || s.phase() == "backward", quiet});
+                       not_started == nullptr && (oldest != nullptr || s.phase() == "backward"), quiet,
+                       not_started});
     }
   }
   if (stuck.empty() || !(any_quiet || op_stuck)) return std::nullopt;
@@ -124,6 +132,11 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
   const Nanos step_time = culprit->status->max_step_ms() * kMillisecond;
   if (culprit->stopped) {
     f.culprit_evidence = culprit_name + "'s process is stopped (state T)";
+  } else if (culprit->not_started != nullptr && waiting > 0) {
+    f.culprit_evidence = culprit_name + " issued " + culprit->not_started->op() + " " +
+                         std::to_string(culprit->not_started->age_ms() / 1000) +
+                         " s ago but its GPU never started it, while " + std::to_string(waiting) +
+                         " rank(s) wait in communication";
   } else if (!culprit->waiting && waiting > 0) {
     f.culprit_evidence = culprit_name + " is outside any communication (phase '" +
                          culprit->status->phase() + "') while " + std::to_string(waiting) +

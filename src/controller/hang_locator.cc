@@ -109,13 +109,14 @@ json HangLocation::ToJson() const {
               {"coords", r.coords}, {"waits_for", r.waits_for},
               {"waits_for_total", r.waits_for_total}, {"phase", r.phase},
               {"step", r.step},   {"name", Name(r.rank)}};
-    if (r.state == "waiting" || !r.op.empty()) {
+    if (r.state == "waiting" || r.state == "device" || !r.op.empty()) {
       j["op"] = r.op;
       j["group_id"] = r.group_id;
       j["group"] = r.group;
       j["seq"] = r.seq;
       j["peer"] = r.peer;
       j["age_ms"] = r.age_ms;
+      if (r.on_device) j["started_ms"] = r.started_ms;
     }
     ranks_json.push_back(j);
   }
@@ -332,11 +333,15 @@ HangLocation LocateHang(const JobView& view) {
       w.seq = oldest->seq();
       w.peer = oldest->peer();
       w.age_ms = oldest->age_ms();
+      w.on_device = oldest->on_device();
+      w.started_ms = oldest->on_device() ? oldest->started_ms() : -1;
     }
     if (!s.running()) {
       w.state = "exited";
     } else if (s.proc_state() == "T" || s.proc_state() == "t") {
       w.state = "stopped";
+    } else if (oldest != nullptr && oldest->on_device() && oldest->started_ms() < 0) {
+      w.state = "device";
     } else if (oldest != nullptr) {
       w.state = "waiting";
     } else if (s.groups_size() == 0 && s.peers_size() == 0) {
@@ -354,7 +359,7 @@ HangLocation LocateHang(const JobView& view) {
   // however many ranks wait in the same collective.
   auto cannot_proceed = [&](int m) {
     const std::string& st = loc.ranks[m].state;
-    return st == "exited" || st == "stopped" || st == "unknown";
+    return st == "exited" || st == "stopped" || st == "unknown" || st == "device";
   };
   struct Waiters {
     std::int64_t count = 0;
@@ -516,6 +521,12 @@ HangLocation LocateHang(const JobView& view) {
       what = " is stopped (process state T)";
     } else if (x.state == "unknown") {
       what = " reports no journal";
+    } else if (x.state == "device") {
+      what = " issued " + x.op + " #" + std::to_string(x.seq) +
+             (x.peer >= 0 ? " with rank " + std::to_string(x.peer) : " of its " + x.group + " group") +
+             " " + std::to_string(x.age_ms / 1000) +
+             " s ago, but its GPU never started it: the device is busy or hung, stuck before the "
+             "collective";
     } else if (first.peer >= 0) {
       what = first.op == "recv" ? " never sent what rank " + std::to_string(first.rank) +
                                       " waits to receive (#" + std::to_string(first.seq) + ")"
@@ -526,7 +537,11 @@ HangLocation LocateHang(const JobView& view) {
              first.group + " group";
     }
     std::string doing;
-    if (x.state == "waiting") {
+    if (x.state == "waiting" && x.on_device && x.started_ms >= 0) {
+      doing = "it waits itself in " + x.op + " #" + std::to_string(x.seq) +
+              (x.peer >= 0 ? " with rank " + std::to_string(x.peer) : " of " + x.group) +
+              ", started on its GPU";
+    } else if (x.state == "waiting") {
       doing = "it waits itself in " + x.op + " #" + std::to_string(x.seq) +
               (x.peer >= 0 ? " with rank " + std::to_string(x.peer) : " of " + x.group);
     } else if (x.state == "computing" || x.state == "idle") {

@@ -43,7 +43,9 @@ struct LayoutDim {
 struct RankWait {
   int rank = -1;
   std::string node;
-  // "waiting": in a communication operation; "computing": none in flight and
+  // "waiting": in a communication operation; "device": its oldest operation
+  // in flight is on a GPU that never started it (the device is busy or hung:
+  // stuck before the collective, not in it); "computing": none in flight and
   // busy; "idle": none in flight and quiet; "stopped": process stopped (T);
   // "exited"; "unknown": no journal (not instrumented).
   std::string state;
@@ -54,6 +56,8 @@ struct RankWait {
   std::int64_t seq = 0;
   int peer = -1;
   std::int64_t age_ms = 0;
+  bool on_device = false;        // the operation's tensors are on a GPU
+  std::int64_t started_ms = -1;  // then: when its device reached it after issue (-1: never)
   std::vector<int> waits_for;       // the first 64 ranks it waits for
   std::int64_t waits_for_total = 0; // all of them
   std::map<std::string, int> coords;  // layout dim -> index in that dim

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "controller/recovery_policy.h"
+
 #include <map>
 #include <set>
 
@@ -193,6 +195,64 @@ TEST(HangLocatorTest, TheRankThatNeverEnteredIsTheRootAndItsWaitersAreNamed) {
   EXPECT_EQ(j["ranks"][7]["op"], "all_reduce");
   EXPECT_EQ(j["ranks"][7]["seq"], 42);
   EXPECT_EQ(j["ranks"][5]["coords"]["pp"], 1);
+}
+
+// The lent H200's case: two ranks, CUDA tensors; rank 1's GPU is busy in a
+// kernel queued before the step's all_reduce. Both issued #5: only the
+// device-side start tells the stuck rank from the one waiting inside.
+TEST(HangLocatorTest, ARankWhoseGPUNeverStartedTheCollectiveIsTheRootNotItsWaitingPeer) {
+  Job job(2);
+  for (int r = 0; r < 2; ++r) {
+    job.Group(r, 0, "", {0, 1}, 5);
+    job.InFlight(r, "all_reduce", 0, 5, -1, 1 << 20, r == 0 ? 41000 : 40000);
+    auto* op = job.Rank(r).mutable_ops_in_flight(0);
+    op->set_on_device(true);
+    op->set_started_ms(r == 0 ? 2 : -1);
+    job.Rank(r).set_activity_age_ms(40000);
+  }
+  HangLocation loc = LocateHang(job.View());
+  ASSERT_EQ(loc.roots, std::vector<int>{1});
+  EXPECT_EQ(loc.ranks[1].state, "device");
+  EXPECT_EQ(loc.ranks[0].state, "waiting");
+  EXPECT_EQ(loc.ranks[0].waits_for, std::vector<int>{1});
+  ASSERT_FALSE(loc.explanation.empty());
+  EXPECT_NE(loc.explanation.front().find("rank 1 issued all_reduce #5 of its world group 40 s ago, but its "
+                                         "GPU never started it"),
+            std::string::npos) << loc.explanation.front();
+  EXPECT_EQ(loc.ToJson()["ranks"][0]["started_ms"], 2);
+  EXPECT_EQ(loc.ToJson()["ranks"][1]["started_ms"], -1);
+  EXPECT_EQ(loc.ToJson()["ranks"][1]["state"], "device");
+
+  // The finding and the blame: rank 1 on node0, a device hang, not comm_hang.
+  Finding f;
+  f.kind = FindingKind::kHang;
+  f.rank = 0;
+  f.node = "node0";
+  f.description = "2 rank(s) made no progress; no rank stands out yet (noticed first: rank 0)";
+  AttachLocation(loc, &f);
+  EXPECT_EQ(f.rank, 1);
+  EXPECT_NE(f.culprit_evidence.find("its GPU never started it"), std::string::npos);
+  auto rules = RuleSet::Load(TG_RULES_FILE);
+  ASSERT_TRUE(rules.ok()) << rules.status().ToString();
+  Incident inc;
+  inc.kind = FindingKind::kHang;
+  inc.first_rank = f.rank;
+  inc.hung_ranks = {0, 1};
+  inc.hang_roots = f.roots;
+  inc.hang_evidence = f.culprit_evidence;
+  for (const auto& l : f.lines) inc.AddLine(l);
+  inc.AddLine({0, "node0", "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Timed out waiting for recv"});
+  Blame b = AssignBlame(&*rules, inc, [](int) { return std::string("node0"); });
+  EXPECT_EQ(b.attribution.category, "gpu_hardware");
+  EXPECT_EQ(b.attribution.rule_id, "gpu-device-hang");
+  EXPECT_EQ(b.culprit_ranks, std::vector<int>{1});
+
+  // Once its GPU reached the operation, rank 1 waits like its peer: the
+  // operation itself is stuck, nobody is the root.
+  job.Rank(1).mutable_ops_in_flight(0)->set_started_ms(39000);
+  loc = LocateHang(job.View());
+  EXPECT_TRUE(loc.roots.empty());
+  EXPECT_EQ(loc.ranks[1].state, "waiting");
 }
 
 TEST(HangLocatorTest, AChainLeadsToItsRoot) {

@@ -91,6 +91,8 @@ py::dict ReadPage(const std::string& path) {
     od["numel"] = o.numel;
     od["peer"] = o.peer;
     od["in_flight"] = o.completed_mono_ns == 0;
+    od["on_device"] = o.on_device;
+    od["started_ms"] = o.started_ms;
     ops.append(od);
   }
   d["ops"] = ops;
@@ -135,7 +137,8 @@ PYBIND11_MODULE(_core, m) {
   }, py::arg("buffers"), "XXH3 of the bytes of (address, size) buffers in host memory, in order.");
   m.def("journal_group", &client::JournalGroup, py::arg("id"), py::arg("name"), py::arg("members"));
   m.def("journal_issue", &client::JournalIssue, py::arg("group_slot"), py::arg("op"),
-        py::arg("dtype"), py::arg("numel"), py::arg("peer"));
+        py::arg("dtype"), py::arg("numel"), py::arg("peer"), py::arg("on_device") = false);
+  m.def("journal_started", &client::JournalStarted, py::arg("token"));
   m.def("journal_complete", &client::JournalComplete, py::arg("token"));
   m.def("_create_status_page",
         [](const std::string& path) { ThrowIfError(MappedStatusPage::Create(path).status()); },

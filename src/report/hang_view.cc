@@ -62,6 +62,7 @@ char Mark(const json& r, const std::set<int>& roots, const std::set<int>& desync
   std::string s = r.value("state", "");
   if (s == "waiting") return 'w';
   if (s == "stopped") return 'T';
+  if (s == "device") return 'G';
   if (s == "exited") return 'X';
   if (s == "computing") return 'c';
   if (s == "idle") return 'i';
@@ -82,6 +83,10 @@ std::string Describe(const json& r) {
       what += ", waiting for rank(s) " + list;
     }
     return "waits in " + what;
+  }
+  if (s == "device") {
+    return "issued " + r.value("op", "") + " #" + std::to_string(r.value("seq", 0LL)) + " " +
+           std::to_string(r.value("age_ms", 0LL) / 1000) + " s ago; its GPU never started it";
   }
   std::string phase = r.value("phase", "");
   return s + (phase.empty() ? "" : " (phase '" + phase + "')");
@@ -142,7 +147,7 @@ std::string HangText(const json& hang) {
     std::string row = dims[0], col = dims.back(), block = dims.size() == 3 ? dims[1] : "";
     out += "\nlayout (" ;
     for (std::size_t i = 0; i < dims.size(); ++i) out += (i ? " x " : "") + dims[i] + std::to_string(extent(dims[i]));
-    out += "); R root, D desynchronised, w waiting, c computing, i idle, T stopped, X exited, ? unknown\n";
+    out += "); R root, D desynchronised, w waiting, G GPU never started its operation, c computing, i idle, T stopped, X exited, ? unknown\n";
     int blocks = block.empty() ? 1 : extent(block);
     for (int b = 0; b < blocks; ++b) {
       out += "\n" + (block.empty() ? std::string("   ") : block + std::to_string(b)) + "\t";
