@@ -51,6 +51,7 @@ TIERS = {
     "test_stragglers.py": ("root", "slow"),
     "test_warm_start.py": ("slow",),
     "test_sdc.py": ("slow",),
+    "test_storage.py": ("root", "slow"),
 }
 MARKERS = {
     "slow": "runs real multi-node jobs for tens of seconds (left out by scripts/test.sh --quick)",

@@ -10,7 +10,10 @@ at step S in the first run (no NaN guard: it trains on); --flip-at-step S
 flips one bit of one of --die-rank's parameters after step S's update in
 the first run (a device that computed wrong, silently); --out writes a
 checksum of the final parameters. A --ckpt holding "{step}" keeps a file per
-checkpoint and resumes from the newest."""
+checkpoint and resumes from the newest. --data-dir D makes each step also
+read 4 KiB of D/shard-RANK through a DataLoader (--loader-workers worker
+processes), as a loader of file-backed data does; the values read do not
+change the training."""
 
 import argparse
 import glob
@@ -31,6 +34,23 @@ def batch(seed, step, rank, size=32):
     return x, x.sum(dim=1, keepdim=True).sin()
 
 
+class Shard(torch.utils.data.Dataset):
+    """Item i: 4 KiB of DIR/shard-RANK read at offset 4096 * i (wrapping)."""
+
+    def __init__(self, directory, rank, start, stop):
+        self.path = os.path.join(directory, "shard-%d" % rank)
+        self.start, self.stop = start, stop
+
+    def __len__(self):
+        return self.stop - self.start
+
+    def __getitem__(self, i):
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek((4096 * (self.start + i)) % max(size - 4096, 1))
+            return torch.frombuffer(bytearray(f.read(4096)), dtype=torch.uint8).sum()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=40)
@@ -48,6 +68,8 @@ def main():
     p.add_argument("--raise-at-step", type=int, default=-1)
     p.add_argument("--nan-at-step", type=int, default=-1)
     p.add_argument("--flip-at-step", type=int, default=-1)
+    p.add_argument("--data-dir", default="")
+    p.add_argument("--loader-workers", type=int, default=0)
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -75,7 +97,11 @@ def main():
     model(batch(7, 0, rank)[0]).sum().backward()
     opt.zero_grad()
     first_run = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    shards = iter(torch.utils.data.DataLoader(Shard(args.data_dir, rank, start, args.steps), batch_size=None,
+                                              num_workers=args.loader_workers)) if args.data_dir else None
     for step in range(start, args.steps):
+        if shards is not None:
+            next(shards)
         if first_run and rank == args.sleep_rank and step == args.sleep_at_step:
             while True:
                 time.sleep(1)

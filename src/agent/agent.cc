@@ -320,8 +320,15 @@ void Agent::SendHeartbeat() {
   Nanos sampled = clock_->MonotonicNanos();
   for (const auto& rank : ranks_) {
     if (rank->running) {
-      rank->activity.Update(activity[rank->pid], sampled);
-      rank->pids.insert(activity[rank->pid].pids.begin(), activity[rank->pid].pids.end());
+      const GroupActivity& a = activity[rank->pid];
+      rank->activity.Update(a, sampled);
+      rank->pids.insert(a.pids.begin(), a.pids.end());
+      rank->last_sample = a;
+      // Every thread of a quiet rank (a hang's suspect), else only the main
+      // threads already seen in state D: nothing more while it computes.
+      const bool quiet = sampled - rank->activity.last_change() >= heartbeat_interval_;
+      rank->blocked_now = rank->blocked.Update(
+          quiet ? FindBlockedTasks(a.pids, true) : FindBlockedTasks(a.uninterruptible, false), sampled);
     }
     *hb->add_ranks() = Describe(*rank);
   }

@@ -14,6 +14,7 @@
 #include "agent/output_pump.h"
 #include "agent/process.h"
 #include "agent/standby.h"
+#include "agent/storage_io.h"
 #include "agent/timing_collector.h"
 #include "common/status_page.h"
 
@@ -36,6 +37,9 @@ struct Agent::Rank {
   bool running = false;
   ExitInfo exit;
   ActivityTracker activity{0};
+  GroupActivity last_sample;                  // the group's counters at the last heartbeat
+  BlockedTracker blocked;                     // its tasks blocked in file I/O ...
+  std::vector<BlockedTracker::Blocked> blocked_now;  // ... at the last heartbeat
   TimingCollector timings;  // this rank's per-step timings, from its page
   bool warm = false;        // a standby became it
   std::string cold_reason;  // why not, where warm starts are on

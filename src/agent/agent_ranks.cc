@@ -256,6 +256,28 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
     if (snap.first_step_mono_ns > 0) s.set_first_step_ms((snap.first_step_mono_ns - rank.launch_mono) / kMillisecond);
   }
   s.set_progress_age_ms(std::max<Nanos>(0, now_mono - since) / kMillisecond);
+  if (rank.running) {
+    const GroupActivity& a = rank.last_sample;
+    v1::StorageIo* io = s.mutable_io();
+    io->set_rchar(static_cast<std::int64_t>(a.rchar));
+    io->set_wchar(static_cast<std::int64_t>(a.wchar));
+    io->set_syscr(static_cast<std::int64_t>(a.syscr));
+    io->set_syscw(static_cast<std::int64_t>(a.syscw));
+    io->set_read_bytes(static_cast<std::int64_t>(a.read_bytes));
+    io->set_write_bytes(static_cast<std::int64_t>(a.write_bytes));
+    for (const auto& b : rank.blocked_now) {
+      if (s.blocked_io_size() >= 8) break;
+      v1::BlockedIo* out = s.add_blocked_io();
+      out->set_pid(b.task.pid);
+      out->set_tid(b.task.tid);
+      out->set_call(b.task.call);
+      out->set_path(b.task.path);
+      out->set_mount_point(b.task.mount.mount_point);
+      out->set_fstype(b.task.mount.fstype);
+      out->set_source(b.task.mount.source);
+      out->set_blocked_ms(std::max<Nanos>(0, clock_->MonotonicNanos() - b.since) / kMillisecond);
+    }
+  }
   if (rank.running) s.set_proc_state(ProcState(rank.pid));
   if (rank.running && rank.activity.sampled()) {
     s.set_activity_sampled(true);

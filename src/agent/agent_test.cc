@@ -354,18 +354,26 @@ TEST(KernelLogTest, ReadsOnlyNewRecordsAndSkipsContinuationLines) {
 namespace trainguard {
 namespace {
 
+GroupActivity Sample(Nanos cpu, std::uint64_t io_bytes) {
+  GroupActivity a;
+  a.cpu = cpu;
+  a.io_bytes = io_bytes;
+  a.processes = 1;
+  return a;
+}
+
 TEST(ActivityTrackerTest, CpuAboveTheFloorOrAnyIoCountsAsActivity) {
   ActivityTracker t(0);
   EXPECT_FALSE(t.sampled());
-  t.Update({0, 100, 1, {}}, 1 * kSecond);               // first sample: a baseline only
+  t.Update(Sample(0, 100), 1 * kSecond);               // first sample: a baseline only
   EXPECT_EQ(t.last_change(), 0);
-  t.Update({10 * kMillisecond, 100, 1, {}}, 2 * kSecond);   // 1 % of a core: below the floor
+  t.Update(Sample(10 * kMillisecond, 100), 2 * kSecond);   // 1 % of a core: below the floor
   EXPECT_EQ(t.last_change(), 0);
-  t.Update({400 * kMillisecond, 100, 1, {}}, 3 * kSecond);  // 39 %: computing
+  t.Update(Sample(400 * kMillisecond, 100), 3 * kSecond);  // 39 %: computing
   EXPECT_EQ(t.last_change(), 3 * kSecond);
-  t.Update({400 * kMillisecond, 101, 1, {}}, 4 * kSecond);  // one byte of output
+  t.Update(Sample(400 * kMillisecond, 101), 4 * kSecond);  // one byte of output
   EXPECT_EQ(t.last_change(), 4 * kSecond);
-  t.Update({400 * kMillisecond, 101, 1, {}}, 9 * kSecond);  // nothing moved
+  t.Update(Sample(400 * kMillisecond, 101), 9 * kSecond);  // nothing moved
   EXPECT_EQ(t.last_change(), 4 * kSecond);
 }
 

@@ -187,11 +187,18 @@ std::map<pid_t, GroupActivity> SampleGroupsActivity(const std::vector<pid_t>& pg
     total.cpu += static_cast<Nanos>(ticks) * kSecond / ticks_per_second;
     ++total.processes;
     total.pids.push_back(static_cast<pid_t>(std::atol(entry->d_name)));
+    if (f[0] == "D") total.uninterruptible.push_back(total.pids.back());
     std::ifstream io(base + "/io");
     std::string key;
     unsigned long long value;
     while (io >> key >> value) {
       if (key == "rchar:" || key == "wchar:") total.io_bytes += value;
+      if (key == "rchar:") total.rchar += value;
+      if (key == "wchar:") total.wchar += value;
+      if (key == "syscr:") total.syscr += value;
+      if (key == "syscw:") total.syscw += value;
+      if (key == "read_bytes:") total.read_bytes += value;
+      if (key == "write_bytes:") total.write_bytes += value;
     }
   }
   closedir(proc);

@@ -68,6 +68,9 @@ struct GroupActivity {
   std::uint64_t io_bytes = 0;
   int processes = 0;
   std::vector<pid_t> pids;  // the group's processes
+  std::vector<pid_t> uninterruptible;  // those whose main thread is in state D
+  // /proc/PID/io summed: rchar, wchar, syscr, syscw, read_bytes, write_bytes.
+  std::uint64_t rchar = 0, wchar = 0, syscr = 0, syscw = 0, read_bytes = 0, write_bytes = 0;
 };
 // One pass over /proc for all the groups an agent watches.
 std::map<pid_t, GroupActivity> SampleGroupsActivity(const std::vector<pid_t>& pgids);

@@ -149,6 +149,32 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
   }
   for (auto* f : {&up, &age, &info, &straggler, &standbys, &standby_memory, &memory_checkpoints}) out.push_back(*f);
 
+  // Storage I/O: counters of the running processes (they start over with
+  // each generation's processes; rate() takes resets in its stride).
+  MetricFamily read_bytes = Family("trainguard_node_storage_read_bytes_total", "counter",
+                                   "Bytes the node's ranks read through read() and the like (files, and any "
+                                   "descriptor), since their processes started");
+  MetricFamily write_bytes = Family("trainguard_node_storage_written_bytes_total", "counter",
+                                    "Bytes the node's ranks wrote through write() and the like");
+  MetricFamily read_calls = Family("trainguard_node_storage_read_calls_total", "counter",
+                                   "Read system calls of the node's ranks");
+  MetricFamily write_calls = Family("trainguard_node_storage_write_calls_total", "counter",
+                                    "Write system calls of the node's ranks");
+  MetricFamily blocked = Family("trainguard_node_storage_blocked_tasks", "gauge",
+                                "Tasks of the node's ranks waiting now in a file system call, by mount point");
+  for (const NodeSnapshot& n : job.nodes) {
+    if (n.group_rank < 0) continue;
+    MetricLabels node = with({{"node", n.node_id}});
+    read_bytes.samples.push_back({node, static_cast<double>(n.read_bytes)});
+    write_bytes.samples.push_back({node, static_cast<double>(n.write_bytes)});
+    read_calls.samples.push_back({node, static_cast<double>(n.read_calls)});
+    write_calls.samples.push_back({node, static_cast<double>(n.write_calls)});
+    for (const auto& [mount, count] : n.blocked_by_mount) {
+      blocked.samples.push_back({with({{"node", n.node_id}, {"mount", mount}}), static_cast<double>(count)});
+    }
+  }
+  for (auto* f : {&read_bytes, &write_bytes, &read_calls, &write_calls, &blocked}) out.push_back(*f);
+
   MetricFamily phase = Family("trainguard_node_phase_seconds", "gauge",
                               "Seconds per step the node's ranks spent in a phase, mean over the newest steps");
   for (const NodePhaseTime& p : phases) phase.samples.push_back({with({{"node", p.node}, {"phase", p.phase}}), p.seconds});

@@ -22,11 +22,17 @@ std::string AtStep(std::int64_t step) {
 }
 
 nlohmann::json RankJson(const v1::RankStatus& r) {
-  return {{"rank", r.global_rank()},   {"local_rank", r.local_rank()},
-          {"pid", r.pid()},            {"step", r.step()},
-          {"phase", r.phase()},        {"progress_age_ms", r.progress_age_ms()},
-          {"activity_age_ms", r.activity_sampled() ? r.activity_age_ms() : -1},
-          {"proc_state", r.proc_state()}, {"checkpoint_step", r.checkpoint_step()}};
+  nlohmann::json j = {{"rank", r.global_rank()},   {"local_rank", r.local_rank()},
+                      {"pid", r.pid()},            {"step", r.step()},
+                      {"phase", r.phase()},        {"progress_age_ms", r.progress_age_ms()},
+                      {"activity_age_ms", r.activity_sampled() ? r.activity_age_ms() : -1},
+                      {"proc_state", r.proc_state()}, {"checkpoint_step", r.checkpoint_step()}};
+  for (const auto& b : r.blocked_io()) {
+    j["blocked_io"].push_back({{"pid", b.pid()}, {"tid", b.tid()}, {"call", b.call()}, {"path", b.path()},
+                               {"mount_point", b.mount_point()}, {"fstype", b.fstype()},
+                               {"source", b.source()}, {"blocked_ms", b.blocked_ms()}});
+  }
+  return j;
 }
 
 nlohmann::json RankErrorJson(const v1::RankError& e) {

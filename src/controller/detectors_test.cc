@@ -212,6 +212,43 @@ TEST(HangDetectorTest, ARankWhoseGPUNeverStartedItsOperationIsTheCulprit) {
             std::string::npos) << f->culprit_evidence;
 }
 
+TEST(HangDetectorTest, ARankBlockedInAFileReadIsAStorageStallNamingTheMount) {
+  Job job;
+  for (int r = 0; r < 4; ++r) {
+    RankView v = Rank(r, 11, r == 0 ? 14 : 12, 12);
+    v.status.set_phase(r == 3 ? "data" : "backward");
+    job.Put(r / 2, v);
+  }
+  auto* b = job.nodes[1].ranks[3].status.add_blocked_io();
+  b->set_call("read");
+  b->set_path("/mnt/data/shard-3");
+  b->set_mount_point("/mnt/data");
+  b->set_fstype("fuse.sshfs");
+  b->set_source("host:/data");
+  b->set_blocked_ms(11000);
+  auto f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->rank, 3);
+  ASSERT_TRUE(f->verdict.has_value());
+  EXPECT_EQ(f->verdict->category, "storage");
+  EXPECT_EQ(f->verdict->rule_id, "storage-stall");
+  EXPECT_TRUE(f->verdict->evict_nodes.empty());  // shared: evicting a node cannot help
+  EXPECT_NE(f->culprit_evidence.find("rank 3 has been blocked 11 s in read() of /mnt/data/shard-3 on "
+                                     "/mnt/data (fuse.sshfs host:/data), in phase 'data'"),
+            std::string::npos) << f->culprit_evidence;
+  // The node's own disk: the node goes.
+  b->set_fstype("xfs");
+  b->set_source("/dev/nvme0n1");
+  f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value() && f->verdict.has_value());
+  EXPECT_EQ(f->verdict->evict_nodes, std::vector<std::string>{"node1"});
+  // Blocked for less than half the timeout: not yet a stall, no verdict.
+  b->set_blocked_ms(2000);
+  f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_FALSE(f->verdict.has_value());
+}
+
 TEST(HangDetectorTest, WhenNothingSetsARankApartNoneIsNamedTheCulprit) {
   Job job;
   for (int r = 0; r < 4; ++r) {

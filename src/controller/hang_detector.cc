@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "common/mounts.h"
 #include "controller/describe.h"
 
 namespace trainguard {
@@ -59,6 +60,7 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
     bool waiting;  // in a journaled operation, or in backward (DDP's reducer waits there)
     bool quiet;
     const v1::CommOp* not_started;  // its oldest operation, on a GPU that never started it
+    const v1::BlockedIo* storage;   // a task of it waits in a file system call (state D)
   };
   std::vector<Stuck> stuck;
   // The two largest progress ages of all ranks, stuck or not: a rank that
@@ -104,9 +106,16 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
       }
       const v1::CommOp* not_started =
           oldest != nullptr && oldest->on_device() && oldest->started_ms() < 0 ? oldest : nullptr;
+      // Blocked in a file system call for half the timeout or more: a
+      // storage stall (a page fault names no file, and no file system).
+      const v1::BlockedIo* storage = nullptr;
+      for (const auto& b : s.blocked_io()) {
+        if (b.call() == "page fault" || (b.blocked_ms() * kMillisecond + since_report) * 2 < timeout) continue;
+        if (storage == nullptr || b.blocked_ms() > storage->blocked_ms()) storage = &b;
+      }
       stuck.push_back({n, &s, age, s.proc_state() == "T" || s.proc_state() == "t",
                        not_started == nullptr && (oldest != nullptr || s.phase() == "backward"), quiet,
-                       not_started});
+                       not_started, storage});
     }
   }
   if (stuck.empty() || !(any_quiet || op_stuck)) return std::nullopt;
@@ -121,7 +130,7 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
   // The culprit: a stopped process, else a rank outside communication while
   // others wait in it, else the quiet one, else the longest without progress.
   auto culprit_key = [&](const Stuck& s) {
-    return std::make_tuple(s.stopped, !s.waiting && waiting > 0, s.quiet, s.age);
+    return std::make_tuple(s.stopped, s.storage != nullptr, !s.waiting && waiting > 0, s.quiet, s.age);
   };
   const Stuck* culprit = &stuck.front();
   for (const Stuck& s : stuck) {
@@ -132,6 +141,25 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
   const Nanos step_time = culprit->status->max_step_ms() * kMillisecond;
   if (culprit->stopped) {
     f.culprit_evidence = culprit_name + "'s process is stopped (state T)";
+  } else if (culprit->storage != nullptr) {
+    const v1::BlockedIo& b = *culprit->storage;
+    const std::string mount = b.mount_point().empty()
+                                  ? "an unknown mount (the call was given a path, which is not read)"
+                                  : b.mount_point() + " (" + b.fstype() + " " + b.source() + ")";
+    f.culprit_evidence = culprit_name + " has been blocked " + std::to_string(b.blocked_ms() / 1000) + " s in " +
+                         b.call() + "()" + (b.path().empty() ? "" : " of " + b.path()) + " on " + mount +
+                         (culprit->status->phase().empty() ? "" : ", in phase '" + culprit->status->phase() + "'");
+    const bool shared = b.fstype().empty() || IsSharedFilesystem(b.fstype());
+    DetectorVerdict v;
+    v.rule_id = "storage-stall";
+    v.category = "storage";
+    v.hardware = !shared;
+    v.persistence = "transient";
+    v.description = "a storage stall, not a hang of the collectives: " + f.culprit_evidence +
+                    (shared ? "; the file system is shared, so no node is evicted"
+                            : "; the file system is this node's own, so the node is evicted");
+    if (!shared) v.evict_nodes = {culprit->node->node_id};
+    f.verdict = v;
   } else if (culprit->not_started != nullptr && waiting > 0) {
     f.culprit_evidence = culprit_name + " issued " + culprit->not_started->op() + " " +
                          std::to_string(culprit->not_started->age_ms() / 1000) +

@@ -73,6 +73,17 @@ JobSnapshot JobController::Snapshot() const {
     node.standbys_ready = n.standbys_ready;
     node.standby_rss_kb = n.standby_rss_kb;
     node.memory_checkpoint_bytes = n.memory_checkpoint_bytes;
+    if (n.group_rank >= 0) {
+      for (const auto& [rank, view] : n.ranks) {
+        if (!view.status.running()) continue;
+        const v1::StorageIo& io = view.status.io();
+        node.read_bytes += io.rchar();
+        node.write_bytes += io.wchar();
+        node.read_calls += io.syscr();
+        node.write_calls += io.syscw();
+        for (const auto& b : view.status.blocked_io()) node.blocked_by_mount[b.mount_point()]++;
+      }
+    }
     s.nodes.push_back(node);
     if (n.group_rank < 0) continue;
     for (const auto& [rank, view] : n.ranks) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,11 @@ struct NodeSnapshot {
   int standbys_ready = 0;    // warm standby ranks waiting on it (docs/restart.md)
   std::int64_t standby_rss_kb = 0;
   std::int64_t memory_checkpoint_bytes = 0;  // the node's memory copies of checkpoints
+  // Its running ranks' storage I/O (process groups, DataLoader workers
+  // included; cumulative since each process started) and the tasks blocked
+  // now in a file system call, by mount point ("" unknown).
+  std::int64_t read_bytes = 0, write_bytes = 0, read_calls = 0, write_calls = 0;
+  std::map<std::string, int> blocked_by_mount;
 };
 
 struct JobSnapshot {

@@ -1,0 +1,145 @@
+#include "agent/storage_io.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace trainguard {
+namespace {
+
+std::string ReadSmall(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text;
+}
+
+std::string ReadLink(const std::string& path) {
+  char buf[4096];
+  ssize_t n = readlink(path.c_str(), buf, sizeof(buf) - 1);
+  return n <= 0 ? "" : std::string(buf, static_cast<std::size_t>(n));
+}
+
+// The state letter of /proc/.../stat ("" if unreadable).
+std::string StateOf(const std::string& stat_path) {
+  std::string line = ReadSmall(stat_path);
+  std::size_t close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? "" : line.substr(close + 2, 1);
+}
+
+}  // namespace
+
+FileCall FileCallOf(long n) {
+  // By <sys/syscall.h>, so the numbers are this architecture's.
+  static const std::map<long, FileCall> calls = {
+      {SYS_read, {"read", 0}},         {SYS_write, {"write", 0}},       {SYS_pread64, {"pread64", 0}},
+      {SYS_pwrite64, {"pwrite64", 0}}, {SYS_readv, {"readv", 0}},       {SYS_writev, {"writev", 0}},
+      {SYS_preadv, {"preadv", 0}},     {SYS_pwritev, {"pwritev", 0}},   {SYS_fsync, {"fsync", 0}},
+      {SYS_fdatasync, {"fdatasync", 0}}, {SYS_fstat, {"fstat", 0}},     {SYS_getdents64, {"getdents64", 0}},
+      {SYS_ftruncate, {"ftruncate", 0}}, {SYS_close, {"close", 0}},     {SYS_fallocate, {"fallocate", 0}},
+      {SYS_sync_file_range, {"sync_file_range", 0}}, {SYS_copy_file_range, {"copy_file_range", 0}},
+      {SYS_sendfile, {"sendfile", 1}}, {SYS_openat, {"openat", -1}},     {SYS_newfstatat, {"newfstatat", -1}},
+      {SYS_statx, {"statx", -1}},      {SYS_unlinkat, {"unlinkat", -1}}, {SYS_mkdirat, {"mkdirat", -1}},
+      {SYS_renameat2, {"renameat2", -1}}, {SYS_faccessat, {"faccessat", -1}},
+#ifdef SYS_open
+      {SYS_open, {"open", -1}},        {SYS_stat, {"stat", -1}},         {SYS_lstat, {"lstat", -1}},
+      {SYS_unlink, {"unlink", -1}},    {SYS_rename, {"rename", -1}},     {SYS_mkdir, {"mkdir", -1}},
+      {SYS_access, {"access", -1}},    {SYS_renameat, {"renameat", -1}},
+#endif
+  };
+  auto it = calls.find(n);
+  return it == calls.end() ? FileCall{} : it->second;
+}
+
+std::vector<BlockedTask> FindBlockedTasks(const std::vector<pid_t>& pids, bool scan_tasks,
+                                          const std::string& proc_root) {
+  std::vector<BlockedTask> blocked;
+  for (pid_t pid : pids) {
+    const std::string base = proc_root + "/" + std::to_string(pid);
+    std::vector<pid_t> tids;
+    if (scan_tasks) {
+      if (DIR* d = opendir((base + "/task").c_str())) {
+        while (dirent* e = readdir(d)) {
+          if (e->d_name[0] >= '0' && e->d_name[0] <= '9') tids.push_back(static_cast<pid_t>(std::atol(e->d_name)));
+        }
+        closedir(d);
+      }
+    } else {
+      tids.push_back(pid);
+    }
+    std::vector<MountEntry> mounts;
+    bool mounts_read = false;
+    for (pid_t tid : tids) {
+      const std::string task = base + "/task/" + std::to_string(tid);
+      // D: waiting in the kernel. S too, for a call on a regular file: FUSE
+      // (direct I/O) and some network file systems wait interruptibly, and
+      // nothing else keeps a read of a regular file waiting.
+      const std::string state = StateOf(task + "/stat");
+      if (state != "D" && state != "S") continue;
+      // "0 0x3 0x3ff00de0 0x1000 ..." (number, then six arguments, sp, pc);
+      // "-1 sp pc" outside a system call (a page fault); "running" if not blocked.
+      std::istringstream sc(ReadSmall(task + "/syscall"));
+      std::string number;
+      if (!(sc >> number) || number == "running") continue;
+      BlockedTask t;
+      t.pid = pid;
+      t.tid = tid;
+      long nr = std::strtol(number.c_str(), nullptr, 10);
+      if (nr < 0) {
+        if (state != "D") continue;
+        t.call = "page fault";
+      } else {
+        FileCall call = FileCallOf(nr);
+        if (call.name.empty()) continue;  // blocked, but not on a file
+        t.call = call.name;
+        std::vector<std::string> args;
+        std::string a;
+        while (args.size() < 6 && sc >> a) args.push_back(a);
+        if (call.fd_arg >= 0 && call.fd_arg < static_cast<int>(args.size())) {
+          long fd = std::strtol(args[call.fd_arg].c_str(), nullptr, 16);
+          const std::string link = base + "/fd/" + std::to_string(fd);
+          std::string target = ReadLink(link);
+          struct stat st {};
+          // Regular files and directories only: a pipe, socket, FIFO or
+          // device waits for its peer, not for storage.
+          if (target.empty() || target[0] != '/' || stat(link.c_str(), &st) != 0 ||
+              !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
+            continue;
+          }
+          t.path = target;
+        } else if (state != "D") {
+          continue;  // given a path, waiting interruptibly: a FIFO's open, say
+        }
+      }
+      if (!t.path.empty()) {
+        if (!mounts_read) {
+          mounts = ParseMountinfo(ReadSmall(base + "/mountinfo"));
+          mounts_read = true;
+        }
+        t.mount = MountOf(t.path, mounts);
+      }
+      blocked.push_back(t);
+    }
+  }
+  return blocked;
+}
+
+std::vector<BlockedTracker::Blocked> BlockedTracker::Update(const std::vector<BlockedTask>& now, Nanos now_mono) {
+  std::map<std::string, Nanos> seen;
+  std::vector<Blocked> out;
+  for (const BlockedTask& t : now) {
+    auto it = first_seen_.find(t.key());
+    Nanos since = it == first_seen_.end() ? now_mono : it->second;
+    seen[t.key()] = since;
+    out.push_back({t, since});
+  }
+  first_seen_ = std::move(seen);
+  return out;
+}
+
+}  // namespace trainguard

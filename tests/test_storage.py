@@ -1,0 +1,117 @@
+"""Issue 25: a rank stalled reading its data from a slow file system is a
+storage stall naming the mount, not a communication hang. The data sits on
+a real FUSE file system (tests/slow_fs.py) whose reads of a chosen file
+wait until the test lets them go; the script is plain DDP with a
+DataLoader, without `import trainguard`."""
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import PYTHON, ROOT, Job, status_page_step, wait_for
+
+PLAIN = os.path.join(ROOT, "tests", "plain_ddp.py")
+SLOW_FS = os.path.join(ROOT, "tests", "slow_fs.py")
+HANG_TIMEOUT = 4
+
+
+@pytest.fixture
+def slow_mount(tmp_path):
+    try:
+        import fusepy  # noqa: F401
+    except ImportError:
+        pytest.skip("needs python3-fusepy")
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("needs root and /dev/fuse")
+    source, mount, control = tmp_path / "source", tmp_path / "mnt", tmp_path / "stall"
+    source.mkdir()
+    mount.mkdir()
+    for rank in range(4):
+        (source / ("shard-%d" % rank)).write_bytes(os.urandom(256 * 1024))
+    server = subprocess.Popen([PYTHON, SLOW_FS, str(source), str(mount), str(control)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: os.path.ismount(str(mount)) or server.poll() is not None, 20, "the FUSE mount")
+        assert os.path.ismount(str(mount)), server.stderr.read().decode()[-2000:]
+        yield mount, control
+    finally:
+        if control.exists():
+            control.unlink()  # anything still waiting goes on
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def job_of(tmp_path, name, mount, *extra, steps=60):
+    run = tmp_path / name
+    run.mkdir()
+    return Job(run, name, [PYTHON, PLAIN, "--steps", str(steps), "--step-delay", "0.05", "--data-dir", str(mount),
+                           "--loader-workers", "1", "--ckpt", str(run / "ck.pt"), "--out", str(run / "sum.txt"),
+                           *extra],
+               flags=["--hang-timeout", str(HANG_TIMEOUT), "--heartbeat-interval", "0.5", "--stop-grace", "1"])
+
+
+def test_a_rank_whose_data_read_stalls_is_a_storage_stall_naming_the_mount(tmp_path, no_leftovers, slow_mount):
+    mount, control = slow_mount
+    job = job_of(tmp_path, "storage-stall", mount)
+    wait_for(lambda: (status_page_step("storage-stall", "node1", 3) or -1) >= 10 or job.proc.poll() is not None,
+             120, "step 10 of rank 3")
+    control.write_text("shard-3\n")  # rank 3's reads wait from now on
+    wait_for(lambda: job.events("failure") or job.proc.poll() is not None, 120, "the stall's failure")
+    control.unlink()  # the file system recovers; the job resumes
+    assert job.wait(timeout=300) == 0, job.output()[-3000:]
+    failure = job.events("failure")[0]
+    assert failure["detail"]["failure_kind"] == "hang"
+    assert failure["rank"] == 3, failure["message"]
+    # What the agent saw: rank 3's DataLoader worker, waiting in read().
+    seen = {r["rank"]: r for r in failure["detail"]["hung_ranks"]}
+    blocked = seen[3]["blocked_io"]
+    assert [(b["call"], b["path"], b["mount_point"]) for b in blocked] == \
+        [("read", "%s/shard-3" % mount, str(mount))], blocked
+    assert blocked[0]["pid"] != seen[3]["pid"]  # the worker process, not the rank's main one
+    assert all("blocked_io" not in r for k, r in seen.items() if k != 3), seen
+    attribution = job.events("attribution")[0]["detail"]
+    assert attribution["category"] == "storage" and attribution["rule"] == "storage-stall", attribution
+    assert attribution["culprit_ranks"] == [3] and attribution["culprit_nodes"] == ["node1"], attribution
+    evidence = attribution["culprit_evidence"]
+    assert "in read() of %s/shard-3 on %s (fuse" % (mount, mount) in evidence, evidence
+    assert "storage stall" in attribution["description"], attribution
+    assert job.events("decision")[0]["detail"]["decision"] == "restart"  # shared: nobody evicted
+    assert not job.events("node_evicted")
+
+
+def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp_path, no_leftovers, slow_mount):
+    from prometheus_client.parser import text_string_to_metric_families
+    from conftest import api_url
+    import urllib.request
+    mount, _ = slow_mount
+    job = job_of(tmp_path, "storage-healthy", mount, steps=150)
+    url = api_url(job)
+
+    def node_reads():
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            text = r.read().decode()
+        found = {}
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                if s.name in ("trainguard_node_storage_read_bytes_total", "trainguard_node_storage_read_calls_total",
+                              "trainguard_node_storage_blocked_tasks"):
+                    found[(s.name, s.labels.get("node"))] = s.value
+        return found
+
+    # The ranks' reads are counted per node while they train (a shard read
+    # is 4 KiB a step, through the worker: a thousand calls pass quickly).
+    wait_for(lambda: all(node_reads().get(("trainguard_node_storage_read_calls_total", n), 0) > 1000
+                         for n in ("node0", "node1")) or job.proc.poll() is not None, 60, "read counters")
+    reads = node_reads()
+    assert reads[("trainguard_node_storage_read_bytes_total", "node0")] > 0, reads
+    assert not any(k[0] == "trainguard_node_storage_blocked_tasks" for k in reads), reads
+    assert job.wait(timeout=300) == 0, job.output()[-3000:]
+    assert not job.events("failure"), job.events("failure")
