@@ -65,6 +65,13 @@ void FillSignals(RankStep* s) {
 }
 
 void StragglerDetector::Add(const RankStep& step) {
+  if (steps_from_ == INT64_MIN) {
+    steps_from_ = (FloorDiv(step.step, policy_.window_steps) + 1) * policy_.window_steps;
+  }
+  nodes_seen_.insert(step.node);
+  if (step.step >= steps_from_ && step.step >= stepped_below_) {
+    step_values_[step.step][step.rank] = {step.node, step.compute_us};
+  }
   std::int64_t index = FloorDiv(step.step, policy_.window_steps);
   if (index < judged_below_) return;  // a window already judged
   windows_[index].by_rank[step.rank].push_back(step);
@@ -93,6 +100,11 @@ void StragglerDetector::Reset(int world_size) {
   trend_slow_ = 0;
   trend_said_ = false;
   skip_window_ = true;
+  cusum_.clear();
+  step_values_.clear();
+  nodes_seen_.clear();
+  steps_from_ = INT64_MIN;
+  stepped_below_ = INT64_MIN;
 }
 
 std::set<std::string> StragglerDetector::Stragglers() const {
@@ -105,6 +117,19 @@ std::set<std::string> StragglerDetector::Stragglers() const {
 
 std::vector<StragglerFinding> StragglerDetector::Evaluate() {
   std::vector<StragglerFinding> out;
+  {
+    std::int64_t min_last = last_counts_.empty() ? INT64_MAX : last_counts_.begin()->first;
+    std::int64_t max_last = last_counts_.empty() ? INT64_MIN : last_counts_.rbegin()->first;
+    while (!step_values_.empty()) {
+      auto it = step_values_.begin();
+      // Complete as a window is: every rank past it, or some rank a window further.
+      bool everyone = static_cast<int>(rank_last_.size()) >= world_size_ && min_last >= it->first;
+      if (!everyone && max_last < it->first + policy_.window_steps) break;
+      JudgeStep(it->first, it->second, &out);
+      stepped_below_ = it->first + 1;
+      step_values_.erase(it);
+    }
+  }
   while (!windows_.empty()) {
     auto it = windows_.begin();
     std::int64_t last_step = (it->first + 1) * policy_.window_steps - 1;
@@ -121,6 +146,94 @@ std::vector<StragglerFinding> StragglerDetector::Evaluate() {
     windows_.erase(it);
   }
   return out;
+}
+
+void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pair<std::string, double>>& values,
+                                  std::vector<StragglerFinding>* out) {
+  // Units as the windows have them: nodes from 3 up, else ranks.
+  const bool by_node = nodes_seen_.size() >= 3;
+  std::map<std::string, std::vector<double>> of_unit;
+  std::map<std::string, std::pair<int, double>> slowest;  // unit -> (rank, compute)
+  std::map<std::string, std::string> node_of;
+  for (const auto& [rank, nv] : values) {
+    const auto& [node, compute] = nv;
+    std::string key = by_node ? node : node + "/rank " + std::to_string(rank);
+    of_unit[key].push_back(compute);
+    node_of[key] = node;
+    auto& s = slowest[key];
+    if (s.first < 0 || compute > s.second || of_unit[key].size() == 1) s = {rank, compute};
+  }
+  if (of_unit.size() < 3) return;
+  std::map<std::string, double> unit_value;
+  for (auto& [key, v] : of_unit) unit_value[key] = Median(v);
+  const double min_log = std::log(1 + policy_.min_slowdown);
+  for (const auto& [key, x] : unit_value) {
+    std::vector<double> others;
+    for (const auto& [k2, y] : unit_value) {
+      if (k2 != key) others.push_back(y);
+    }
+    const double centre = Median(others);
+    if (x <= 0 || centre <= 0) continue;
+    const double lr = std::log(x / centre);
+    Cusum& c = cusum_[key];
+    if (static_cast<int>(c.baseline.size()) < policy_.change_baseline_steps) {
+      c.baseline.push_back(lr);
+      if (static_cast<int>(c.baseline.size()) == policy_.change_baseline_steps) {
+        double mu = Median(c.baseline);
+        std::vector<double> dev;
+        for (double b : c.baseline) dev.push_back(std::fabs(b - mu));
+        c.mu = std::min(mu, min_log / 2);  // an offset this large is a slowness, not the unit's own
+        c.sigma = std::max(1.4826 * Median(dev), policy_.change_min_spread);
+      }
+      continue;
+    }
+    const std::size_t n = static_cast<std::size_t>(std::max(policy_.change_steps, 1));
+    c.recent.push_back({step, std::clamp((lr - c.mu) / c.sigma, -3.0, 3.0)});
+    c.excess.push_back(lr);
+    c.values.push_back({x, centre});
+    while (c.recent.size() > n) c.recent.pop_front();
+    while (c.excess.size() > n) c.excess.pop_front();
+    while (c.values.size() > n) c.values.pop_front();
+    double sum = 0;
+    for (const auto& [at, z] : c.recent) sum += z;
+    Streak& streak = streaks_[key];
+    if (streak.reported || c.recent.size() < n || sum < policy_.change_threshold ||
+        Median({c.excess.begin(), c.excess.end()}) < min_log) {
+      continue;
+    }
+    std::int64_t since = step;
+    // The change point: the first of the newest run of steps at least half
+    // the smallest slowdown above the baseline.
+    const double half = 0.5 * min_log / c.sigma;
+    for (auto it = c.recent.rbegin(); it != c.recent.rend() && it->second >= half; ++it) since = it->first;
+    std::vector<double> xs, cs, ratios;
+    for (const auto& [v, m] : c.values) {
+      xs.push_back(v);
+      cs.push_back(m);
+      ratios.push_back(v / m);
+    }
+    StragglerFinding f;
+    f.kind = "straggler";
+    f.node = node_of[key];
+    f.rank = slowest[key].first;
+    f.signal = "compute";
+    f.value_us = Median(xs);
+    f.centre_us = Median(cs);
+    f.slowdown = Median(ratios) - 1;
+    f.first_step = since;
+    f.last_step = step;
+    f.steps = step - f.first_step + 1;
+    f.message = (by_node ? "node " : "") + key + " is a compute straggler: compute " + Ms(f.value_us) +
+                " per step against the others' median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
+                " slower) since step " + std::to_string(f.first_step) + ", named after " +
+                std::to_string(f.steps) + " steps (change point)";
+    streak.reported = true;
+    streak.signal = "compute";
+    streak.first_step = f.first_step;
+    c.recent.clear();
+    c.excess.clear();
+    out->push_back(std::move(f));
+  }
 }
 
 void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out) {
@@ -334,6 +447,9 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
                   " steps within the job's median)";
       out->push_back(std::move(f));
       s = Streak();
+      Cusum& c = cusum_[u.key];
+      c.recent.clear();
+      c.excess.clear();
     }
   }
 }

@@ -26,6 +26,23 @@
 // `windows_to_clear` normal ones. A GC pause or a checkpoint lasts a step or
 // two: it moves a window's median little and never lasts several windows.
 //
+// Change point, step by step (compute only): once a unit's compute ratio
+// (to the median of the others at that step) has a baseline, the median and
+// spread (MAD) of its log over `change_baseline_steps` steps, each step's
+// log ratio is standardised against it (clipped to +-3: one long GC pause
+// counts as three deviations, not thirty). When the sum over the newest
+// `change_steps` steps reaches `change_threshold` (a shift of that many
+// standard deviations, which noise alone reaches about once in 30,000
+// steps) and the median of those steps' ratios is itself at least
+// 1 + `min_slowdown` (a spike or two never is; nor is a unit that was
+// faster than the others and is now a little slower), the unit
+// is reported at once, the change point being the first step of its
+// newest run above the baseline: a node that slows by 10 % is named within
+// about 5 steps, not windows (published fail-slow detectors: 2-3
+// iterations). The windows then decide eviction and clearing as before. A
+// baseline offset below half the threshold is the unit's own; a unit
+// slower from the start is the windows' to find.
+//
 // Slow trend: the job's median step time per window against the median of
 // its first `trend_baseline_windows` windows (of the generation); growth of
 // `trend_threshold` or more for `trend_windows` windows in a row is
@@ -60,6 +77,10 @@ struct StragglerPolicy {
   double trend_threshold = 0.08;  // the job's step time 8 % above its baseline ...
   int trend_windows = 5;          // ... for this many windows in a row
   int trend_baseline_windows = 10;
+  int change_baseline_steps = 30;  // per unit, after the start-up window
+  int change_steps = 5;            // the newest steps summed
+  double change_threshold = 11;    // their sum, in the unit's own standard deviations
+  double change_min_spread = 0.02; // the smallest spread of a log ratio assumed (2 %)
 };
 
 // One rank's step, as the detector needs it.
@@ -127,6 +148,16 @@ class StragglerDetector {
     std::string signal;
     std::int64_t first_step = 0;
   };
+  // Change-point state of one unit.
+  struct Cusum {
+    std::vector<double> baseline;  // log ratios of its first steps
+    double mu = 0, sigma = 0;
+    std::deque<std::pair<std::int64_t, double>> recent;  // the newest (step, standardised log ratio)
+    std::deque<double> excess;     // their log ratios
+    std::deque<std::pair<double, double>> values;  // (its compute, the others' median), newest steps
+  };
+  void JudgeStep(std::int64_t step, const std::map<int, std::pair<std::string, double>>& values,
+                 std::vector<StragglerFinding>* out);
   void Judge(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out);
   void JudgeTrend(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out);
 
@@ -143,6 +174,12 @@ class StragglerDetector {
   int trend_slow_ = 0;
   bool skip_window_ = true;  // the generation's first window is start-up
   bool trend_said_ = false;
+  std::map<std::string, Cusum> cusum_;
+  // Steps not judged yet: step -> rank -> (node, compute µs).
+  std::map<std::int64_t, std::map<int, std::pair<std::string, double>>> step_values_;
+  std::set<std::string> nodes_seen_;
+  std::int64_t steps_from_ = INT64_MIN;     // the generation's steps below this are start-up
+  std::int64_t stepped_below_ = INT64_MIN;  // steps below this are judged
 };
 
 // The failure a "straggler" finding with `evict` set becomes under

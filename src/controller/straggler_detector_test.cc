@@ -73,13 +73,33 @@ TEST(StragglerDetectorTest, NamesTheSlowNodeOnlyAndWhenToEvict) {
   EXPECT_EQ(d.Stragglers(), std::set<std::string>{"node2"});
 }
 
+TEST(StragglerDetectorTest, ANodeThatSlowsBy10PercentMidRunIsNamedWithinFiveSteps) {
+  StragglerPolicy p;
+  StragglerDetector d(p);
+  Job job;
+  // From step 80 node 2 computes 10 % slower (forward and optimizer alike).
+  job.slow = [](int n, std::int64_t step) { return n == 2 && step >= 80 ? 1.10 : 1.0; };
+  auto f = job.Run(&d, 0, 100);
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].kind, "straggler");
+  EXPECT_EQ(f[0].node, "node2");
+  EXPECT_FALSE(f[0].evict);  // eviction still takes the windows' evidence
+  EXPECT_GE(f[0].first_step, 80);
+  EXPECT_LE(f[0].last_step, 84) << f[0].message;  // within 5 steps of the change
+  EXPECT_NE(f[0].message.find("since step " + std::to_string(f[0].first_step)), std::string::npos) << f[0].message;
+  EXPECT_NE(f[0].message.find("(change point)"), std::string::npos) << f[0].message;
+  EXPECT_EQ(d.Stragglers(), std::set<std::string>{"node2"});
+  for (std::size_t i = 1; i < f.size(); ++i) EXPECT_NE(f[i].kind, "straggler") << f[i].message;  // named once
+}
+
 TEST(StragglerDetectorTest, NoiseAloneNamesNobody) {
   for (unsigned seed = 1; seed <= 20; ++seed) {
     StragglerDetector d(StragglerPolicy{});
     Job job;
     job.noise = 0.10;
     job.rng.seed(seed);
-    EXPECT_TRUE(job.Run(&d, 0, 300).empty()) << "seed " << seed;
+    auto found = job.Run(&d, 0, 300);
+    EXPECT_TRUE(found.empty()) << "seed " << seed << ": " << (found.empty() ? "" : found[0].message);
   }
 }
 
