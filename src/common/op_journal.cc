@@ -151,12 +151,26 @@ std::int64_t JournalIssue(OpJournal* j, int group_slot, OpKind kind, std::uint16
   return static_cast<std::int64_t>((s + 1) << 8) | index;
 }
 
-void JournalStarted(OpJournal* j, std::int64_t token, std::int64_t now_mono_ns) {
-  if (token < 0) return;
+namespace {
+
+// The record a token names, or null if the token is invalid or the record
+// was reused since (more than kJournalRecords operations in flight): it
+// belongs to another operation now.
+OpRecord* RecordOf(OpJournal* j, std::int64_t token) {
+  if (token < 0) return nullptr;
   int record = static_cast<int>(token & 0xff);
-  if (record >= kJournalRecords) return;
+  if (record >= kJournalRecords) return nullptr;
   OpRecord& r = j->records[record];
-  if (r.version.load(std::memory_order_relaxed) != static_cast<std::uint64_t>(token) >> 8) return;
+  if (r.version.load(std::memory_order_relaxed) != static_cast<std::uint64_t>(token) >> 8) return nullptr;
+  return &r;
+}
+
+}  // namespace
+
+void JournalStarted(OpJournal* j, std::int64_t token, std::int64_t now_mono_ns) {
+  OpRecord* found = RecordOf(j, token);
+  if (found == nullptr) return;
+  OpRecord& r = *found;
   if (r.device.load(std::memory_order_relaxed) != kDeviceNotStarted) return;
   std::int64_t ms = std::max<std::int64_t>(0, now_mono_ns - r.issued_mono_ns.load(std::memory_order_relaxed)) / 1'000'000;
   r.device.store(kDeviceStarted + static_cast<std::uint32_t>(std::min<std::int64_t>(ms, UINT32_MAX - kDeviceStarted)),
@@ -164,13 +178,9 @@ void JournalStarted(OpJournal* j, std::int64_t token, std::int64_t now_mono_ns) 
 }
 
 void JournalComplete(OpJournal* j, std::int64_t token, std::int64_t now_mono_ns) {
-  if (token < 0) return;
-  int record = static_cast<int>(token & 0xff);
-  if (record >= kJournalRecords) return;
-  OpRecord& r = j->records[record];
-  // A record reused since (more than kJournalRecords operations in flight)
-  // belongs to another operation now.
-  if (r.version.load(std::memory_order_relaxed) != static_cast<std::uint64_t>(token) >> 8) return;
+  OpRecord* found = RecordOf(j, token);
+  if (found == nullptr) return;
+  OpRecord& r = *found;
   if (r.completed_mono_ns.load(std::memory_order_relaxed) != 0) return;
   r.completed_mono_ns.store(std::max<std::int64_t>(now_mono_ns, 1), std::memory_order_release);
   std::uint32_t kd = r.kind_dtype.load(std::memory_order_relaxed);

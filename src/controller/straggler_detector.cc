@@ -187,30 +187,46 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pa
       }
       continue;
     }
+    // Two horizons: the newest change_steps steps, and twice as many with a
+    // threshold sqrt(2) times as high (the same rarity under noise alone),
+    // which a node slower by fewer standard deviations reaches.
     const std::size_t n = static_cast<std::size_t>(std::max(policy_.change_steps, 1));
     c.recent.push_back({step, std::clamp((lr - c.mu) / c.sigma, -3.0, 3.0)});
     c.excess.push_back(lr);
     c.values.push_back({x, centre});
-    while (c.recent.size() > n) c.recent.pop_front();
-    while (c.excess.size() > n) c.excess.pop_front();
-    while (c.values.size() > n) c.values.pop_front();
-    double sum = 0;
-    for (const auto& [at, z] : c.recent) sum += z;
+    while (c.recent.size() > 2 * n) c.recent.pop_front();
+    while (c.excess.size() > 2 * n) c.excess.pop_front();
+    while (c.values.size() > 2 * n) c.values.pop_front();
+    auto shifted = [&](std::size_t h, double threshold) {
+      if (c.recent.size() < h) return false;
+      double sum = 0;
+      for (std::size_t i = c.recent.size() - h; i < c.recent.size(); ++i) sum += c.recent[i].second;
+      return sum >= threshold && Median({c.excess.end() - static_cast<std::ptrdiff_t>(h), c.excess.end()}) >= min_log;
+    };
     Streak& streak = streaks_[key];
-    if (streak.reported || c.recent.size() < n || sum < policy_.change_threshold ||
-        Median({c.excess.begin(), c.excess.end()}) < min_log) {
+    if (streak.reported ||
+        !(shifted(n, policy_.change_threshold) || shifted(2 * n, policy_.change_threshold * std::sqrt(2.0)))) {
       continue;
     }
-    std::int64_t since = step;
-    // The change point: the first of the newest run of steps at least half
-    // the smallest slowdown above the baseline.
+    // The change point: the start of the newest steps whose excess over half
+    // the smallest slowdown adds up to the most (CUSUM's estimate).
     const double half = 0.5 * min_log / c.sigma;
-    for (auto it = c.recent.rbegin(); it != c.recent.rend() && it->second >= half; ++it) since = it->first;
+    std::int64_t since = step;
+    std::size_t from = c.recent.size() - 1;
+    double acc = 0, best = -1e300;
+    for (std::size_t i = c.recent.size(); i-- > 0;) {
+      acc += c.recent[i].second - half;
+      if (acc > best) {
+        best = acc;
+        since = c.recent[i].first;
+        from = i;
+      }
+    }
     std::vector<double> xs, cs, ratios;
-    for (const auto& [v, m] : c.values) {
-      xs.push_back(v);
-      cs.push_back(m);
-      ratios.push_back(v / m);
+    for (std::size_t i = from; i < c.values.size(); ++i) {
+      xs.push_back(c.values[i].first);
+      cs.push_back(c.values[i].second);
+      ratios.push_back(c.values[i].first / c.values[i].second);
     }
     StragglerFinding f;
     f.kind = "straggler";

@@ -33,11 +33,14 @@
 // counts as three deviations, not thirty). When the sum over the newest
 // `change_steps` steps reaches `change_threshold` (a shift of that many
 // standard deviations, which noise alone reaches about once in 30,000
-// steps) and the median of those steps' ratios is itself at least
+// steps; or the sum over twice as many steps reaches sqrt(2) times the
+// threshold, which a smaller shift reaches a few steps later) and the median
+// of those steps' ratios is itself at least
 // 1 + `min_slowdown` (a spike or two never is; nor is a unit that was
 // faster than the others and is now a little slower), the unit
-// is reported at once, the change point being the first step of its
-// newest run above the baseline: a node that slows by 10 % is named within
+// is reported at once, the change point being where the newest steps'
+// excess over half the threshold adds up to the most (CUSUM's estimate):
+// a node that slows by 10 % is named within
 // about 5 steps, not windows (published fail-slow detectors: 2-3
 // iterations). The windows then decide eviction and clearing as before. A
 // baseline offset below half the threshold is the unit's own; a unit
