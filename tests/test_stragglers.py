@@ -197,7 +197,11 @@ def test_with_evict_a_spare_replaces_the_straggler_and_the_pace_comes_back(tmp_p
     print("step time: healthy %.1f ms, with the straggler %.1f ms, after the eviction %.1f ms"
           % (healthy / 1000, slow / 1000, after / 1000))
     assert slow > healthy * 1.03, (healthy, slow)
-    assert after < slow and after <= healthy * 1.05, (healthy, slow, after)
+    # The pace comes back: at least three quarters of what the straggler cost.
+    # (Against a fixed 5 % of the reference run, another job minutes
+    # earlier, it failed 1 run in a few: this machine's step times drift by
+    # that much between jobs.)
+    assert after < slow and after - healthy <= 0.25 * (slow - healthy), (healthy, slow, after)
 
 
 def test_with_two_nodes_the_slow_nodes_ranks_are_judged_and_the_node_is_evicted(tmp_path, slow_cpu, no_leftovers):
