@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/gpu_telemetry.h"
 #include "agent/kernel_log.h"
 #include "agent/process.h"
 #include "attribution/attribution.h"
@@ -212,6 +213,7 @@ class Agent {
   Nanos next_heartbeat_ = 0;
   struct DiagnosticsRun;
   std::shared_ptr<DiagnosticsRun> diagnostics_;  // the round running, if any
+  std::unique_ptr<GpuTelemetry> gpus_;            // started with the first heartbeat
   std::unique_ptr<PeerServer> peer_server_;       // the other end of the neighbours' network probes
 };
 

@@ -1,8 +1,10 @@
 #include "api/job_metrics.h"
 
+#include <functional>
 #include <map>
 #include <set>
 
+#include "common/gpu_reasons.h"
 #include "controller/job_controller.h"
 #include "store/step_timing_text.h"
 
@@ -174,6 +176,51 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
     }
   }
   for (auto* f : {&read_bytes, &write_bytes, &read_calls, &write_calls, &blocked}) out.push_back(*f);
+
+  // GPU health, per GPU (node and index): what NVML or nvidia-smi said at
+  // the node's latest heartbeat; an unknown figure is left out.
+  struct GpuGauge {
+    MetricFamily family;
+    std::function<double(const v1::GpuHealth&)> value;
+  };
+  std::vector<GpuGauge> gpu = {
+      {Family("trainguard_gpu_utilization_ratio", "gauge", "GPU utilisation (0-1)"),
+       [](const v1::GpuHealth& g) { return g.utilization_pct() < 0 ? -1 : g.utilization_pct() / 100; }},
+      {Family("trainguard_gpu_sm_clock_hertz", "gauge", "SM clock"),
+       [](const v1::GpuHealth& g) { return g.sm_clock_mhz() < 0 ? -1 : g.sm_clock_mhz() * 1e6; }},
+      {Family("trainguard_gpu_memory_clock_hertz", "gauge", "Memory clock"),
+       [](const v1::GpuHealth& g) { return g.memory_clock_mhz() < 0 ? -1 : g.memory_clock_mhz() * 1e6; }},
+      {Family("trainguard_gpu_temperature_celsius", "gauge", "GPU temperature"),
+       [](const v1::GpuHealth& g) { return g.temperature_c(); }},
+      {Family("trainguard_gpu_power_watts", "gauge", "Power draw"), [](const v1::GpuHealth& g) { return g.power_w(); }},
+      {Family("trainguard_gpu_ecc_corrected_errors", "gauge", "Corrected ECC errors since the driver loaded"),
+       [](const v1::GpuHealth& g) { return static_cast<double>(g.ecc_corrected()); }},
+      {Family("trainguard_gpu_ecc_uncorrected_errors", "gauge", "Uncorrected ECC errors since the driver loaded"),
+       [](const v1::GpuHealth& g) { return static_cast<double>(g.ecc_uncorrected()); }},
+      {Family("trainguard_gpu_remapped_rows_pending", "gauge", "Row remaps waiting for a GPU reset"),
+       [](const v1::GpuHealth& g) { return static_cast<double>(g.remapped_rows_pending()); }},
+      {Family("trainguard_gpu_pcie_replays", "gauge", "PCIe replays"),
+       [](const v1::GpuHealth& g) { return static_cast<double>(g.pcie_replays()); }},
+      {Family("trainguard_gpu_nvlink_errors", "gauge", "NVLink replay, recovery and CRC errors over every link"),
+       [](const v1::GpuHealth& g) { return static_cast<double>(g.nvlink_errors()); }},
+  };
+  MetricFamily throttled = Family("trainguard_gpu_throttled", "gauge",
+                                  "1 for each reason the GPU's clocks are held down now (thermal, power, hardware)");
+  for (const NodeSnapshot& n : job.nodes) {
+    for (const v1::GpuHealth& g : n.gpus) {
+      MetricLabels labels = with({{"node", n.node_id}, {"gpu", std::to_string(g.index())}});
+      for (GpuGauge& gauge : gpu) {
+        double v = gauge.value(g);
+        if (v >= 0) gauge.family.samples.push_back({labels, v});
+      }
+      for (const std::string& reason : ThrottleReasonNames(g.throttle_reasons())) {
+        throttled.samples.push_back(
+            {with({{"node", n.node_id}, {"gpu", std::to_string(g.index())}, {"reason", reason}}), 1.0});
+      }
+    }
+  }
+  for (GpuGauge& gauge : gpu) out.push_back(gauge.family);
+  out.push_back(throttled);
 
   MetricFamily phase = Family("trainguard_node_phase_seconds", "gauge",
                               "Seconds per step the node's ranks spent in a phase, mean over the newest steps");

@@ -230,6 +230,7 @@ class JobController {
     int standbys_ready = 0;         // from its newest heartbeat
     std::int64_t standby_rss_kb = 0;
     std::int64_t memory_checkpoint_bytes = 0;
+    std::vector<v1::GpuHealth> gpus;  // from its latest heartbeat
   };
   // A node's place in its rack's all-reduce during that stage of a round.
   struct RackSeat {

@@ -78,6 +78,7 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
   node->standbys_ready = hb.metrics().standbys_ready();
   node->standby_rss_kb = hb.metrics().standby_rss_kb();
   node->memory_checkpoint_bytes = hb.metrics().memory_checkpoint_bytes();
+  node->gpus.assign(hb.metrics().gpus().begin(), hb.metrics().gpus().end());
   if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
   for (int i = 0; i < hb.ranks_size(); ++i) {
     for (const v1::Fingerprint& f : hb.ranks(i).fingerprints()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "proto/protocol.h"
 
 namespace trainguard {
 
@@ -48,6 +49,7 @@ struct NodeSnapshot {
   // now in a file system call, by mount point ("" unknown).
   std::int64_t read_bytes = 0, write_bytes = 0, read_calls = 0, write_calls = 0;
   std::map<std::string, int> blocked_by_mount;
+  std::vector<v1::GpuHealth> gpus;  // its GPUs at its latest heartbeat
 };
 
 struct JobSnapshot {

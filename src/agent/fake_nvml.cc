@@ -1,0 +1,73 @@
+// A stand-in for the driver's libnvidia-ml.so.1 (tests only; this machine
+// has no GPU): the entry points trainguard calls, with NVML's signatures,
+// answering for TG_FAKE_NVML_GPUS GPUs (default 8) with figures made from
+// the index, GPU 3 thermally throttled at a low clock.
+#include <cstdlib>
+
+extern "C" {
+
+struct nvmlUtilization_st {
+  unsigned int gpu;
+  unsigned int memory;
+};
+
+static unsigned int Gpus() {
+  const char* n = std::getenv("TG_FAKE_NVML_GPUS");
+  return n == nullptr ? 8 : static_cast<unsigned int>(std::atoi(n));
+}
+static unsigned int IndexOf(void* device) { return static_cast<unsigned int>(reinterpret_cast<unsigned long>(device) - 1); }
+
+int nvmlInit_v2() { return std::getenv("TG_FAKE_NVML_FAIL") ? 9 : 0; }
+int nvmlShutdown() { return 0; }
+int nvmlDeviceGetCount_v2(unsigned int* count) {
+  *count = Gpus();
+  return 0;
+}
+int nvmlDeviceGetHandleByIndex_v2(unsigned int index, void** device) {
+  if (index >= Gpus()) return 2;  // NVML_ERROR_INVALID_ARGUMENT
+  *device = reinterpret_cast<void*>(static_cast<unsigned long>(index) + 1);
+  return 0;
+}
+int nvmlDeviceGetUtilizationRates(void* device, nvmlUtilization_st* u) {
+  u->gpu = 90 + IndexOf(device);
+  u->memory = 40;
+  return 0;
+}
+int nvmlDeviceGetClockInfo(void* device, int type, unsigned int* mhz) {
+  *mhz = type == 1 ? (IndexOf(device) == 3 ? 1410 : 1980) : 2619;
+  return 0;
+}
+int nvmlDeviceGetTemperature(void* device, int, unsigned int* c) {
+  *c = IndexOf(device) == 3 ? 91 : 60 + IndexOf(device);
+  return 0;
+}
+int nvmlDeviceGetPowerUsage(void* device, unsigned int* mw) {
+  *mw = 650000 + 1000 * IndexOf(device);
+  return 0;
+}
+int nvmlDeviceGetCurrentClocksThrottleReasons(void* device, unsigned long long* reasons) {
+  *reasons = IndexOf(device) == 3 ? 0x40 | 0x20 : 0;
+  return 0;
+}
+int nvmlDeviceGetTotalEccErrors(void* device, int type, int, unsigned long long* count) {
+  *count = type == 0 ? 5 * IndexOf(device) : 0;
+  return 0;
+}
+int nvmlDeviceGetRemappedRows(void*, unsigned int* corr, unsigned int* unc, unsigned int* pending, unsigned int* failed) {
+  *corr = 1;
+  *unc = 0;
+  *pending = 0;
+  *failed = 0;
+  return 0;
+}
+int nvmlDeviceGetPcieReplayCounter(void* device, unsigned int* value) {
+  *value = IndexOf(device);
+  return 0;
+}
+int nvmlDeviceGetNvLinkErrorCounter(void*, unsigned int link, int counter, unsigned long long* value) {
+  if (link >= 4) return 3;  // NVML_ERROR_NOT_SUPPORTED: a GPU with 4 links
+  *value = counter == 0 ? 2 : 0;
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,253 @@
+#include "agent/gpu_telemetry.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+namespace trainguard {
+namespace {
+
+// NVML's C interface, as its header declares it (nvml.h): every call
+// returns 0 (NVML_SUCCESS) or an error code; a device is an opaque handle.
+using NvmlReturn = int;
+using NvmlDevice = void*;
+struct NvmlUtilization {
+  unsigned int gpu;
+  unsigned int memory;
+};
+constexpr NvmlReturn kNvmlSuccess = 0;
+constexpr int kClockSm = 1, kClockMem = 2;          // nvmlClockType_t
+constexpr int kTemperatureGpu = 0;                  // nvmlTemperatureSensors_t
+constexpr int kEccCorrected = 0, kEccUncorrected = 1, kEccVolatile = 0;
+constexpr unsigned int kNvLinkMaxLinks = 18;        // NVML_NVLINK_MAX_LINKS
+constexpr int kNvLinkCounters = 4;                  // DL replay, recovery, CRC flit, CRC data
+
+std::string Trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+bool Number(const std::string& cell, double* out) {
+  std::string c = Trim(cell);
+  if (c.empty() || c[0] == '[') return false;  // [N/A], [Not Supported]
+  char* end = nullptr;
+  double v = c.rfind("0x", 0) == 0 ? static_cast<double>(std::strtoull(c.c_str(), &end, 16)) : std::strtod(c.c_str(), &end);
+  if (end == nullptr || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+struct Nvml::Api {
+  NvmlReturn (*init)();
+  NvmlReturn (*shutdown)();
+  NvmlReturn (*count)(unsigned int*);
+  NvmlReturn (*handle)(unsigned int, NvmlDevice*);
+  // Optional: a GPU or driver without them reports those fields unknown.
+  NvmlReturn (*utilization)(NvmlDevice, NvmlUtilization*) = nullptr;
+  NvmlReturn (*clock)(NvmlDevice, int, unsigned int*) = nullptr;
+  NvmlReturn (*temperature)(NvmlDevice, int, unsigned int*) = nullptr;
+  NvmlReturn (*power)(NvmlDevice, unsigned int*) = nullptr;
+  NvmlReturn (*throttle)(NvmlDevice, unsigned long long*) = nullptr;
+  NvmlReturn (*ecc)(NvmlDevice, int, int, unsigned long long*) = nullptr;
+  NvmlReturn (*remapped)(NvmlDevice, unsigned int*, unsigned int*, unsigned int*, unsigned int*) = nullptr;
+  NvmlReturn (*pcie_replay)(NvmlDevice, unsigned int*) = nullptr;
+  NvmlReturn (*nvlink_errors)(NvmlDevice, unsigned int, int, unsigned long long*) = nullptr;
+};
+
+std::unique_ptr<Nvml> Nvml::Open(const std::string& path, std::string* why) {
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    *why = "NVML not loaded (" + path + "): " + std::string(dlerror());
+    return nullptr;
+  }
+  auto api = std::make_unique<Api>();
+  auto sym = [&](auto* fn, std::initializer_list<const char*> names) {
+    for (const char* name : names) {
+      if (void* p = dlsym(h, name)) {
+        *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(p);
+        return true;
+      }
+    }
+    return false;
+  };
+  bool required = sym(&api->init, {"nvmlInit_v2", "nvmlInit"}) && sym(&api->shutdown, {"nvmlShutdown"}) &&
+                  sym(&api->count, {"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"}) &&
+                  sym(&api->handle, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
+  if (!required) {
+    *why = "NVML at " + path + " lacks nvmlInit, nvmlDeviceGetCount or nvmlDeviceGetHandleByIndex";
+    dlclose(h);
+    return nullptr;
+  }
+  sym(&api->utilization, {"nvmlDeviceGetUtilizationRates"});
+  sym(&api->clock, {"nvmlDeviceGetClockInfo"});
+  sym(&api->temperature, {"nvmlDeviceGetTemperature"});
+  sym(&api->power, {"nvmlDeviceGetPowerUsage"});
+  sym(&api->throttle, {"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"});
+  sym(&api->ecc, {"nvmlDeviceGetTotalEccErrors"});
+  sym(&api->remapped, {"nvmlDeviceGetRemappedRows"});
+  sym(&api->pcie_replay, {"nvmlDeviceGetPcieReplayCounter"});
+  sym(&api->nvlink_errors, {"nvmlDeviceGetNvLinkErrorCounter"});
+  if (NvmlReturn r = api->init(); r != kNvmlSuccess) {
+    *why = "nvmlInit failed with NVML error " + std::to_string(r);
+    dlclose(h);
+    return nullptr;
+  }
+  std::unique_ptr<Nvml> nvml(new Nvml());
+  nvml->handle_ = h;
+  nvml->api_ = std::move(api);
+  return nvml;
+}
+
+Nvml::~Nvml() {
+  if (api_) api_->shutdown();
+  if (handle_ != nullptr) dlclose(handle_);
+}
+
+std::vector<GpuSample> Nvml::Sample() {
+  std::vector<GpuSample> out;
+  unsigned int count = 0;
+  if (api_->count(&count) != kNvmlSuccess) return out;
+  for (unsigned int i = 0; i < count && i < 64; ++i) {
+    NvmlDevice d = nullptr;
+    if (api_->handle(i, &d) != kNvmlSuccess) continue;
+    GpuSample s;
+    s.index = static_cast<int>(i);
+    NvmlUtilization u{};
+    if (api_->utilization && api_->utilization(d, &u) == kNvmlSuccess) {
+      s.utilization_pct = u.gpu;
+      s.memory_utilization_pct = u.memory;
+    }
+    unsigned int v = 0;
+    if (api_->clock && api_->clock(d, kClockSm, &v) == kNvmlSuccess) s.sm_clock_mhz = v;
+    if (api_->clock && api_->clock(d, kClockMem, &v) == kNvmlSuccess) s.memory_clock_mhz = v;
+    if (api_->temperature && api_->temperature(d, kTemperatureGpu, &v) == kNvmlSuccess) s.temperature_c = v;
+    if (api_->power && api_->power(d, &v) == kNvmlSuccess) s.power_w = v / 1000.0;  // milliwatts
+    unsigned long long ull = 0;
+    if (api_->throttle && api_->throttle(d, &ull) == kNvmlSuccess) s.throttle_reasons = static_cast<std::int64_t>(ull);
+    if (api_->ecc && api_->ecc(d, kEccCorrected, kEccVolatile, &ull) == kNvmlSuccess) {
+      s.ecc_corrected = static_cast<std::int64_t>(ull);
+    }
+    if (api_->ecc && api_->ecc(d, kEccUncorrected, kEccVolatile, &ull) == kNvmlSuccess) {
+      s.ecc_uncorrected = static_cast<std::int64_t>(ull);
+    }
+    unsigned int corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+    if (api_->remapped && api_->remapped(d, &corrected, &uncorrected, &pending, &failed) == kNvmlSuccess) {
+      s.remapped_rows_pending = pending;
+      s.remapped_rows_failed = failed;
+    }
+    if (api_->pcie_replay && api_->pcie_replay(d, &v) == kNvmlSuccess) s.pcie_replays = v;
+    if (api_->nvlink_errors) {
+      std::int64_t total = 0;
+      bool any = false;
+      for (unsigned int link = 0; link < kNvLinkMaxLinks; ++link) {
+        for (int counter = 0; counter < kNvLinkCounters; ++counter) {
+          if (api_->nvlink_errors(d, link, counter, &ull) == kNvmlSuccess) {
+            total += static_cast<std::int64_t>(ull);
+            any = true;
+          }
+        }
+      }
+      if (any) s.nvlink_errors = total;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+const char* const kNvidiaSmiGpuQuery =
+    "index,utilization.gpu,utilization.memory,clocks.sm,clocks.mem,temperature.gpu,power.draw,"
+    "clocks_throttle_reasons.active,ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total";
+
+std::vector<GpuSample> ParseNvidiaSmiGpus(const std::string& csv) {
+  std::vector<GpuSample> out;
+  std::istringstream lines(csv);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> cells;
+    std::stringstream ss(line);
+    std::string cell;
+    while (std::getline(ss, cell, ',')) cells.push_back(cell);
+    double v = 0;
+    if (cells.size() < 10 || !Number(cells[0], &v)) continue;
+    GpuSample s;
+    s.index = static_cast<int>(v);
+    double* doubles[] = {&s.utilization_pct, &s.memory_utilization_pct, &s.sm_clock_mhz, &s.memory_clock_mhz,
+                         &s.temperature_c, &s.power_w};
+    for (int i = 0; i < 6; ++i) {
+      if (Number(cells[1 + i], &v)) *doubles[i] = v;
+    }
+    if (Number(cells[7], &v)) s.throttle_reasons = static_cast<std::int64_t>(v);
+    if (Number(cells[8], &v)) s.ecc_corrected = static_cast<std::int64_t>(v);
+    if (Number(cells[9], &v)) s.ecc_uncorrected = static_cast<std::int64_t>(v);
+    out.push_back(s);
+  }
+  return out;
+}
+
+GpuTelemetry::GpuTelemetry(Options options) : options_(std::move(options)) {
+  std::string why;
+  nvml_ = Nvml::Open(options_.nvml_path, &why);  // dlopen: no process started here
+  if (nvml_) source_ = "nvml";
+  thread_ = std::thread([this] { Run(); });
+}
+
+GpuTelemetry::~GpuTelemetry() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<GpuSample> GpuTelemetry::Latest() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return latest_;
+}
+
+std::string GpuTelemetry::source() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return source_;
+}
+
+void GpuTelemetry::Run() {
+  if (!nvml_) {
+    // nvidia-smi alone, where it runs at all (a node without NVIDIA GPUs
+    // has none): asked here, off the caller's thread.
+    if (options_.nvidia_smi.empty() ||
+        std::system(("timeout 10 " + options_.nvidia_smi + " -L >/dev/null 2>&1").c_str()) != 0) {
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    source_ = "nvidia-smi";
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    std::vector<GpuSample> sample;
+    if (nvml_) {
+      sample = nvml_->Sample();
+    } else {
+      std::string cmd = "timeout 10 " + options_.nvidia_smi + " --query-gpu=" + kNvidiaSmiGpuQuery +
+                        " --format=csv,noheader,nounits 2>/dev/null";
+      std::string text;
+      if (FILE* p = popen(cmd.c_str(), "r")) {
+        char buf[4096];
+        std::size_t n;
+        while ((n = fread(buf, 1, sizeof(buf), p)) > 0) text.append(buf, n);
+        pclose(p);
+      }
+      sample = ParseNvidiaSmiGpus(text);
+    }
+    lock.lock();
+    latest_ = std::move(sample);
+    wake_.wait_for(lock, std::chrono::nanoseconds(options_.interval), [this] { return stop_; });
+  }
+}
+
+}  // namespace trainguard

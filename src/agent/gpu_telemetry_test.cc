@@ -1,0 +1,79 @@
+// GPU telemetry against a stand-in NVML (fake_nvml.cc, NVML's signatures)
+// and nvidia-smi's documented CSV format: this machine has no GPU.
+#include "agent/gpu_telemetry.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <thread>
+
+namespace trainguard {
+namespace {
+
+TEST(GpuTelemetryTest, NvmlLoadedAtRunTimeGivesEveryGpusFigures) {
+  setenv("TG_FAKE_NVML_GPUS", "8", 1);
+  std::string why;
+  auto nvml = Nvml::Open(TG_FAKE_NVML, &why);
+  ASSERT_NE(nvml, nullptr) << why;
+  auto gpus = nvml->Sample();
+  ASSERT_EQ(gpus.size(), 8u);
+  const GpuSample& g = gpus[3];
+  EXPECT_EQ(g.index, 3);
+  EXPECT_EQ(g.utilization_pct, 93);
+  EXPECT_EQ(g.sm_clock_mhz, 1410);
+  EXPECT_EQ(g.memory_clock_mhz, 2619);
+  EXPECT_EQ(g.temperature_c, 91);
+  EXPECT_DOUBLE_EQ(g.power_w, 653.0);
+  EXPECT_EQ(ThrottleReasonNames(g.throttle_reasons),
+            (std::vector<std::string>{"sw_thermal_slowdown", "hw_thermal_slowdown"}));
+  EXPECT_EQ(g.ecc_corrected, 15);
+  EXPECT_EQ(g.ecc_uncorrected, 0);
+  EXPECT_EQ(g.remapped_rows_pending, 0);
+  EXPECT_EQ(g.pcie_replays, 3);
+  EXPECT_EQ(g.nvlink_errors, 8);  // 4 links x 2 replays
+  EXPECT_TRUE(ThrottleReasonNames(gpus[0].throttle_reasons).empty());
+}
+
+TEST(GpuTelemetryTest, NoNvmlOrAFailedInitIsSaidAndNothingIsSampled) {
+  std::string why;
+  EXPECT_EQ(Nvml::Open("/nonexistent/libnvidia-ml.so.1", &why), nullptr);
+  EXPECT_NE(why.find("NVML not loaded"), std::string::npos) << why;
+  setenv("TG_FAKE_NVML_FAIL", "1", 1);
+  EXPECT_EQ(Nvml::Open(TG_FAKE_NVML, &why), nullptr);
+  EXPECT_NE(why.find("nvmlInit failed with NVML error 9"), std::string::npos) << why;
+  unsetenv("TG_FAKE_NVML_FAIL");
+  GpuTelemetry none({"/nonexistent/libnvidia-ml.so.1", "/nonexistent/nvidia-smi", 10 * kMillisecond});
+  EXPECT_EQ(none.source(), "");
+  EXPECT_TRUE(none.Latest().empty());
+}
+
+TEST(GpuTelemetryTest, TheSamplingThreadKeepsTheNewestSampleForTheHeartbeat) {
+  setenv("TG_FAKE_NVML_GPUS", "2", 1);
+  GpuTelemetry t({TG_FAKE_NVML, "", 10 * kMillisecond});
+  EXPECT_EQ(t.source(), "nvml");
+  for (int i = 0; i < 500 && t.Latest().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(t.Latest().size(), 2u);
+  EXPECT_EQ(t.Latest()[1].temperature_c, 61);
+}
+
+TEST(GpuTelemetryTest, NvidiaSmisCsvWithUnsupportedCells) {
+  // nvidia-smi --query-gpu=<kNvidiaSmiGpuQuery> --format=csv,noheader,nounits
+  auto gpus = ParseNvidiaSmiGpus(
+      "0, 98, 41, 1980, 2619, 62, 655.27, 0x0000000000000000, 0, 0\n"
+      "1, 97, 40, 1410, 2619, 89, 612.10, 0x0000000000000040, 12, 0\n"
+      "2, [N/A], [N/A], [N/A], [N/A], 35, [Not Supported], [Not Supported], [N/A], [N/A]\n"
+      "garbage line\n");
+  ASSERT_EQ(gpus.size(), 3u);
+  EXPECT_EQ(gpus[0].sm_clock_mhz, 1980);
+  EXPECT_DOUBLE_EQ(gpus[0].power_w, 655.27);
+  EXPECT_EQ(gpus[1].throttle_reasons, 0x40);
+  EXPECT_EQ(ThrottleReasonNames(gpus[1].throttle_reasons), std::vector<std::string>{"hw_thermal_slowdown"});
+  EXPECT_EQ(gpus[1].ecc_corrected, 12);
+  EXPECT_EQ(gpus[2].utilization_pct, -1);
+  EXPECT_EQ(gpus[2].temperature_c, 35);
+  EXPECT_EQ(gpus[2].throttle_reasons, -1);
+}
+
+}  // namespace
+}  // namespace trainguard
