@@ -12,6 +12,7 @@
 #include "common/utf8.h"
 #include "controller/crash_detector.h"
 #include "controller/describe.h"
+#include "controller/gpu_health.h"
 #include "controller/hang_detector.h"
 #include "controller/off_lock_runner.h"
 #include "controller/log_alert_detector.h"
@@ -78,7 +79,21 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
   node->standbys_ready = hb.metrics().standbys_ready();
   node->standby_rss_kb = hb.metrics().standby_rss_kb();
   node->memory_checkpoint_bytes = hb.metrics().memory_checkpoint_bytes();
-  node->gpus.assign(hb.metrics().gpus().begin(), hb.metrics().gpus().end());
+  {
+    std::vector<v1::GpuHealth> now(hb.metrics().gpus().begin(), hb.metrics().gpus().end());
+    // A GPU's error counters that grew since the last heartbeat: said at
+    // once, and kept with the node (trainguard nodes), before any job fails.
+    std::vector<std::string> grew = GpuErrorIncreases(node->gpus, now);
+    if (!grew.empty()) {
+      std::string what;
+      for (const auto& g : grew) what += (what.empty() ? "" : "; ") + g;
+      Emit("gpu_errors", node->node_id, -1, -1, "node " + node->node_id + ": " + what,
+           json{{"increases", grew}}.dump(-1, ' ', false, kReplaceBadUtf8));
+      writer_->RecordNodeAction({node->node_id, clock_->WallNanos(), "gpu-errors", "controller of job " + config_.job_id,
+                                 what, config_.job_id, json{{"increases", grew}}.dump(-1, ' ', false, kReplaceBadUtf8)});
+    }
+    node->gpus = std::move(now);
+  }
   if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
   for (int i = 0; i < hb.ranks_size(); ++i) {
     for (const v1::Fingerprint& f : hb.ranks(i).fingerprints()) {

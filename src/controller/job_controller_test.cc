@@ -623,6 +623,37 @@ TEST_F(JobControllerTest, AHangCulpritOnAnotherNodeThanTheFirstStuckRankNamesIts
   EXPECT_EQ(EventsOf("attribution").at(0).node, "node1");
 }
 
+TEST_F(JobControllerTest, AGPUsUncorrectedErrorsThatGrowAreSaidAtOnceAndKeptWithTheNode) {
+  Make(1, 1);
+  Register(0);
+  auto heartbeat = [&](std::int64_t uncorrected) {
+    v1::AgentMessage m;
+    m.mutable_heartbeat()->set_generation(0);
+    *m.mutable_heartbeat()->add_ranks() = Rank(0, 5);
+    for (int i = 0; i < 2; ++i) {
+      v1::GpuHealth* g = m.mutable_heartbeat()->mutable_metrics()->add_gpus();
+      g->set_index(i);
+      g->set_ecc_uncorrected(i == 1 ? uncorrected : 0);
+      g->set_remapped_rows_pending(0);
+      g->set_remapped_rows_failed(0);
+    }
+    controller_->OnMessage(1, m);
+  };
+  heartbeat(0);
+  heartbeat(0);
+  EXPECT_TRUE(EventsOf("gpu_errors").empty());
+  heartbeat(2);
+  ASSERT_EQ(EventsOf("gpu_errors").size(), 1u);
+  EXPECT_EQ(EventsOf("gpu_errors")[0].message, "node node0: GPU 1: uncorrected ECC errors 0 -> 2");
+  heartbeat(2);
+  EXPECT_EQ(EventsOf("gpu_errors").size(), 1u);  // said once per increase
+  controller_->Tick();
+  auto actions = store_.NodeActions("node0");
+  ASSERT_TRUE(actions.ok());
+  ASSERT_EQ(actions->size(), 1u);
+  EXPECT_EQ((*actions)[0].action, "gpu-errors");
+}
+
 TEST_F(JobControllerTest, ARankThatKeepsComputingThroughALongStepIsNotHung) {
   Make(1, 2);
   Register(0);

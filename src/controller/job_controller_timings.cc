@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_text.h"
+#include "controller/gpu_health.h"
 #include "controller/hang_locator.h"
 #include "controller/job_controller.h"
 #include "store/step_timing_text.h"
@@ -148,8 +149,19 @@ void JobController::RecordLayout(bool final_try) {
            .dump(-1, ' ', false, kReplaceBadUtf8));
 }
 
-void JobController::ActOnStraggler(const StragglerFinding& f) {
-  json d = {{"signal", f.signal},         {"phase", f.phase},          {"slowdown", f.slowdown},
+void JobController::ActOnStraggler(const StragglerFinding& original) {
+  StragglerFinding f = original;
+  // The cause, where the node's GPUs show it.
+  std::string cause;
+  if (f.signal == "compute" && !f.node.empty()) {
+    std::map<std::string, std::vector<v1::GpuHealth>> gpus;
+    for (const Node& n : nodes_) {
+      if (n.group_rank >= 0) gpus[n.node_id] = n.gpus;
+    }
+    cause = GpuSlowCause(f.node, gpus);
+    if (!cause.empty()) f.message += "; cause: " + f.node + " " + cause;
+  }
+  json d = {{"cause", cause},{"signal", f.signal},         {"phase", f.phase},          {"slowdown", f.slowdown},
             {"steps", f.steps},           {"first_step", f.first_step}, {"last_step", f.last_step},
             {"value_us", f.value_us},     {"centre_us", f.centre_us},   {"evict", f.evict},
             {"last_to_enter", f.last_to_enter},
