@@ -190,9 +190,8 @@ std::vector<GpuSample> ParseNvidiaSmiGpus(const std::string& csv) {
 }
 
 GpuTelemetry::GpuTelemetry(Options options) : options_(std::move(options)) {
-  std::string why;
-  nvml_ = Nvml::Open(options_.nvml_path, &why);  // dlopen: no process started here
-  if (nvml_) source_ = "nvml";
+  // Everything, NVML's initialisation included (seconds on a GPU without
+  // persistence mode), happens on the sampling thread.
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -216,7 +215,12 @@ std::string GpuTelemetry::source() const {
 }
 
 void GpuTelemetry::Run() {
-  if (!nvml_) {
+  std::string why;
+  nvml_ = Nvml::Open(options_.nvml_path, &why);
+  if (nvml_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    source_ = "nvml";
+  } else {
     // nvidia-smi alone, where it runs at all (a node without NVIDIA GPUs
     // has none): asked here, off the caller's thread.
     if (options_.nvidia_smi.empty() ||

@@ -51,8 +51,8 @@ TEST(GpuTelemetryTest, NoNvmlOrAFailedInitIsSaidAndNothingIsSampled) {
 TEST(GpuTelemetryTest, TheSamplingThreadKeepsTheNewestSampleForTheHeartbeat) {
   setenv("TG_FAKE_NVML_GPUS", "2", 1);
   GpuTelemetry t({TG_FAKE_NVML, "", 10 * kMillisecond});
-  EXPECT_EQ(t.source(), "nvml");
   for (int i = 0; i < 500 && t.Latest().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(t.source(), "nvml");
   ASSERT_EQ(t.Latest().size(), 2u);
   EXPECT_EQ(t.Latest()[1].temperature_c, 61);
 }
