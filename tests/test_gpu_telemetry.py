@@ -25,13 +25,22 @@ def gpu_samples(url):
 
 
 def test_each_gpus_health_reaches_metrics_by_node_and_index(tmp_path, no_leftovers):
+    # Idle until the test has read the gauges (at most 2 minutes).
     script = tmp_path / "idle.py"
-    script.write_text("import time\nfor _ in range(60):\n    time.sleep(0.1)\n")
+    done = tmp_path / "done"
+    script.write_text("import os, time\nfor _ in range(1200):\n    if os.path.exists(%r):\n        break\n"
+                      "    time.sleep(0.1)\n" % str(done))
     job = Job(tmp_path, "gpu-health", [PYTHON, str(script)], nnodes=2, nproc=1,
               flags=["--heartbeat-interval", "0.5"], env={"TRAINGUARD_NVML_LIBRARY": FAKE_NVML})
     url = api_url(job)
-    samples = wait_for(lambda: (lambda s: s if ("trainguard_gpu_temperature_celsius", "node1", "7", None) in s
-                                else None)(gpu_samples(url)) or job.proc.poll() is not None, 60, "GPU gauges")
+    # Each node's first sample comes with one of its heartbeats after the
+    # first: wait for both nodes' (not one node's) before reading them.
+    wanted = [("trainguard_gpu_temperature_celsius", node, str(gpu), None) for node in ("node0", "node1")
+              for gpu in range(8)]
+    samples = wait_for(lambda: (lambda s: s if all(k in s for k in wanted) else None)(gpu_samples(url))
+                       or job.proc.poll() is not None, 60, "GPU gauges of both nodes")
+    if not isinstance(samples, dict):
+        done.write_text("")
     assert isinstance(samples, dict), job.output()[-2000:]
     for node in ("node0", "node1"):
         assert samples[("trainguard_gpu_sm_clock_hertz", node, "3", None)] == 1410e6
@@ -42,4 +51,5 @@ def test_each_gpus_health_reaches_metrics_by_node_and_index(tmp_path, no_leftove
         assert samples[("trainguard_gpu_nvlink_errors", node, "0", None)] == 8
         assert samples[("trainguard_gpu_throttled", node, "3", "hw_thermal_slowdown")] == 1
     assert not any(k[0] == "trainguard_gpu_throttled" and k[2] != "3" for k in samples), samples
+    done.write_text("")
     assert job.wait(timeout=120) == 0, job.output()[-2000:]
