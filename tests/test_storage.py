@@ -16,7 +16,7 @@ from conftest import PYTHON, ROOT, Job, status_page_step, wait_for
 
 PLAIN = os.path.join(ROOT, "tests", "plain_ddp.py")
 SLOW_FS = os.path.join(ROOT, "tests", "slow_fs.py")
-HANG_TIMEOUT = 4
+HANG_TIMEOUT = 6  # a stall counts after half of it blocked: 3 s, ~2 s of margin
 
 
 @pytest.fixture
