@@ -42,6 +42,22 @@ struct Unit {
 
 }  // namespace
 
+std::vector<double> MediansOfOthers(const std::vector<double>& v) {
+  std::vector<double> out(v.size(), 0);
+  if (v.size() < 2) return out;
+  std::vector<double> s = v;
+  std::sort(s.begin(), s.end());
+  const std::size_t m = s.size() - 1;  // how many remain once one is left out
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    // Leaving out any copy of v[k] leaves the same values; take the first.
+    const std::size_t i = static_cast<std::size_t>(std::lower_bound(s.begin(), s.end(), v[k]) - s.begin());
+    auto at = [&](std::size_t j) { return j < i ? s[j] : s[j + 1]; };
+    out[k] = m % 2 == 1 ? at(m / 2) : (at(m / 2 - 1) + at(m / 2)) / 2;
+  }
+  return out;
+}
+
+
 bool IsComputePhase(const std::string& key) {
   std::string k = key.rfind("gpu:", 0) == 0 ? key.substr(4) : key;
   return k == "forward" || k == "backward" || k == "optimizer";
@@ -167,12 +183,13 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pa
   std::map<std::string, double> unit_value;
   for (auto& [key, v] : of_unit) unit_value[key] = Median(v);
   const double min_log = std::log(1 + policy_.min_slowdown);
+  std::vector<double> xs_all;
+  xs_all.reserve(unit_value.size());
+  for (const auto& [key, x] : unit_value) xs_all.push_back(x);
+  const std::vector<double> centres = MediansOfOthers(xs_all);
+  std::size_t idx = 0;
   for (const auto& [key, x] : unit_value) {
-    std::vector<double> others;
-    for (const auto& [k2, y] : unit_value) {
-      if (k2 != key) others.push_back(y);
-    }
-    const double centre = Median(others);
+    const double centre = centres[idx++];
     if (x <= 0 || centre <= 0) continue;
     const double lr = std::log(x / centre);
     Cusum& c = cusum_[key];
@@ -334,12 +351,13 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
     std::map<std::string, std::vector<double>> ratios;
     for (const auto& [step, values] : at) {
       if (values.size() < 3) continue;
+      std::vector<double> xs;
+      xs.reserve(values.size());
+      for (const auto& [key, x] : values) xs.push_back(x);
+      const std::vector<double> centres = MediansOfOthers(xs);
+      std::size_t i = 0;
       for (const auto& [key, x] : values) {
-        std::vector<double> others;
-        for (const auto& [k2, y] : values) {
-          if (k2 != key) others.push_back(y);
-        }
-        double c = Median(others);
+        const double c = centres[i++];
         if (c > 0) ratios[key].push_back(x / c);
       }
     }

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 
@@ -236,6 +237,46 @@ TEST(StragglerDetectorTest, SignalsComeFromDeviceTimeWhenThereIsSome) {
   bare.phases = {{"comm:all_reduce", 200}};
   FillSignals(&bare);
   EXPECT_EQ(bare.compute_us, 800);
+}
+
+double BruteMedian(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+TEST(StragglerDetectorTest, MediansOfOthersMatchesOneMedianPerValue) {
+  std::mt19937 rng(3);
+  for (int n = 2; n <= 40; ++n) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<double> v(static_cast<std::size_t>(n));
+      // Small integers: many ties, the case where "leave out which copy" matters.
+      for (double& x : v) x = std::uniform_int_distribution<int>(0, trial % 2 == 0 ? 5 : 1000)(rng);
+      std::vector<double> got = MediansOfOthers(v);
+      ASSERT_EQ(got.size(), v.size());
+      for (std::size_t k = 0; k < v.size(); ++k) {
+        std::vector<double> others;
+        for (std::size_t j = 0; j < v.size(); ++j) {
+          if (j != k) others.push_back(v[j]);
+        }
+        ASSERT_DOUBLE_EQ(got[k], BruteMedian(others)) << "n=" << n << " k=" << k;
+      }
+    }
+  }
+  EXPECT_TRUE(MediansOfOthers({}).empty());
+  EXPECT_EQ(MediansOfOthers({4.0}), std::vector<double>{0.0});
+}
+
+TEST(StragglerDetectorTest, AThousandNodeJobNamesItsOneSlowNode) {
+  StragglerPolicy p;
+  StragglerDetector d(p);
+  Job job;
+  job.nodes = 1000;
+  job.slow = [](int n, std::int64_t step) { return n == 617 && step >= 40 ? 1.10 : 1.0; };
+  auto f = job.Run(&d, 0, 46);
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].node, "node617") << f[0].message;
+  EXPECT_EQ(d.Stragglers(), std::set<std::string>{"node617"});
 }
 
 }  // namespace
