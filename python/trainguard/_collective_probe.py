@@ -47,10 +47,12 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def figure(name, value=0.0, error=""):
+def figure(name, value=0.0, error="", device=""):
     out = {"name": name, "value": float(value)}
     if error:
         out["error"] = error
+    if device:
+        out["device"] = device  # the GPU's model: floors are per model, and only alike GPUs are compared
     return out
 
 
@@ -241,7 +243,9 @@ def gpu_figures(args):
     size = 8192 if args.bytes >= (64 << 20) else 4096
     copy_bytes = max(args.bytes * 16, 64 << 20)
     for i in range(torch.cuda.device_count()):
+        model = ""
         try:
+            model = torch.cuda.get_device_name(i)
             with torch.cuda.device(i):
                 a = torch.randn(size, size, device="cuda", dtype=torch.float16)
                 b = torch.randn(size, size, device="cuda", dtype=torch.float16)
@@ -261,15 +265,16 @@ def gpu_figures(args):
                         fastest = min(fastest, start.elapsed_time(end) / 1000)
                     return fastest
 
-                out.append(figure("gpu_gemm_tflops:%d" % i, 2 * size ** 3 / best(lambda: torch.mm(a, b)) / 1e12))
+                out.append(figure("gpu_gemm_tflops:%d" % i, 2 * size ** 3 / best(lambda: torch.mm(a, b)) / 1e12,
+                                  device=model))
                 out.append(figure("gpu_known_answer_mismatches:%d" % i,
-                                  known_answer_mismatches(torch, torch.device("cuda", i))))
+                                  known_answer_mismatches(torch, torch.device("cuda", i)), device=model))
                 out.append(figure("gpu_h2d_gbps:%d" % i,
-                                  copy_bytes / best(lambda: dev.copy_(host, non_blocking=True)) / 1e9))
+                                  copy_bytes / best(lambda: dev.copy_(host, non_blocking=True)) / 1e9, device=model))
                 out.append(figure("gpu_d2h_gbps:%d" % i,
-                                  copy_bytes / best(lambda: host.copy_(dev, non_blocking=True)) / 1e9))
+                                  copy_bytes / best(lambda: host.copy_(dev, non_blocking=True)) / 1e9, device=model))
         except Exception as e:  # noqa: B902 - a GPU that fails here is the finding
-            out.append(figure("gpu_gemm_tflops:%d" % i, error="%s: %s" % (type(e).__name__, e)))
+            out.append(figure("gpu_gemm_tflops:%d" % i, error="%s: %s" % (type(e).__name__, e), device=model))
     return out
 
 

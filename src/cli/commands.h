@@ -126,6 +126,10 @@ struct DiagOptions {
   std::vector<std::string> floors;     // KIND=VALUE over the default floors
   std::vector<std::string> fractions;  // KIND=FRACTION over the default fractions of the median
   bool slurm_drain = false;            // a Slurm prolog/epilog: drain (and cordon) a failing or cordoned node
+  // The GPUs' GEMM and copies (when the driver lists GPUs): run with this
+  // interpreter, which must import torch with CUDA; "" = $TRAINGUARD_PYTHON or python3.
+  std::string python;
+  bool gpu_compute = true;
 };
 
 int RunJob(const JobOptions& options);

@@ -14,6 +14,7 @@
 #include "cli/slurm.h"
 #include "common/clock.h"
 #include "common/json_text.h"
+#include "diag/collective_probe.h"
 #include "diag/judge.h"
 #include "diag/suite.h"
 #include "store/event_store.h"
@@ -78,6 +79,7 @@ json VerdictJson(const NodeVerdict& v, const DiagnosticsRecord& record) {
   for (const auto& f : v.figures) {
     json j = {{"name", f.figure.name}, {"value", f.figure.value}, {"ok", f.failure.empty()}};
     if (!f.figure.error.empty()) j["error"] = f.figure.error;
+    if (!f.figure.device.empty()) j["device"] = f.figure.device;
     if (f.peers > 0) {
       j["median"] = f.median;
       j["nodes_in_median"] = f.peers;
@@ -98,6 +100,34 @@ void PrintVerdict(const NodeVerdict& v, const DiagnosticsRecord& record) {
     std::printf("  %-28s %10s  %-18s %s\n", f.figure.name.c_str(), value.c_str(), median.c_str(),
                 f.failure.empty() ? "ok" : ("FAIL: " + f.failure).c_str());
   }
+}
+
+// The suite, then (when the driver lists GPUs) each GPU's GEMM and host
+// copies with the job's PyTorch: the figures a diagnosis round's collective
+// stage measures, here without a job.
+std::vector<Figure> MeasureNode(const SuitePlan& plan, const DiagOptions& o, const std::string& work_dir) {
+  std::vector<Figure> figures = RunSuite(plan);
+  bool gpus = false;
+  for (const Figure& f : figures) gpus |= f.name == "gpu_count" && f.error.empty() && f.value > 0;
+  if (!gpus || !o.gpu_compute) return figures;
+  CollectivePlan gpu;
+  const char* env = std::getenv("TRAINGUARD_PYTHON");
+  gpu.python = !o.python.empty() ? o.python : env != nullptr && *env != '\0' ? env : "python3";
+  const std::string dir = PythonDir();
+  if (dir.empty()) {
+    figures.push_back({"collective_probe", 0, "the trainguard Python package is not next to this binary: no GPU "
+                                              "compute or copy figures"});
+    return figures;
+  }
+  gpu.script = dir + "/trainguard/_collective_probe.py";
+  gpu.work_dir = work_dir;
+  gpu.gpu = true;
+  if (plan.mode == "full") {
+    gpu.bytes = 64ll << 20;
+    gpu.iters = 20;
+  }
+  for (Figure& f : RunCollectiveProbe(gpu)) figures.push_back(std::move(f));
+  return figures;
 }
 
 }  // namespace
@@ -191,12 +221,12 @@ int DiagCommand(const DiagOptions& o) {
   }
   if (!o.show) {
     if (!o.json) std::fprintf(stderr, "trainguard: running the %s diagnostics suite on node %s\n", plan.mode.c_str(), node.c_str());
-    nodes.push_back({node, RunSuite(plan)});
+    nodes.push_back({node, MeasureNode(plan, o, plan.paths.front().second)});
     // Below the median only: a neighbour's burst may have lowered it; the
     // better of two runs counts (as in the controller's rounds).
     if (FailsOnlyAgainstPeers(JudgeNodes(nodes, policy).back())) {
       if (!o.json) std::fprintf(stderr, "trainguard: node %s is below the nodes' median: measuring again\n", node.c_str());
-      nodes.back().figures = BestOf(nodes.back().figures, RunSuite(plan));
+      nodes.back().figures = BestOf(nodes.back().figures, MeasureNode(plan, o, plan.paths.front().second));
     }
     judged.push_back({node, WallNowNanos(), plan.mode, "", FiguresToJson(nodes.back().figures)});
     if (store) {
@@ -225,7 +255,9 @@ int DiagCommand(const DiagOptions& o) {
     out["stale_records_ignored"] = stale;
     out["policy"] = {{"floors", policy.floors},
                      {"fraction_of_median", policy.fraction_of_median},
-                     {"min_nodes_for_median", policy.min_nodes_for_median}};
+                     {"min_nodes_for_median", policy.min_nodes_for_median},
+                     {"gpu_model_floors", policy.gpu_model_floors},
+                     {"fraction_of_node_gpus", policy.fraction_of_node_gpus}};
     std::cout << out.dump(2, ' ', false, kReplaceBadUtf8) << "\n";
   } else {
     if (o.show && verdicts.empty()) std::printf("no node has diagnostics in %s\n", StoreDisplayName(o.store).c_str());

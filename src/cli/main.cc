@@ -349,6 +349,12 @@ int main(int argc, char** argv) {
   diag_cmd->add_option("--floor", diag.floors, "KIND=VALUE: a figure's absolute floor (see docs/nodes.md)");
   diag_cmd->add_option("--fraction", diag.fractions,
                        "KIND=F: a node below F x the nodes' median of KIND fails (see docs/nodes.md)");
+  diag_cmd->add_option("--python", diag.python,
+                       "interpreter that imports torch with CUDA, for the GPUs' GEMM and copy figures (default "
+                       "$TRAINGUARD_PYTHON, else python3)");
+  bool diag_no_gpu_compute = false;
+  diag_cmd->add_flag("--no-gpu-compute", diag_no_gpu_compute,
+                     "skip the GPUs' GEMM and copies (driver health checks still run)");
   diag_cmd->add_flag("--json", diag.json, "JSON output");
   diag_cmd->add_flag("--slurm-drain", diag.slurm_drain,
                      "as a Slurm prolog or epilog (docs/slurm.md): a failing node, or one cordoned in the store, is "
@@ -425,6 +431,7 @@ int main(int argc, char** argv) {
   if (uncordon_cmd->parsed()) return trainguard::UncordonNode(uncordon_store, uncordon_node, uncordon_reason);
   if (diag_cmd->parsed()) {
     if (diag_no_store) diag.store.clear();
+    diag.gpu_compute = !diag_no_gpu_compute;
     return trainguard::DiagCommand(diag);
   }
   if (attr_cmd->parsed()) return trainguard::AttributeCommand(attr);

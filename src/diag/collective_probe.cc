@@ -40,6 +40,7 @@ std::vector<Figure> CollectiveFiguresFromOutput(const std::string& stdout_text) 
     }
     Figure figure{f["name"].get<std::string>(), f["value"].get<double>(), ""};
     if (f.contains("error") && f["error"].is_string()) figure.error = f["error"].get<std::string>();
+    if (f.contains("device") && f["device"].is_string()) figure.device = f["device"].get<std::string>();
     figures.push_back(std::move(figure));
   }
   return figures;

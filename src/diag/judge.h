@@ -47,7 +47,35 @@ struct JudgePolicy {
   // collective probe that could not run (no torch for it is no node fault).
   std::set<std::string> shown_only = {"net_rtt_us", "rack_allreduce_gbps", "collective_probe"};
   std::size_t min_nodes_for_median = 3;  // fewer nodes: floors only
+  // Floors of per-GPU figures by model, the model a word of the device's
+  // name ("H100" in "NVIDIA H100 80GB HBM3", "A100" in "NVIDIA
+  // A100-SXM4-80GB"). GEMM: about a third of the slowest variant's dense
+  // FP16 tensor peak from the datasheet (a 4096-square GEMM reaches 60-75 %
+  // of it), so that only a broken or badly throttled GPU is below; copies:
+  // less than half of what a healthy x16 link of the GPU's PCIe generation
+  // moves (Gen3 ~12, Gen4 ~25, Gen5 ~50 GB/s), so a link trained down to
+  // x8 or an older generation is below. A model not listed: generic floors.
+  std::map<std::string, std::map<std::string, double>> gpu_model_floors = {
+      {"T4", {{"gpu_gemm_tflops", 15}, {"gpu_h2d_gbps", 5}, {"gpu_d2h_gbps", 5}}},
+      {"V100", {{"gpu_gemm_tflops", 35}, {"gpu_h2d_gbps", 5}, {"gpu_d2h_gbps", 5}}},
+      {"A10", {{"gpu_gemm_tflops", 35}, {"gpu_h2d_gbps", 10}, {"gpu_d2h_gbps", 10}}},
+      {"L4", {{"gpu_gemm_tflops", 30}, {"gpu_h2d_gbps", 10}, {"gpu_d2h_gbps", 10}}},
+      {"A100", {{"gpu_gemm_tflops", 100}, {"gpu_h2d_gbps", 10}, {"gpu_d2h_gbps", 10}}},
+      {"L40S", {{"gpu_gemm_tflops", 100}, {"gpu_h2d_gbps", 10}, {"gpu_d2h_gbps", 10}}},
+      {"H100", {{"gpu_gemm_tflops", 250}, {"gpu_h2d_gbps", 20}, {"gpu_d2h_gbps", 20}}},
+      {"H200", {{"gpu_gemm_tflops", 300}, {"gpu_h2d_gbps", 20}, {"gpu_d2h_gbps", 20}}},
+      {"GH200", {{"gpu_gemm_tflops", 300}, {"gpu_h2d_gbps", 20}, {"gpu_d2h_gbps", 20}}},
+      {"B200", {{"gpu_gemm_tflops", 700}, {"gpu_h2d_gbps", 20}, {"gpu_d2h_gbps", 20}}}};
+  // By kind, for per-GPU figures: a GPU below this fraction of the median of
+  // its own node's other GPUs of the same model fails (with at least two
+  // others), so that one node alone still finds its one slow GPU.
+  std::map<std::string, double> fraction_of_node_gpus = {
+      {"gpu_gemm_tflops", 0.7}, {"gpu_h2d_gbps", 0.7}, {"gpu_d2h_gbps", 0.7}};
 };
+
+// The key of `device` in `gpu_model_floors` ("H100" for "NVIDIA H100 80GB
+// HBM3"); "" when none of its words is a listed model.
+std::string GpuModel(const std::string& device, const JudgePolicy& policy);
 
 struct FigureVerdict {
   Figure figure;

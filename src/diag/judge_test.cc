@@ -91,5 +91,70 @@ TEST(DiagJudgeTest, ARacksAllReduceAndAProbeThatCouldNotRunAreShownNotJudged) {
   EXPECT_FALSE(verdicts[1].healthy);
 }
 
+TEST(DiagJudgeTest, GpuModelsAreReadFromTheDriversNames) {
+  JudgePolicy p;
+  EXPECT_EQ(GpuModel("NVIDIA H100 80GB HBM3", p), "H100");
+  EXPECT_EQ(GpuModel("NVIDIA A100-SXM4-80GB", p), "A100");
+  EXPECT_EQ(GpuModel("NVIDIA A10", p), "A10");
+  EXPECT_EQ(GpuModel("Tesla V100-SXM2-16GB", p), "V100");
+  EXPECT_EQ(GpuModel("NVIDIA GH200 480GB", p), "GH200");
+  EXPECT_EQ(GpuModel("NVIDIA H200", p), "H200");
+  EXPECT_EQ(GpuModel("NVIDIA GeForce RTX 4090", p), "");  // not listed: generic floors only
+  EXPECT_EQ(GpuModel("", p), "");
+}
+
+// One node's GPUs as the probe reports them: GEMM TFLOP/s and copies per device.
+std::vector<Figure> Gpus(const std::string& model, const std::vector<double>& tflops, double copy_gbps = 50) {
+  std::vector<Figure> out;
+  for (std::size_t i = 0; i < tflops.size(); ++i) {
+    out.push_back({"gpu_gemm_tflops:" + std::to_string(i), tflops[i], "", model});
+    out.push_back({"gpu_h2d_gbps:" + std::to_string(i), copy_gbps, "", model});
+  }
+  return out;
+}
+
+TEST(DiagJudgeTest, AGpuBelowItsModelsFloorFailsEvenAlone) {
+  // One node, two GPUs (too few to compare): the H100 at 120 TFLOP/s is broken.
+  auto v = JudgeNodes({{"n0", Gpus("NVIDIA H100 80GB HBM3", {700, 120}, 12)}});
+  ASSERT_FALSE(v[0].healthy);
+  ASSERT_EQ(v[0].failures.size(), 3u);  // GPU 1's GEMM, both GPUs' copies (x8 or Gen3 speed)
+  EXPECT_NE(v[0].failures[1].find("gpu_gemm_tflops:1 120 is below the floor 250 of the H100"), std::string::npos)
+      << v[0].failures[1];
+  EXPECT_NE(v[0].failures[0].find("gpu_h2d_gbps:0 12.00 is below the floor 20.00 of the H100"), std::string::npos)
+      << v[0].failures[0];
+  // The same figures from an A100 are healthy: its floors are its own.
+  EXPECT_TRUE(JudgeNodes({{"n0", Gpus("NVIDIA A100-SXM4-80GB", {250, 240}, 12)}})[0].healthy);
+  // A model nobody listed has no GPU floor.
+  EXPECT_TRUE(JudgeNodes({{"n0", Gpus("NVIDIA GeForce RTX 4090", {90, 1}, 1)}})[0].healthy);
+}
+
+TEST(DiagJudgeTest, OneNodeFindsItsOneSlowGpuAmongItsOthers) {
+  auto v = JudgeNodes({{"n0", Gpus("NVIDIA H100 80GB HBM3", {710, 700, 720, 380, 705, 715, 698, 702})}});
+  ASSERT_FALSE(v[0].healthy);
+  ASSERT_EQ(v[0].failures.size(), 1u);
+  EXPECT_NE(v[0].failures[0].find("gpu_gemm_tflops:3 380 is 54 % of the median 705 of this node's 7 other "
+                                  "NVIDIA H100 80GB HBM3 GPUs (min 70 %)"),
+            std::string::npos)
+      << v[0].failures[0];
+  EXPECT_TRUE(FailsOnlyAgainstPeers(v[0]));  // worth measuring again before evicting
+  // Two GPUs: which one is slow? Neither fails against the other.
+  EXPECT_TRUE(JudgeNodes({{"n0", Gpus("NVIDIA H100 80GB HBM3", {700, 380})}})[0].healthy);
+}
+
+TEST(DiagJudgeTest, GpusAreComparedAcrossNodesOnlyWithTheSameModel) {
+  // Three H100 nodes and one A100 node: the A100s are not slow H100s.
+  std::vector<NodeFigures> nodes = {{"h0", Gpus("NVIDIA H100 80GB HBM3", {700, 705})},
+                                    {"h1", Gpus("NVIDIA H100 80GB HBM3", {690, 710})},
+                                    {"h2", Gpus("NVIDIA H100 80GB HBM3", {420, 430})},
+                                    {"a0", Gpus("NVIDIA A100-SXM4-80GB", {250, 255})}};
+  auto v = JudgeNodes(nodes);
+  EXPECT_TRUE(v[0].healthy);
+  EXPECT_TRUE(v[1].healthy);
+  ASSERT_FALSE(v[2].healthy);  // both its GPUs are at 61 % of the H100 nodes' median
+  EXPECT_NE(v[2].failures[0].find("gpu_gemm_tflops:0 420 is 61 % of the median 690 of 3 nodes"), std::string::npos)
+      << v[2].failures[0];
+  EXPECT_TRUE(v[3].healthy) << (v[3].failures.empty() ? "" : v[3].failures[0]);
+}
+
 }  // namespace
 }  // namespace trainguard

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -15,9 +16,15 @@
 namespace trainguard {
 
 struct Figure {
+  Figure(std::string name_ = "", double value_ = 0, std::string error_ = "", std::string device_ = "")
+      : name(std::move(name_)), value(value_), error(std::move(error_)), device(std::move(device_)) {}
   std::string name;    // "compute_gflops", "memory_gbps", "disk_write_mbps:/ckpt", ...
   double value = 0;    // in the unit the name ends with
   std::string error;   // non-empty: the probe could not measure (the check fails)
+  // Per-GPU figures: the device's model as the driver names it ("NVIDIA
+  // H100 80GB HBM3"); floors are per model, and only GPUs of one model are
+  // compared with each other.
+  std::string device;
 };
 
 // How long each probe may run. Compute and memory are measured in windows

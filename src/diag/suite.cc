@@ -32,6 +32,7 @@ std::string FiguresToJson(const std::vector<Figure>& figures) {
   for (const auto& f : figures) {
     json j = {{"name", f.name}, {"value", f.value}};
     if (!f.error.empty()) j["error"] = f.error;
+    if (!f.device.empty()) j["device"] = f.device;
     out.push_back(std::move(j));
   }
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -50,6 +51,7 @@ StatusOr<std::vector<Figure>> FiguresFromJson(const std::string& text) {
     }
     Figure f{j["name"].get<std::string>(), j["value"].get<double>(), ""};
     if (j.contains("error") && j["error"].is_string()) f.error = j["error"].get<std::string>();
+    if (j.contains("device") && j["device"].is_string()) f.device = j["device"].get<std::string>();
     out.push_back(std::move(f));
   }
   return out;
