@@ -12,8 +12,10 @@ the first run (a device that computed wrong, silently); --out writes a
 checksum of the final parameters. A --ckpt holding "{step}" keeps a file per
 checkpoint and resumes from the newest. --data-dir D makes each step also
 read 4 KiB of D/shard-RANK through a DataLoader (--loader-workers worker
-processes), as a loader of file-backed data does; the values read do not
-change the training."""
+processes), as a loader of file-backed data does, or, when D is an http://
+URL, fetches those 4 KiB from D/shard-RANK with a Range request, as a
+loader of object-store data does; the values read do not change the
+training."""
 
 import argparse
 import glob
@@ -22,6 +24,7 @@ import os
 import re
 import signal
 import time
+import urllib.request
 
 import torch
 import torch.distributed as dist
@@ -38,13 +41,19 @@ class Shard(torch.utils.data.Dataset):
     """Item i: 4 KiB of DIR/shard-RANK read at offset 4096 * i (wrapping)."""
 
     def __init__(self, directory, rank, start, stop):
-        self.path = os.path.join(directory, "shard-%d" % rank)
+        self.path = (directory.rstrip("/") + "/shard-%d" % rank if directory.startswith("http://")
+                     else os.path.join(directory, "shard-%d" % rank))
         self.start, self.stop = start, stop
 
     def __len__(self):
         return self.stop - self.start
 
     def __getitem__(self, i):
+        if self.path.startswith("http://"):
+            offset = 4096 * (self.start + i)
+            request = urllib.request.Request(self.path, headers={"Range": "bytes=%d-%d" % (offset, offset + 4095)})
+            with urllib.request.urlopen(request) as r:
+                return torch.frombuffer(bytearray(r.read()), dtype=torch.uint8).sum()
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             f.seek((4096 * (self.start + i)) % max(size - 4096, 1))

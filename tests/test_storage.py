@@ -1,11 +1,14 @@
 """Issue 25: a rank stalled reading its data from a slow file system is a
 storage stall naming the mount, not a communication hang. The data sits on
 a real FUSE file system (tests/slow_fs.py) whose reads of a chosen file
-wait until the test lets them go; the script is plain DDP with a
-DataLoader, without `import trainguard`."""
+wait until the test lets them go, or behind a real HTTP server (an object
+store's stand-in) that stops answering one rank; the script is plain DDP
+with a DataLoader, without `import trainguard`."""
 
+import http.server
 import os
 import shutil
+import threading
 import signal
 import subprocess
 import time
@@ -115,3 +118,66 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
     assert not any(k[0] == "trainguard_node_storage_blocked_tasks" for k in reads), reads
     assert job.wait(timeout=300) == 0, job.output()[-3000:]
     assert not job.events("failure"), job.events("failure")
+
+
+@pytest.fixture
+def object_store():
+    """Shards over HTTP with Range requests; `stall` holds the names whose
+    requests get no answer until the test ends."""
+    stall, release = set(), threading.Event()
+    data = os.urandom(64 * 1024)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path.strip("/") in stall:
+                release.wait(600)
+            start, end = 0, len(data) - 1
+            header = self.headers.get("Range", "")
+            if header.startswith("bytes="):
+                start, end = (int(x) for x in header[len("bytes="):].split("-"))
+                start, end = start % len(data), min(end % len(data), len(data) - 1)
+            body = data[start:end + 1]
+            try:
+                self.send_response(206 if header else 200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the rank that asked was stopped meanwhile
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield "http://127.0.0.1:%d" % server.server_address[1], stall
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_rank_whose_object_store_read_stalls_is_a_data_loader_stall_not_a_hang(tmp_path, no_leftovers,
+                                                                                    object_store):
+    url, stall = object_store
+    job = job_of(tmp_path, "object-stall", url)
+    wait_for(lambda: (status_page_step("object-stall", "node0", 1) or -1) >= 10 or job.proc.poll() is not None,
+             120, "step 10 of rank 1")
+    stall.add("shard-1")  # rank 1's requests get no answer from now on (its socket waits: state S, not D)
+    wait_for(lambda: job.events("failure") or job.proc.poll() is not None, 120, "the stall's failure")
+    stall.clear()
+    assert job.wait(timeout=300) == 0, job.output()[-3000:]
+    failure = job.events("failure")[0]
+    assert failure["detail"]["failure_kind"] == "hang"
+    assert failure["rank"] == 1, failure["message"]
+    attribution = job.events("attribution")[0]["detail"]
+    assert attribution["category"] == "storage" and attribution["rule"] == "data-loader-stall", attribution
+    assert attribution["culprit_ranks"] == [1] and attribution["culprit_nodes"] == ["node0"], attribution
+    evidence = attribution["culprit_evidence"]
+    assert "rank 1 has waited for data (phase 'data')" in evidence and "read nothing for" in evidence, evidence
+    assert "holds no data file open" in evidence, evidence
+    assert job.events("decision")[0]["detail"]["decision"] == "restart"
+    assert not job.events("node_evicted")

@@ -323,6 +323,10 @@ void Agent::SendHeartbeat() {
       const GroupActivity& a = activity[rank->pid];
       rank->activity.Update(a, sampled);
       rank->pids.insert(a.pids.begin(), a.pids.end());
+      // A worker that exits takes its count with it: only growth is reading.
+      if (a.rchar > rank->rchar_seen && rank->read_changed >= 0) rank->read_changed = sampled;
+      if (rank->read_changed < 0) rank->read_changed = sampled;
+      rank->rchar_seen = a.rchar;
       rank->last_sample = a;
       // Every thread of a quiet rank (a hang's suspect), else only the main
       // threads already seen in state D: nothing more while it computes.

@@ -40,6 +40,8 @@ struct Agent::Rank {
   GroupActivity last_sample;                  // the group's counters at the last heartbeat
   BlockedTracker blocked;                     // its tasks blocked in file I/O ...
   std::vector<BlockedTracker::Blocked> blocked_now;  // ... at the last heartbeat
+  std::uint64_t rchar_seen = 0;  // the group's rchar at the last heartbeat
+  Nanos read_changed = -1;       // when it last grew; -1 before the second sample
   TimingCollector timings;  // this rank's per-step timings, from its page
   bool warm = false;        // a standby became it
   std::string cold_reason;  // why not, where warm starts are on

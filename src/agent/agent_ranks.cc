@@ -265,6 +265,21 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
     io->set_syscw(static_cast<std::int64_t>(a.syscw));
     io->set_read_bytes(static_cast<std::int64_t>(a.read_bytes));
     io->set_write_bytes(static_cast<std::int64_t>(a.write_bytes));
+    const Nanos read_age =
+        rank.read_changed < 0 ? -1 : std::max<Nanos>(0, clock_->MonotonicNanos() - rank.read_changed);
+    io->set_read_age_ms(read_age < 0 ? -1 : read_age / kMillisecond);
+    // Waiting for data and reading nothing: where its data comes from (the
+    // hang detector's storage sign; listing descriptors costs, so only then).
+    if (s.phase() == "data" && read_age >= heartbeat_interval_) {
+      std::set<std::string> ours = {rank.stacks_path, rank.error_file};
+      for (const OpenFile& f : OpenDataFiles(a.pids, ours)) {
+        v1::OpenFile* out = io->add_data_files();
+        out->set_path(f.path);
+        out->set_mount_point(f.mount.mount_point);
+        out->set_fstype(f.mount.fstype);
+        out->set_source(f.mount.source);
+      }
+    }
     for (const auto& b : rank.blocked_now) {
       if (s.blocked_io_size() >= 8) break;
       v1::BlockedIo* out = s.add_blocked_io();

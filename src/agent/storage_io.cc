@@ -1,6 +1,7 @@
 #include "agent/storage_io.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -23,6 +24,24 @@ std::string ReadLink(const std::string& path) {
   char buf[4096];
   ssize_t n = readlink(path.c_str(), buf, sizeof(buf) - 1);
   return n <= 0 ? "" : std::string(buf, static_cast<std::size_t>(n));
+}
+
+// Whether /proc/PID/fd/N is a regular file (or, with `dirs`, a directory),
+// from the attributes the kernel has cached: AT_STATX_DONT_SYNC asks no
+// file server (a plain stat of a file on a hung NFS or FUSE mount would
+// block the agent's heartbeat in the server's getattr).
+bool IsFileOrDir(const std::string& fd_link, bool dirs) {
+  struct statx stx {};
+  if (statx(AT_FDCWD, fd_link.c_str(), AT_STATX_DONT_SYNC, STATX_TYPE, &stx) != 0) return false;
+  return S_ISREG(stx.stx_mode) || (dirs && S_ISDIR(stx.stx_mode));
+}
+
+// Paths of pseudo file systems: never a storage stall.
+bool PseudoPath(const std::string& path) {
+  for (const char* p : {"/dev/", "/proc/", "/sys/", "/run/", "/dev/shm/"}) {
+    if (path.rfind(p, 0) == 0) return true;
+  }
+  return false;
 }
 
 // The state letter of /proc/.../stat ("" if unreadable).
@@ -104,13 +123,9 @@ std::vector<BlockedTask> FindBlockedTasks(const std::vector<pid_t>& pids, bool s
           long fd = std::strtol(args[call.fd_arg].c_str(), nullptr, 16);
           const std::string link = base + "/fd/" + std::to_string(fd);
           std::string target = ReadLink(link);
-          struct stat st {};
           // Regular files and directories only: a pipe, socket, FIFO or
           // device waits for its peer, not for storage.
-          if (target.empty() || target[0] != '/' || stat(link.c_str(), &st) != 0 ||
-              !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
-            continue;
-          }
+          if (target.empty() || target[0] != '/' || !IsFileOrDir(link, true)) continue;
           t.path = target;
         } else if (state != "D") {
           continue;  // given a path, waiting interruptibly: a FIFO's open, say
@@ -139,6 +154,40 @@ std::vector<BlockedTracker::Blocked> BlockedTracker::Update(const std::vector<Bl
     out.push_back({t, since});
   }
   first_seen_ = std::move(seen);
+  return out;
+}
+
+std::vector<OpenFile> OpenDataFiles(const std::vector<pid_t>& pids, const std::set<std::string>& ignore,
+                                    std::size_t max_mounts, const std::string& proc_root) {
+  std::vector<OpenFile> out;
+  std::set<std::string> seen;  // mount points
+  std::vector<MountEntry> mounts;
+  bool mounts_read = false;
+  for (pid_t pid : pids) {
+    const std::string base = proc_root + "/" + std::to_string(pid);
+    DIR* d = opendir((base + "/fd").c_str());
+    if (d == nullptr) continue;
+    while (dirent* e = readdir(d)) {
+      if (out.size() >= max_mounts) break;
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      const std::string link = base + "/fd/" + e->d_name;
+      std::string target = ReadLink(link);
+      // Sockets, pipes and anonymous inodes read "socket:[N]" and the like.
+      if (target.empty() || target[0] != '/' || PseudoPath(target) || ignore.count(target) ||
+          !IsFileOrDir(link, false)) {
+        continue;
+      }
+      if (!mounts_read) {
+        mounts = ParseMountinfo(ReadSmall(base + "/mountinfo"));
+        mounts_read = true;
+      }
+      OpenFile f{target, MountOf(target, mounts)};
+      if (f.mount.fstype == "tmpfs" || f.mount.fstype == "devtmpfs") continue;  // memory, not storage
+      if (seen.insert(f.mount.mount_point).second) out.push_back(std::move(f));
+    }
+    closedir(d);
+    if (out.size() >= max_mounts) break;
+  }
   return out;
 }
 

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,18 @@ struct BlockedTask {
 // `scan_tasks`: every thread, else only each process's main thread (cheap).
 std::vector<BlockedTask> FindBlockedTasks(const std::vector<pid_t>& pids, bool scan_tasks,
                                           const std::string& proc_root = "/proc");
+
+// A regular file a rank's processes hold open, with its mount: where its
+// data comes from (one per mount, the first file found on it).
+struct OpenFile {
+  std::string path;
+  MountEntry mount;
+};
+// The regular files `pids` hold open, one per mount, at most `max_mounts`;
+// pseudo and memory file systems (/dev, /proc, /sys, tmpfs) and the files
+// in `ignore` (trainguard's own: the stacks file a rank holds open) left out.
+std::vector<OpenFile> OpenDataFiles(const std::vector<pid_t>& pids, const std::set<std::string>& ignore = {},
+                                    std::size_t max_mounts = 4, const std::string& proc_root = "/proc");
 
 // How long each blocked task has been blocked in the same call on the same
 // file, from successive samples (a task seen in another call starts over).

@@ -94,6 +94,31 @@ TEST(StorageIoTest, ATaskInDInsideAReadOfAFileNamesTheFileAndItsMount) {
                                               "104 page fault ", "106 read " + proc.root() + "/shard-5"}));
 }
 
+TEST(StorageIoTest, TheOpenDataFilesAreOnePerMountWithoutPipesDevicesOrDirectories) {
+  FakeProc proc;
+  proc.Task(200, 200, "S", Call(SYS_read, "0x4 0x7f0000 0x1000 0x0 0x0 0x0"));
+  proc.Task(201, 201, "S", Call(SYS_read, "0x4 0x7f0000 0x1000 0x0 0x0 0x0"));  // a loader worker
+  std::ofstream(proc.root() + "/shard-1") << "x";
+  std::ofstream(proc.root() + "/shard-2") << "x";
+  proc.Fd(200, 3, "socket:[99]");
+  proc.Fd(200, 4, "pipe:[4472133]");
+  proc.Fd(200, 5, "/dev/null");
+  proc.Fd(200, 6, proc.root());  // a directory: not data
+  proc.Fd(201, 7, proc.root() + "/shard-1");
+  proc.Fd(201, 8, proc.root() + "/shard-2");  // the same mount again
+  proc.Fd(201, 9, proc.root() + "/gone");     // deleted since: no attributes, left out
+  auto files = OpenDataFiles({200, 201}, {}, 4, proc.root());
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_TRUE(files[0].path == proc.root() + "/shard-1" || files[0].path == proc.root() + "/shard-2")
+      << files[0].path;
+  EXPECT_EQ(files[0].mount.mount_point, "/");
+  EXPECT_EQ(files[0].mount.fstype, "ext4");
+  EXPECT_TRUE(OpenDataFiles({200}, {}, 4, proc.root()).empty());
+  EXPECT_TRUE(OpenDataFiles({12345}, {}, 4, proc.root()).empty());  // gone
+  // trainguard's own files (a rank's stacks file) are not its data.
+  EXPECT_TRUE(OpenDataFiles({201}, {proc.root() + "/shard-1", proc.root() + "/shard-2"}, 4, proc.root()).empty());
+}
+
 TEST(StorageIoTest, ATaskIsBlockedSinceItWasFirstSeenInTheSameCall) {
   BlockedTracker tracker;
   BlockedTask t;

@@ -249,6 +249,45 @@ TEST(HangDetectorTest, ARankBlockedInAFileReadIsAStorageStallNamingTheMount) {
   EXPECT_FALSE(f->verdict.has_value());
 }
 
+TEST(HangDetectorTest, ARankWaitingForDataThatReadsNothingIsADataLoaderStall) {
+  // An object-store read waits on a socket (state S): no call in a file
+  // system, but nothing read for longer than half the timeout.
+  Job job;
+  for (int r = 0; r < 4; ++r) {
+    RankView v = Rank(r, 11, r == 0 ? 14 : 12, 12);
+    v.status.set_phase(r == 2 ? "data" : "backward");
+    v.status.set_phase_age_ms(r == 2 ? 11500 : 200);
+    v.status.mutable_io()->set_read_age_ms(r == 2 ? 11000 : 100);  // the others read their sockets
+    job.Put(r / 2, v);
+  }
+  auto* file = job.nodes[1].ranks[2].status.mutable_io()->add_data_files();
+  file->set_path("/mnt/data/shard-2");
+  file->set_mount_point("/mnt/data");
+  file->set_fstype("nfs4");
+  file->set_source("filer:/data");
+  auto f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->rank, 2);
+  ASSERT_TRUE(f->verdict.has_value());
+  EXPECT_EQ(f->verdict->rule_id, "data-loader-stall");
+  EXPECT_EQ(f->verdict->category, "storage");
+  EXPECT_TRUE(f->verdict->evict_nodes.empty());
+  EXPECT_NE(f->culprit_evidence.find("rank 2 has waited for data (phase 'data') 11 s and its processes have read "
+                                     "nothing for 11 s; its open files are on /mnt/data (nfs4 filer:/data, "
+                                     "/mnt/data/shard-2)"),
+            std::string::npos) << f->culprit_evidence;
+  // Still reading (a slow store, not a stalled one): no storage verdict.
+  job.nodes[1].ranks[2].status.mutable_io()->set_read_age_ms(300);
+  f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_FALSE(f->verdict.has_value() && f->verdict->category == "storage");
+  // Unknown read age (the first sample): no sign either.
+  job.nodes[1].ranks[2].status.mutable_io()->set_read_age_ms(-1);
+  f = DetectHang(job.View(), Config());
+  ASSERT_TRUE(f.has_value());
+  EXPECT_FALSE(f->verdict.has_value() && f->verdict->category == "storage");
+}
+
 TEST(HangDetectorTest, WhenNothingSetsARankApartNoneIsNamedTheCulprit) {
   Job job;
   for (int r = 0; r < 4; ++r) {

@@ -61,6 +61,7 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
     bool quiet;
     const v1::CommOp* not_started;  // its oldest operation, on a GPU that never started it
     const v1::BlockedIo* storage;   // a task of it waits in a file system call (state D)
+    bool data_stall;                 // waits for data and has read nothing for half the timeout
   };
   std::vector<Stuck> stuck;
   // The two largest progress ages of all ranks, stuck or not: a rank that
@@ -113,9 +114,16 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
         if (b.call() == "page fault" || (b.blocked_ms() * kMillisecond + since_report) * 2 < timeout) continue;
         if (storage == nullptr || b.blocked_ms() > storage->blocked_ms()) storage = &b;
       }
+      // Waiting for data and reading nothing (no file, pipe or socket read
+      // by any of its processes) for half the timeout: its loader is stalled
+      // on storage that waits interruptibly (an object store's socket, a
+      // network file system's soft wait), which state D does not show.
+      auto half_timeout = [&](std::int64_t ms) { return ms >= 0 && (ms * kMillisecond + since_report) * 2 >= timeout; };
+      const bool data_stall = storage == nullptr && s.phase() == "data" && s.has_io() &&
+                              half_timeout(s.io().read_age_ms()) && half_timeout(s.phase_age_ms());
       stuck.push_back({n, &s, age, s.proc_state() == "T" || s.proc_state() == "t",
                        not_started == nullptr && (oldest != nullptr || s.phase() == "backward"), quiet,
-                       not_started, storage});
+                       not_started, storage, data_stall});
     }
   }
   if (stuck.empty() || !(any_quiet || op_stuck)) return std::nullopt;
@@ -130,7 +138,7 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
   // The culprit: a stopped process, else a rank outside communication while
   // others wait in it, else the quiet one, else the longest without progress.
   auto culprit_key = [&](const Stuck& s) {
-    return std::make_tuple(s.stopped, s.storage != nullptr, !s.waiting && waiting > 0, s.quiet, s.age);
+    return std::make_tuple(s.stopped, s.storage != nullptr, s.data_stall, !s.waiting && waiting > 0, s.quiet, s.age);
   };
   const Stuck* culprit = &stuck.front();
   for (const Stuck& s : stuck) {
@@ -159,6 +167,28 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
                     (shared ? "; the file system is shared, so no node is evicted"
                             : "; the file system is this node's own, so the node is evicted");
     if (!shared) v.evict_nodes = {culprit->node->node_id};
+    f.verdict = v;
+  } else if (culprit->data_stall) {
+    const v1::RankStatus& st = *culprit->status;
+    std::string where;
+    for (const auto& file : st.io().data_files()) {
+      where += std::string(where.empty() ? "" : ", ") + file.mount_point() + " (" + file.fstype() + " " +
+               file.source() + ", " + file.path() + ")";
+    }
+    f.culprit_evidence = culprit_name + " has waited for data (phase 'data') " +
+                         std::to_string(st.phase_age_ms() / 1000) + " s and its processes have read nothing for " +
+                         std::to_string(st.io().read_age_ms() / 1000) + " s; " +
+                         (where.empty() ? "it holds no data file open (a network or object-store read?)"
+                                        : "its open files are on " + where);
+    DetectorVerdict v;
+    v.rule_id = "data-loader-stall";
+    v.category = "storage";
+    v.hardware = false;
+    v.persistence = "transient";
+    // A loader stalled with no call in a file system is also what a
+    // deadlocked worker looks like: no node is evicted on this alone.
+    v.description = "a storage stall of the data loader, not a hang of the collectives: " + f.culprit_evidence +
+                    "; no node is evicted on this sign alone";
     f.verdict = v;
   } else if (culprit->not_started != nullptr && waiting > 0) {
     f.culprit_evidence = culprit_name + " issued " + culprit->not_started->op() + " " +
