@@ -6,6 +6,7 @@ store's stand-in) that stops answering one rank; the script is plain DDP
 with a DataLoader, without `import trainguard`."""
 
 import http.server
+import json
 import os
 import shutil
 import threading
@@ -15,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, ROOT, Job, status_page_step, wait_for
+from conftest import PYTHON, ROOT, TRAINGUARD, Job, status_page_step, wait_for
 
 PLAIN = os.path.join(ROOT, "tests", "plain_ddp.py")
 SLOW_FS = os.path.join(ROOT, "tests", "slow_fs.py")
@@ -118,19 +119,24 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
     assert not any(k[0] == "trainguard_node_storage_blocked_tasks" for k in reads), reads
     assert job.wait(timeout=300) == 0, job.output()[-3000:]
     assert not job.events("failure"), job.events("failure")
+    storage = report(job, "storage-healthy")["storage"]
+    assert not storage["named"], storage  # a fast mount holds nobody up
 
 
 @pytest.fixture
 def object_store():
     """Shards over HTTP with Range requests; `stall` holds the names whose
-    requests get no answer until the test ends."""
-    stall, release = set(), threading.Event()
+    requests get no answer until the test ends, `delay` seconds each
+    request waits (a slow store)."""
+    stall, release, delay = set(), threading.Event(), [0.0]
     data = os.urandom(64 * 1024)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             if self.path.strip("/") in stall:
                 release.wait(600)
+            if delay[0]:
+                time.sleep(delay[0])
             start, end = 0, len(data) - 1
             header = self.headers.get("Range", "")
             if header.startswith("bytes="):
@@ -153,7 +159,7 @@ def object_store():
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield "http://127.0.0.1:%d" % server.server_address[1], stall
+        yield "http://127.0.0.1:%d" % server.server_address[1], stall, delay
     finally:
         release.set()
         server.shutdown()
@@ -162,7 +168,7 @@ def object_store():
 
 def test_a_rank_whose_object_store_read_stalls_is_a_data_loader_stall_not_a_hang(tmp_path, no_leftovers,
                                                                                     object_store):
-    url, stall = object_store
+    url, stall, _ = object_store
     job = job_of(tmp_path, "object-stall", url)
     wait_for(lambda: (status_page_step("object-stall", "node0", 1) or -1) >= 10 or job.proc.poll() is not None,
              120, "step 10 of rank 1")
@@ -181,3 +187,22 @@ def test_a_rank_whose_object_store_read_stalls_is_a_data_loader_stall_not_a_hang
     assert "holds no data file open" in evidence, evidence
     assert job.events("decision")[0]["detail"]["decision"] == "restart"
     assert not job.events("node_evicted")
+
+
+def report(job, name):
+    done = subprocess.run([TRAINGUARD, "report", "--store", job.store, name, "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_slow_object_store_is_named_in_the_downtime_report(tmp_path, no_leftovers, object_store):
+    url, _, delay = object_store
+    delay[0] = 0.1  # each 4 KiB read takes 100 ms: twice the step's own 50 ms
+    job = job_of(tmp_path, "slow-store", url, "--loader-workers", "0", steps=40)
+    assert job.wait(timeout=300) == 0, job.output()[-3000:]
+    storage = report(job, "slow-store")["storage"]
+    assert storage["named"], storage
+    assert "storage: the data loader held the job" in storage["line"], storage
+    text = subprocess.run([TRAINGUARD, "report", "--store", job.store, "slow-store"], capture_output=True,
+                          text=True).stdout
+    assert storage["line"] in text, text

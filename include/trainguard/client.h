@@ -79,6 +79,9 @@ std::int64_t VerifiedStep();
 // controller counts it as checkpoint overhead (trainguard's own checkpointer
 // calls this itself).
 void AddCheckpointOverhead(std::int64_t nanos);
+// Of that time, how long a save waited for the previous save's write to
+// storage (its phase 2) to finish: the downtime report names storage from it.
+void AddCheckpointWait(std::int64_t nanos);
 
 // The journal of communication operations (docs/status_page.md). Python's
 // automatic instrumentation calls these for every collective and

@@ -28,7 +28,8 @@ LiveJob LiveJobOf(const JobSnapshot& job) {
       job.now_wall - newest <= 2 * job.heartbeat_interval) {
     newest = job.now_wall;
   }
-  return {job.now_wall, job.state, job.restart_count, newest, job.checkpoint_overhead_ms};
+  return {job.now_wall,          job.state, job.restart_count, newest, job.checkpoint_overhead_ms,
+          job.checkpoint_wait_ms, job.data_wait_ms};
 }
 
 json JobJson(const JobSnapshot& job, const JobRecord* record, const DowntimeReport* report) {

@@ -118,7 +118,10 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     }
     stats_.last_snapshot_s = SecondsSince(t0);
     ++stats_.saves;
-    if (options_.report_to_trainguard) client::AddCheckpointOverhead(MonotonicNowNanos() - entered);
+    if (options_.report_to_trainguard) {
+      client::AddCheckpointOverhead(MonotonicNowNanos() - entered);
+      client::AddCheckpointWait(static_cast<std::int64_t>(stats_.last_blocked_s * 1e9));
+    }
     job_ = std::move(job);
     has_job_ = true;
     cv_.notify_all();

@@ -194,6 +194,12 @@ void AddCheckpointOverhead(std::int64_t nanos) {
   page->checkpoint_blocked_ns.fetch_add(nanos, std::memory_order_relaxed);
 }
 
+void AddCheckpointWait(std::int64_t nanos) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr || nanos <= 0) return;
+  page->checkpoint_waited_ns.fetch_add(nanos, std::memory_order_relaxed);
+}
+
 int JournalGroup(std::int32_t id, const std::string& name, const std::vector<std::int32_t>& members) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr) return -1;

@@ -37,6 +37,7 @@ TEST(ClientTest, WritesProgressIntoThePageTheAgentReads) {
   client::CheckpointCommitted(5);
   client::AddCheckpointOverhead(1500);
   tg_add_checkpoint_overhead(500);
+  client::AddCheckpointWait(1200);  // of which waiting for the previous save's write
 
   StatusSnapshot s = ReadStatusPage(*page->get());
   EXPECT_EQ(s.step, 7);
@@ -46,6 +47,7 @@ TEST(ClientTest, WritesProgressIntoThePageTheAgentReads) {
   EXPECT_EQ(s.phase, "backward");
   EXPECT_EQ(s.checkpoint_step, 5);
   EXPECT_EQ(s.checkpoint_blocked_ns, 2000);
+  EXPECT_EQ(s.checkpoint_waited_ns, 1200);
 
   client::Shutdown();
   client::Step(100);

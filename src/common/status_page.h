@@ -99,7 +99,11 @@ struct StatusPage {
   // verified (replicas agreed, no NaN through it; docs/sdc.md), kNoStep:
   // none. Checkpoint retention keeps the newest checkpoint at or before it.
   std::atomic<std::int64_t> verified_step;
-  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 64];
+  // Of checkpoint_blocked_ns, the time saves waited for the previous save's
+  // phase 2 (its write to storage) to finish: storage slower than the
+  // checkpoint interval.
+  std::atomic<std::int64_t> checkpoint_waited_ns;
+  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 72];
   OpJournal journal;  // version 2: the journal of communication operations
   char reserved_after_journal[kTimingsOffset - kJournalOffset - sizeof(OpJournal)];
   TimingRing timings;  // version 3: phase and step intervals, a ring
@@ -109,6 +113,7 @@ static_assert(offsetof(StatusPage, startup_mono_ns) == 176);
 static_assert(offsetof(StatusPage, fingerprint_seq) == 232);
 static_assert(offsetof(StatusPage, numeric_step) == 504);
 static_assert(offsetof(StatusPage, verified_step) == 560);
+static_assert(offsetof(StatusPage, checkpoint_waited_ns) == 568);
 static_assert(offsetof(StatusPage, journal) == kJournalOffset);
 static_assert(offsetof(StatusPage, timings) == kTimingsOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
@@ -129,6 +134,7 @@ struct StatusSnapshot {
   std::int64_t checkpoint_step = kNoStep;
   std::int64_t phase_mono_ns = 0;
   std::int64_t checkpoint_blocked_ns = 0;
+  std::int64_t checkpoint_waited_ns = 0;
   std::int64_t max_step_ns = 0;
   std::int64_t startup_mono_ns[kStartupMarks] = {};
   std::int64_t resumed_step = kNoStep;

@@ -266,7 +266,9 @@ void JobController::Finish(JobState final_state, const std::string& summary) {
   }
   Emit(final_state == JobState::kSucceeded ? "job_succeeded" : "job_failed", "", -1, MaxStep(),
        summary, json{{"restart_count", restart_count_}, {"last_step_unix_ms", last_step_wall / kMillisecond},
-                     {"checkpoint_overhead_ms", CheckpointOverheadMs()}}.dump(-1, ' ', false, kReplaceBadUtf8));
+                     {"checkpoint_overhead_ms", CheckpointOverheadMs()},
+                     {"checkpoint_wait_ms", CheckpointWaitMs()},
+                     {"data_wait_ms", data_wait_.TotalUs() / 1000}}.dump(-1, ' ', false, kReplaceBadUtf8));
   writer_->UpdateJob(config_.job_id, JobStateName(final_state), ValidUtf8(summary));
   v1::ControllerMessage msg;
   msg.mutable_shutdown()->set_reason(summary);
@@ -324,6 +326,14 @@ double JobController::CheckpointOverheadMs() const {
                                                 : static_cast<double>(s.checkpoint_blocked_ms());
       m = std::max(m, ms);
     }
+  }
+  return m;
+}
+
+double JobController::CheckpointWaitMs() const {
+  double m = 0;
+  for (const auto& n : nodes_) {
+    for (const auto& [rank, view] : n.ranks) m = std::max(m, view.status.checkpoint_waited_us() / 1000.0);
   }
   return m;
 }

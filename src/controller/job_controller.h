@@ -72,6 +72,7 @@
 #include "controller/recovery_policy.h"
 #include "controller/numeric_check.h"
 #include "controller/replica_check.h"
+#include "controller/data_wait.h"
 #include "controller/straggler_detector.h"
 #include "proto/protocol.h"
 #include "store/event_store.h"
@@ -382,6 +383,8 @@ class JobController {
   std::int64_t MaxStep() const;
   // Checkpoint time of the current generation, the slowest rank's.
   double CheckpointOverheadMs() const;
+  // Of it, the longest any rank's saves waited for the previous save's write.
+  double CheckpointWaitMs() const;
 
   // How long a new generation's Start waits for its generation_started event
   // to be in the store (then it goes anyway, and the event follows).
@@ -461,6 +464,7 @@ class JobController {
   Nanos next_silence_check_mono_ = 0;  // CheckHeartbeats need not look before  // DetectHang need not run before (hang_detector.h: HangDeadline)
   Nanos silence_from_mono_ = 0;  // JobView::silence_from_mono
   StragglerDetector stragglers_;
+  StepMaxSum data_wait_;  // this generation's steps' longest waits for data (controller/data_wait.h)
   // Silent data corruption (docs/sdc.md): replicas' parameter fingerprints
   // compared; after a divergence, the next generation resumes from a
   // checkpoint no newer than the replicas' last agreement (-1: any).

@@ -51,6 +51,7 @@ void JobController::MaybeStartGeneration() {
   numeric_.Reset(active_nnodes_ * config_.nproc_per_node);
   gen_commits_.clear();
   timing_rows_this_generation_ = 0;
+  data_wait_.Reset();
   layout_next_try_rows_ = 0;
   generation_start_wall_ = clock_->WallNanos();
   const Node* master = slots[0];

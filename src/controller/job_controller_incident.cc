@@ -66,6 +66,8 @@ void JobController::Fail(const Finding& f) {
   d["checkpoint_step"] = inc.checkpoint_step;
   d["last_step_unix_ms"] = inc.last_step_wall / kMillisecond;
   d["checkpoint_overhead_ms"] = CheckpointOverheadMs();
+  d["checkpoint_wait_ms"] = CheckpointWaitMs();
+  d["data_wait_ms"] = data_wait_.TotalUs() / 1000;
   Emit("failure", f.node, f.rank, inc.failure_step,
        "incident " + std::to_string(inc.number) + ": " + kind + ": " + description, d.dump(-1, ' ', false, kReplaceBadUtf8));
 

@@ -40,6 +40,8 @@ JobSnapshot JobController::Snapshot() const {
   s.max_step = MaxStep();
   s.checkpoint_step = checkpoint_step_;
   s.checkpoint_overhead_ms = CheckpointOverheadMs();
+  s.checkpoint_wait_ms = CheckpointWaitMs();
+  s.data_wait_ms = data_wait_.TotalUs() / 1000;
   s.incident_open = incident_.has_value();
   s.incidents = incident_count_;
   const StoreWriter::Stats w = writer_->stats();

@@ -89,6 +89,9 @@ void JobController::HandleTimings(Node* node, const v1::Timings& t) {
       }
       FillSignals(&rs);
       stragglers_.Add(rs);
+      for (const auto& [key, us] : totals) {
+        if (key == "data") data_wait_.Add(st.step(), static_cast<double>(us));
+      }
     }
   }
   if (!rows.empty()) writer_->AppendStepTimings(std::move(rows));

@@ -65,6 +65,8 @@ struct JobSnapshot {
   std::int64_t max_step = -1;         // the newest step any rank reported
   std::int64_t checkpoint_step = -1;  // the newest committed checkpoint
   double checkpoint_overhead_ms = 0;  // of the running generation
+  double checkpoint_wait_ms = 0;      // of it, waiting for the previous save's write
+  double data_wait_ms = 0;            // the running generation's steps' longest waits for data
   // Steps per second of the running generation: of the slowest rank, from
   // its first step to its newest (0 if unknown).
   double step_rate = 0;

@@ -29,7 +29,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
   DowntimeReport r;
   r.job_id = job_id;
   Nanos start = 0, end = 0, final_last_step = 0;
-  double final_ckpt_s = 0;
+  double final_ckpt_s = 0, final_ckpt_wait_s = 0, final_data_wait_s = 0;
   std::map<std::int64_t, Generation> gens;
   struct Failure {
     json detail;
@@ -65,6 +65,8 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
       r.restarts = d.value("restart_count", 0);
       final_last_step = FromMs(d, "last_step_unix_ms");
       final_ckpt_s = d.value("checkpoint_overhead_ms", 0.0) / 1000;
+      final_ckpt_wait_s = d.value("checkpoint_wait_ms", 0.0) / 1000;
+      final_data_wait_s = d.value("data_wait_ms", 0.0) / 1000;
     }
   }
   if (start == 0) return NotFound("no job_created event for job " + job_id);
@@ -74,6 +76,8 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     r.restarts = live->restarts;
     final_last_step = std::min(live->last_step_wall, end);
     final_ckpt_s = live->checkpoint_overhead_ms / 1000;
+    final_ckpt_wait_s = live->checkpoint_wait_ms / 1000;
+    final_data_wait_s = live->data_wait_ms / 1000;
   }
   if (end == 0) return FailedPrecondition("job " + job_id + " has not ended yet (or its controller died)");
   r.wall_s = Sec(end - start);
@@ -123,10 +127,14 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     // Checkpoint time of this generation: the part inside the kept work is
     // overhead; the part inside the lost work is already counted as lost.
     double ckpt_s = d.value("checkpoint_overhead_ms", 0.0) / 1000;
-    if (productive + lost > 0) ckpt_s *= productive / (productive + lost);
-    ckpt_s = std::min(ckpt_s, productive);
+    double ckpt_wait_s = d.value("checkpoint_wait_ms", 0.0) / 1000;
+    double data_wait_s = d.value("data_wait_ms", 0.0) / 1000;
+    const double kept = productive + lost > 0 ? productive / (productive + lost) : 1;
+    ckpt_s = std::min(ckpt_s * kept, productive);
     productive -= ckpt_s;
     r.checkpoint_s += ckpt_s;
+    r.checkpoint_wait_s += std::min(ckpt_wait_s * kept, ckpt_s);
+    r.data_wait_s += std::min(data_wait_s * kept, productive);
     r.productive_s += productive;
     r.lost_s += lost;
     r.lost_steps += lost_steps;
@@ -165,6 +173,8 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     double ckpt_s = std::min(final_ckpt_s, kept);
     r.checkpoint_s += ckpt_s;
     r.productive_s += kept - ckpt_s;
+    r.checkpoint_wait_s += std::min(final_ckpt_wait_s, ckpt_s);
+    r.data_wait_s += std::min(final_data_wait_s, kept - ckpt_s);
     r.tail_s = Sec(end - last);
   } else if (failures.empty() && first0 > 0) {
     r.tail_s = Sec(end - first0);
@@ -194,7 +204,32 @@ json ReportJson(const DowntimeReport& r) {
             {"tail_s", r.tail_s},
             {"checkpoint_overhead_s", r.checkpoint_s},
             {"total_s", downtime}}},
+          // Storage's share, inside the terms above: of checkpoint_overhead_s
+          // and of productive_s.
+          {"storage",
+           {{"checkpoint_wait_s", r.checkpoint_wait_s},
+            {"data_wait_s", r.data_wait_s},
+            {"named", !StorageLine(r).empty()},
+            {"line", StorageLine(r)}}},
           {"incidents", r.incidents}};
+}
+
+std::string StorageLine(const DowntimeReport& r) {
+  std::string line;
+  char buf[200];
+  if (r.data_wait_s > 0 && r.productive_s > 0 && r.data_wait_s >= 0.2 * r.productive_s) {
+    std::snprintf(buf, sizeof(buf), "the data loader held the job %.2f s (%.0f %% of the kept step time)",
+                  r.data_wait_s, 100 * r.data_wait_s / r.productive_s);
+    line += buf;
+  }
+  if (r.checkpoint_wait_s > 0 && r.checkpoint_s > 0 && r.checkpoint_wait_s >= 0.1 * r.checkpoint_s) {
+    std::snprintf(buf, sizeof(buf),
+                  "checkpoint saves waited %.2f s (%.0f %% of the checkpoint overhead) for the previous "
+                  "save's write to storage",
+                  r.checkpoint_wait_s, 100 * r.checkpoint_wait_s / r.checkpoint_s);
+    line += std::string(line.empty() ? "" : "; ") + buf;
+  }
+  return line.empty() ? "" : "storage: " + line;
 }
 
 std::string ReportText(const DowntimeReport& r) {
@@ -272,6 +307,12 @@ std::string ReportText(const DowntimeReport& r) {
                 r.detection_s, r.shutdown_s, r.restart_s, r.tail_s, r.checkpoint_s, downtime, r.wall_s,
                 r.productive_s);
   out += buf;
+  std::snprintf(buf, sizeof(buf),
+                "  of productive, waiting for data %8.2f\n"
+                "  of checkpoint, waiting for the previous save's write %.2f\n",
+                r.data_wait_s, r.checkpoint_wait_s);
+  out += buf;
+  if (std::string storage = StorageLine(r); !storage.empty()) out += storage + "\n";
   return out;
 }
 

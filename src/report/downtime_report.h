@@ -27,6 +27,9 @@ struct DowntimeReport {
   double restart_s = 0;
   double tail_s = 0;          // last step -> job ended
   double checkpoint_s = 0;    // blocked in checkpoint saves, of the kept step time
+  // Storage's share, inside the terms above (not added to them):
+  double checkpoint_wait_s = 0;  // of checkpoint_s: saves waiting for the previous save's write (phase 2)
+  double data_wait_s = 0;        // of productive_s: the job waiting for a rank's data (per step, the longest)
   double ettr = 0;            // productive / wall
   bool has_progress = false;  // some generation reported a step; if not, the
                               // step-based figures (productive, lost, ETTR) are unknown
@@ -41,7 +44,15 @@ struct LiveJob {
   int restarts = 0;
   Nanos last_step_wall = 0;        // newest step of the running generation, 0 if none
   double checkpoint_overhead_ms = 0;  // of the running generation
+  double checkpoint_wait_ms = 0;
+  double data_wait_ms = 0;
 };
+
+// One line naming storage when it held the job up noticeably: the data
+// loader's waits 20 % of the kept step time or more (a DataLoader's own
+// hand-over costs a few per cent), or saves waiting for the previous save's
+// write 10 % of the checkpoint overhead or more; "" if not.
+std::string StorageLine(const DowntimeReport& r);
 
 // The report of an ended job; with `live`, of a job that has not ended yet,
 // as if it ended now (its tail is the time since the newest step). Without

@@ -89,5 +89,36 @@ TEST(DowntimeReportTest, AStepNewerThanNowIsClampedSoNoTermIsNegative) {
   EXPECT_NEAR(r->wall_s, 20, 1e-9);
 }
 
+TEST(DowntimeReportTest, StorageIsNamedWhenTheLoaderOrThePreviousSavesWriteHeldTheJob) {
+  // Generation 0 waited 6 s for data (of 10 s of steps, half of them kept)
+  // and its saves 0.3 s of 0.4 s for the previous save's write; the live
+  // generation 1 waited 3 s for data.
+  auto events = OneIncident();
+  events[2].detail_json.insert(events[2].detail_json.size() - 1,
+                               ",\"checkpoint_overhead_ms\":400,\"checkpoint_wait_ms\":300,\"data_wait_ms\":6000");
+  LiveJob live{Wall(30), "RUNNING", 1, Wall(29), 0, 0, 3000};
+  auto r = ComputeReport("j", events, &live);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_NEAR(r->checkpoint_s, 0.2, 1e-9);       // the kept half of 0.4 s
+  EXPECT_NEAR(r->checkpoint_wait_s, 0.15, 1e-9);  // the kept half of 0.3 s
+  EXPECT_NEAR(r->data_wait_s, 3 + 3, 1e-9);      // the kept half of 6 s, and the live generation's 3 s
+  const std::string line = StorageLine(*r);
+  EXPECT_NE(line.find("storage: the data loader held the job 6.00 s ("), std::string::npos) << line;
+  EXPECT_NE(line.find("checkpoint saves waited 0.15 s (75 % of the checkpoint overhead) for the previous "
+                      "save's write to storage"),
+            std::string::npos)
+      << line;
+  EXPECT_NE(ReportText(*r).find(line), std::string::npos);
+  nlohmann::json j = ReportJson(*r);
+  EXPECT_TRUE(j["storage"]["named"].get<bool>());
+  EXPECT_NEAR(j["storage"]["data_wait_s"].get<double>(), 6, 1e-9);
+  // Small waits name nothing.
+  DowntimeReport quiet = *r;
+  quiet.data_wait_s = 0.01;
+  quiet.checkpoint_wait_s = 0.001;
+  EXPECT_EQ(StorageLine(quiet), "");
+  EXPECT_FALSE(ReportJson(quiet)["storage"]["named"].get<bool>());
+}
+
 }  // namespace
 }  // namespace trainguard
