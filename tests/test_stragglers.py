@@ -89,6 +89,9 @@ def test_a_throttled_node_is_named_the_compute_straggler_and_drawn_so(tmp_path, 
     first = found[0]
     assert first["detail"]["signal"] == "compute", first
     assert first["detail"]["slowdown"] >= 0.15, first
+    # Its cause, from node2's heartbeats against the others': the quota.
+    assert "its ranks' cgroup was throttled by its CPU quota" in first["detail"]["cause"], first
+    assert "cause: node2 its ranks' cgroup was throttled" in first["message"], first
     print("named after step %d: %s" % (first["detail"]["last_step"], first["message"]))
 
     heatmap = tmp_path / "heatmap.svg"

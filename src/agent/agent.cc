@@ -342,6 +342,10 @@ void Agent::SendHeartbeat() {
     std::fclose(f);
   }
   hb->mutable_metrics()->set_load1(load1);
+  const CpuPressureSample cpu = cpu_pressure_.Sample(groups, sampled);
+  hb->mutable_metrics()->set_cpu_throttled_pct(cpu.throttled_pct);
+  hb->mutable_metrics()->set_cpu_steal_pct(cpu.steal_pct);
+  hb->mutable_metrics()->set_cpu_cores(cpu.cores);
   if (!gpus_) {
     GpuTelemetry::Options o;
     if (const char* nvml = std::getenv("TRAINGUARD_NVML_LIBRARY")) o.nvml_path = nvml;

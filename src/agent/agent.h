@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/cpu_pressure.h"
 #include "agent/gpu_telemetry.h"
 #include "agent/kernel_log.h"
 #include "agent/process.h"
@@ -214,6 +215,7 @@ class Agent {
   struct DiagnosticsRun;
   std::shared_ptr<DiagnosticsRun> diagnostics_;  // the round running, if any
   std::unique_ptr<GpuTelemetry> gpus_;            // started with the first heartbeat
+  CpuPressure cpu_pressure_;                      // the ranks' CPU quota throttling, steal
   std::unique_ptr<PeerServer> peer_server_;       // the other end of the neighbours' network probes
 };
 

@@ -73,6 +73,7 @@
 #include "controller/numeric_check.h"
 #include "controller/replica_check.h"
 #include "controller/data_wait.h"
+#include "controller/straggler_cause.h"
 #include "controller/straggler_detector.h"
 #include "proto/protocol.h"
 #include "store/event_store.h"
@@ -232,6 +233,7 @@ class JobController {
     std::int64_t standby_rss_kb = 0;
     std::int64_t memory_checkpoint_bytes = 0;
     std::vector<v1::GpuHealth> gpus;  // from its latest heartbeat
+    NodeCpu cpu;                      // from its latest heartbeat
   };
   // A node's place in its rack's all-reduce during that stage of a round.
   struct RackSeat {

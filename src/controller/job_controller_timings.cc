@@ -154,15 +154,24 @@ void JobController::RecordLayout(bool final_try) {
 
 void JobController::ActOnStraggler(const StragglerFinding& original) {
   StragglerFinding f = original;
-  // The cause, where the node's GPUs show it.
+  // The cause, where the node's telemetry shows it against the other
+  // nodes': its GPUs' clocks, its CPUs; a data straggler's is its loader
+  // or its storage.
   std::string cause;
   if (f.signal == "compute" && !f.node.empty()) {
     std::map<std::string, std::vector<v1::GpuHealth>> gpus;
+    std::map<std::string, NodeCpu> cpus;
     for (const Node& n : nodes_) {
-      if (n.group_rank >= 0) gpus[n.node_id] = n.gpus;
+      if (n.group_rank < 0) continue;
+      gpus[n.node_id] = n.gpus;
+      cpus[n.node_id] = n.cpu;
     }
     cause = GpuSlowCause(f.node, gpus);
+    const std::string cpu = CpuSlowCause(f.node, cpus);
+    cause += (cause.empty() || cpu.empty() ? "" : "; ") + cpu;
     if (!cause.empty()) f.message += "; cause: " + f.node + " " + cause;
+  } else if (f.signal == "data") {
+    cause = "storage or the data loader: rank " + std::to_string(f.rank) + " waits for its data";
   }
   json d = {{"cause", cause},{"signal", f.signal},         {"phase", f.phase},          {"slowdown", f.slowdown},
             {"steps", f.steps},           {"first_step", f.first_step}, {"last_step", f.last_step},

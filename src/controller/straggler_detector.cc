@@ -38,6 +38,10 @@ struct Unit {
   int slowest_rank = -1;
   double compute = 0, comm = 0, step = 0;
   std::map<std::string, double> phases;
+  // Waiting in the "data" phase: a rank's median; a node's, its slowest
+  // rank's (one starved loader holds the whole job), and which rank.
+  double data = 0;
+  int data_rank = -1;
 };
 
 }  // namespace
@@ -291,6 +295,9 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
     u.comm = Median(comm);
     u.step = Median(step);
     for (auto& [k, v] : phases) u.phases[k] = Median(v);
+    auto d = u.phases.find("data");
+    u.data = d == u.phases.end() ? 0 : d->second;
+    u.data_rank = rank;
     return u;
   };
   std::vector<Unit> units;
@@ -312,6 +319,10 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
         if (r.compute > worst) {
           worst = r.compute;
           u.slowest_rank = r.slowest_rank;
+        }
+        if (u.data_rank < 0 || r.data > u.data) {
+          u.data = r.data;
+          u.data_rank = r.slowest_rank;
         }
       }
       u.compute = Median(compute);
@@ -377,6 +388,31 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
   std::map<std::string, double> compute_ratio, comm_ratio;
   std::set<std::string> slow_compute = slow_set(false, &compute_centre, &compute_ratio);
   std::set<std::string> slow_comm = slow_set(true, &comm_centre, &comm_ratio);
+  // Waiting for data: a unit whose wait exceeds the units' median wait by
+  // min_slowdown of the median step. Its compute is the others' (data is
+  // not compute), and the others wait for it in their collectives, so
+  // neither signal above shows it.
+  std::set<std::string> slow_data;
+  double data_centre = 0, step_centre = 0;
+  {
+    std::vector<double> data, step;
+    for (const Unit& u : units) {
+      data.push_back(u.data);
+      step.push_back(u.step);
+    }
+    data_centre = Median(data);
+    step_centre = Median(step);
+    for (const Unit& u : units) {
+      if (step_centre > 0 && u.data - data_centre >= policy_.min_slowdown * step_centre) slow_data.insert(u.key);
+    }
+  }
+  // The others wait for a unit slow to compute or to get its data inside
+  // their collectives: their long communication is that wait, not theirs.
+  if (!slow_compute.empty() || !slow_data.empty()) {
+    for (auto it = slow_comm.begin(); it != slow_comm.end();) {
+      it = slow_compute.count(*it) || slow_data.count(*it) ? std::next(it) : slow_comm.erase(it);
+    }
+  }
   if (skip_window_) {  // the generation's first window: start-up, not pace
     skip_window_ = false;
     return;
@@ -429,18 +465,41 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
     Streak& s = streaks_[u.key];
     bool compute = slow_compute.count(u.key) > 0;
     bool comm = !compute && slow_comm.count(u.key) > 0;
-    if (compute || comm) {
+    bool data = !compute && !comm && slow_data.count(u.key) > 0;
+    if (compute || comm || data) {
       if (s.slow == 0) s.first_step = first;
       ++s.slow;
       s.normal = 0;
-      s.signal = compute ? "compute" : "communication";
+      s.signal = compute ? "compute" : comm ? "communication" : "data";
     } else {
       s.slow = std::max(0, s.slow - 1);
       ++s.normal;
     }
-    bool report = (compute || comm) && s.slow >= policy_.windows_to_report && !s.reported;
-    bool evict = (compute || comm) && s.slow >= policy_.windows_to_evict && !s.evict_said;
-    if (report || evict) {
+    bool report = (compute || comm || data) && s.slow >= policy_.windows_to_report && !s.reported;
+    bool evict = (compute || comm || data) && s.slow >= policy_.windows_to_evict && !s.evict_said;
+    if ((report || evict) && data) {
+      StragglerFinding f;
+      f.kind = "straggler";
+      f.node = u.node;
+      f.rank = u.data_rank;
+      f.signal = "data";
+      f.phase = "data";
+      f.value_us = u.data;
+      f.centre_us = data_centre;
+      f.slowdown = (u.data - data_centre) / step_centre;
+      f.first_step = s.first_step;
+      f.last_step = last;
+      f.steps = last - s.first_step + 1;
+      f.evict = s.slow >= policy_.windows_to_evict;
+      f.message = (units.front().key == units.front().node ? "node " : "") + u.key +
+                  " is a data straggler: rank " + std::to_string(f.rank) + " waits for data " + Ms(f.value_us) +
+                  " per step against the others' median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
+                  " of the step; its data loader or its storage holds the job) for " + std::to_string(f.steps) +
+                  " steps (" + std::to_string(f.first_step) + "-" + std::to_string(f.last_step) + ")";
+      s.reported = true;
+      if (f.evict) s.evict_said = true;
+      out->push_back(std::move(f));
+    } else if (report || evict) {
       StragglerFinding f;
       f.kind = "straggler";
       f.node = u.node;

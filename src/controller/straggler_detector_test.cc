@@ -19,12 +19,19 @@ struct Job {
   std::function<double(int, std::int64_t)> slow = [](int, std::int64_t) { return 1.0; };
   std::function<double(int, std::int64_t)> comm = [](int, std::int64_t) { return 1.0; };
   std::function<double(int, int, std::int64_t)> extra_gc = [](int, int, std::int64_t) { return 0.0; };
+  // Microseconds rank r of node n waits for its data at a step (0: no data
+  // phase); the others wait for the slowest in their all_reduce.
+  std::function<double(int, int, std::int64_t)> data = [](int, int, std::int64_t) { return 0.0; };
 
   double Noisy(double v) { return v * std::uniform_real_distribution<double>(1 - noise, 1 + noise)(rng); }
 
   std::vector<StragglerFinding> Run(StragglerDetector* d, std::int64_t from, std::int64_t to) {
     std::vector<StragglerFinding> all;
     for (std::int64_t step = from; step < to; ++step) {
+      double most_data = 0;
+      for (int n = 0; n < nodes; ++n) {
+        for (int r = 0; r < 2; ++r) most_data = std::max(most_data, data(n, r, step));
+      }
       for (int n = 0; n < nodes; ++n) {
         for (int r = 0; r < 2; ++r) {
           RankStep s;
@@ -34,10 +41,11 @@ struct Job {
           s.phases["forward"] = Noisy(30000 * slow(n, step));
           s.phases["backward"] = Noisy(60000 * slow(n, step));
           s.phases["optimizer"] = Noisy(5000);
-          s.phases["comm:all_reduce"] = Noisy(20000 * comm(n, step));
+          s.phases["comm:all_reduce"] = Noisy(20000 * comm(n, step)) + most_data - data(n, r, step);
+          if (most_data > 0) s.phases["data"] = Noisy(1000) + data(n, r, step);
           double gc = extra_gc(n, r, step);
           if (gc > 0) s.phases["gc"] = gc;
-          s.step_us = s.phases["forward"] + s.phases["backward"] + s.phases["optimizer"] + 10000 + gc;
+          s.step_us = s.phases["forward"] + s.phases["backward"] + s.phases["optimizer"] + 10000 + gc + most_data;
           // The gradient all_reduce is entered when forward and backward are done.
           s.collectives.emplace_back(0, step + 1, step * 1e6 + s.phases["forward"] + s.phases["backward"]);
           FillSignals(&s);
@@ -277,6 +285,31 @@ TEST(StragglerDetectorTest, AThousandNodeJobNamesItsOneSlowNode) {
   ASSERT_FALSE(f.empty());
   EXPECT_EQ(f[0].node, "node617") << f[0].message;
   EXPECT_EQ(d.Stragglers(), std::set<std::string>{"node617"});
+}
+
+TEST(StragglerDetectorTest, ARankWaitingForItsDataIsADataStragglerAndItsWaitingPeersAreNot) {
+  for (int nodes : {3, 4, 6}) {
+    StragglerPolicy p;
+    StragglerDetector d(p);
+    Job job;
+    job.nodes = nodes;
+    // Rank 3 (node 1) waits 25 ms for each batch: a quarter of the step.
+    job.data = [](int n, int r, std::int64_t) { return n == 1 && r == 1 ? 25000.0 : 0.0; };
+    auto f = job.Run(&d, 0, 60);
+    ASSERT_FALSE(f.empty()) << nodes << " nodes";
+    EXPECT_EQ(f[0].kind, "straggler");
+    EXPECT_EQ(f[0].node, "node1");
+    EXPECT_EQ(f[0].signal, "data");
+    EXPECT_EQ(f[0].rank, 3);
+    EXPECT_NEAR(f[0].slowdown, 0.2, 0.03) << f[0].message;  // 25 ms of a 125 ms step
+    EXPECT_NE(f[0].message.find("is a data straggler: rank 3 waits for data"), std::string::npos) << f[0].message;
+    for (const auto& x : f) EXPECT_EQ(x.node, "node1") << nodes << " nodes: " << x.message;  // no peer is blamed
+  }
+  // Every rank waits alike (a slow shared store): nobody stands out.
+  StragglerDetector d(StragglerPolicy{});
+  Job job;
+  job.data = [](int, int, std::int64_t) { return 25000.0; };
+  EXPECT_TRUE(job.Run(&d, 0, 60).empty());
 }
 
 }  // namespace
