@@ -126,17 +126,18 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
 @pytest.fixture
 def object_store():
     """Shards over HTTP with Range requests; `stall` holds the names whose
-    requests get no answer until the test ends, `delay` seconds each
-    request waits (a slow store)."""
-    stall, release, delay = set(), threading.Event(), [0.0]
+    requests get no answer until the test ends, `delay` by name ("*": any)
+    the seconds each request waits (a slow store)."""
+    stall, release, delay = set(), threading.Event(), {}
     data = os.urandom(64 * 1024)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
             if self.path.strip("/") in stall:
                 release.wait(600)
-            if delay[0]:
-                time.sleep(delay[0])
+            wait = delay.get(self.path.strip("/"), delay.get("*", 0))
+            if wait:
+                time.sleep(wait)
             start, end = 0, len(data) - 1
             header = self.headers.get("Range", "")
             if header.startswith("bytes="):
@@ -197,7 +198,7 @@ def report(job, name):
 
 def test_a_slow_object_store_is_named_in_the_downtime_report(tmp_path, no_leftovers, object_store):
     url, _, delay = object_store
-    delay[0] = 0.1  # each 4 KiB read takes 100 ms: twice the step's own 50 ms
+    delay["*"] = 0.1  # each 4 KiB read takes 100 ms: twice the step's own 50 ms
     job = job_of(tmp_path, "slow-store", url, "--loader-workers", "0", steps=40)
     assert job.wait(timeout=300) == 0, job.output()[-3000:]
     storage = report(job, "slow-store")["storage"]
@@ -206,3 +207,18 @@ def test_a_slow_object_store_is_named_in_the_downtime_report(tmp_path, no_leftov
     text = subprocess.run([TRAINGUARD, "report", "--store", job.store, "slow-store"], capture_output=True,
                           text=True).stdout
     assert storage["line"] in text, text
+
+
+def test_a_rank_whose_data_comes_slowly_is_a_data_straggler_and_storage_is_its_cause(tmp_path, no_leftovers,
+                                                                                    object_store):
+    url, _, delay = object_store
+    delay["shard-2"] = 0.05  # rank 2's reads take 50 ms; the others' a millisecond
+    job = job_of(tmp_path, "data-straggler", url, "--loader-workers", "0", steps=80)
+    assert job.wait(timeout=300) == 0, job.output()[-3000:]
+    found = job.events("straggler")
+    assert found, "no straggler named:\n" + "\n".join(e["message"] for e in job.events())
+    assert {e["rank"] for e in found} == {2}, [e["message"] for e in found]  # nobody waiting for it is blamed
+    first = found[0]
+    assert first["detail"]["signal"] == "data" and first["detail"]["phase"] == "data", first
+    assert first["detail"]["cause"].startswith("storage or the data loader"), first
+    assert "is a data straggler: rank 2 waits for data" in first["message"], first
