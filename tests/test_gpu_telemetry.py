@@ -5,9 +5,10 @@ libnvidia-ml (src/agent/fake_nvml.cc, NVML's signatures: 8 GPUs, GPU 3
 thermally throttled at 1,410 MHz) named by TRAINGUARD_NVML_LIBRARY."""
 
 import os
+import subprocess
 import urllib.request
 
-from conftest import BUILD, PYTHON, Job, api_url, wait_for
+from conftest import BUILD, PYTHON, TRAINGUARD, Job, api_url, status_page_step, wait_for
 
 FAKE_NVML = os.path.join(BUILD, "src", "agent", "libfake_nvml.so")
 
@@ -53,3 +54,36 @@ def test_each_gpus_health_reaches_metrics_by_node_and_index(tmp_path, no_leftove
     assert not any(k[0] == "trainguard_gpu_throttled" and k[2] != "3" for k in samples), samples
     done.write_text("")
     assert job.wait(timeout=120) == 0, job.output()[-2000:]
+
+
+def test_a_node_whose_gpu_reports_new_ecc_errors_is_watched_and_evicted_when_it_stalls_the_job(tmp_path,
+                                                                                               no_leftovers):
+    """A GPU's uncorrected ECC count grows on node1 while the job trains:
+    the node is said at once and watched; when its rank then stalls the job,
+    the hang's culprit node is evicted for the spare, not merely restarted
+    (an unwatched node's stall restarts in place: test_hang_location.py)."""
+    ecc = tmp_path / "ecc"
+    ecc.mkdir()
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_ddp.py")
+    job = Job(tmp_path, "gpu-watch",
+              [PYTHON, script, "--steps", "120", "--step-delay", "0.05", "--sleep-rank", "1", "--sleep-at-step",
+               "40", "--ckpt", str(tmp_path / "ck.pt"), "--out", str(tmp_path / "sum.txt")],
+              nnodes=2, nproc=1,
+              flags=["--spares", "1", "--hang-timeout", "6", "--heartbeat-interval", "0.5", "--stop-grace", "1"],
+              env={"TRAINGUARD_NVML_LIBRARY": FAKE_NVML, "TG_FAKE_NVML_ECC_DIR": str(ecc)})
+    wait_for(lambda: (status_page_step("gpu-watch", "node1", 1) or -1) >= 5 or job.proc.poll() is not None,
+             120, "step 5 of rank 1")
+    (ecc / "node1").write_text("2\n")  # GPU 3 of node1: two uncorrected ECC errors
+    said = wait_for(lambda: job.events("gpu_errors") or job.proc.poll() is not None, 60, "the gpu_errors event")
+    assert said and said[0]["node"] == "node1", job.output()[-2000:]
+    assert "uncorrected" in said[0]["message"], said[0]
+    assert job.wait(timeout=300) == 0, job.output()[-3000:]
+    attribution = job.events("attribution")[0]["detail"]
+    assert attribution["culprit_nodes"] == ["node1"], attribution
+    decision = job.events("decision")[0]["detail"]
+    assert decision["decision"] == "evict_node", decision
+    assert "node node1 is watched: GPU errors:" in decision["reason"], decision
+    assert [e["node"] for e in job.events("node_evicted")] == ["node1"]
+    nodes = subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"], capture_output=True, text=True,
+                           timeout=30, check=True).stdout
+    assert "gpu-errors" in nodes, nodes

@@ -1,8 +1,14 @@
 // A stand-in for the driver's libnvidia-ml.so.1 (tests only; this machine
 // has no GPU): the entry points trainguard calls, with NVML's signatures,
 // answering for TG_FAKE_NVML_GPUS GPUs (default 8) with figures made from
-// the index, GPU 3 thermally throttled at a low clock.
+// the index, GPU 3 thermally throttled at a low clock. With
+// TG_FAKE_NVML_ECC_DIR, GPU 3's volatile uncorrected ECC count is the
+// number in DIR/NODE (NODE: the agent's --node-id), 0 while it is absent:
+// a test raises one node's count mid-job.
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
 
 extern "C" {
 
@@ -14,6 +20,26 @@ struct nvmlUtilization_st {
 static unsigned int Gpus() {
   const char* n = std::getenv("TG_FAKE_NVML_GPUS");
   return n == nullptr ? 8 : static_cast<unsigned int>(std::atoi(n));
+}
+// The agent's --node-id, from its command line.
+static std::string NodeId() {
+  std::ifstream in("/proc/self/cmdline");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string prev;
+  for (std::size_t at = 0; at < all.size();) {
+    std::string arg(all.c_str() + at);
+    if (prev == "--node-id") return arg;
+    prev = arg;
+    at += arg.size() + 1;
+  }
+  return "";
+}
+static unsigned long long InjectedEcc() {
+  const char* dir = std::getenv("TG_FAKE_NVML_ECC_DIR");
+  if (dir == nullptr) return 0;
+  std::ifstream in(std::string(dir) + "/" + NodeId());
+  unsigned long long n = 0;
+  return in >> n ? n : 0;
 }
 static unsigned int IndexOf(void* device) { return static_cast<unsigned int>(reinterpret_cast<unsigned long>(device) - 1); }
 
@@ -50,7 +76,7 @@ int nvmlDeviceGetCurrentClocksThrottleReasons(void* device, unsigned long long* 
   return 0;
 }
 int nvmlDeviceGetTotalEccErrors(void* device, int type, int, unsigned long long* count) {
-  *count = type == 0 ? 5 * IndexOf(device) : 0;
+  *count = type == 0 ? 5 * IndexOf(device) : IndexOf(device) == 3 ? InjectedEcc() : 0;
   return 0;
 }
 int nvmlDeviceGetRemappedRows(void*, unsigned int* corr, unsigned int* unc, unsigned int* pending, unsigned int* failed) {

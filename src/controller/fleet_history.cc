@@ -105,13 +105,17 @@ std::string FleetFinding::Summary() const {
       out = "node " + node + " had " + std::to_string(count) + " hardware incident(s) in earlier jobs";
     }
   }
+  for (const auto& [node, why] : watched_nodes) {
+    out += (out.empty() ? "" : "; ") + ("node " + node + " is watched: " + why);
+  }
   return out;
 }
 
 std::string FleetFinding::EvidenceJson() const {
   return json{{"same_error_on_node", ToJson(same_error_on_node)},
               {"same_error_elsewhere", ToJson(same_error_elsewhere)},
-              {"hardware_on_node", hardware_on_node}}
+              {"hardware_on_node", hardware_on_node},
+              {"watched_nodes", watched_nodes}}
       .dump(-1, ' ', false, kReplaceBadUtf8);
 }
 

@@ -37,6 +37,9 @@ struct FleetFinding {
   // The same program failing with the same rule at the same rank and step in
   // other jobs, on other nodes.
   std::vector<PastIncident> same_error_elsewhere;
+  // Culprit node -> why it is watched: a new GPU error (ECC, row remap) in
+  // a heartbeat, or a hardware warning line, within the suspicion window.
+  std::map<std::string, std::string> watched_nodes;
 
   bool PointsAtNode() const { return !same_error_on_node.empty(); }
   bool PointsAtApplication() const { return !same_error_elsewhere.empty(); }

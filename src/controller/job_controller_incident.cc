@@ -228,9 +228,11 @@ FleetFinding JobController::ReadFleet(const Blame& b) {
   q.job_id = config_.job_id;
   q.program = ProgramOf(config_.argv);
   q.since = clock_->WallNanos() - config_.suspicion_window;
+  std::map<std::string, std::string> watched;
   for (const auto& n : b.culprit_nodes) {
     auto health = HealthOf(n);
     if (health.ok() && health->status == "ok") q.node_since[n] = std::max(q.since, health->wall_ns);
+    if (health.ok() && health->status == "watch" && health->wall_ns >= q.since) watched[n] = health->reason;
   }
   if (auto jobs = store_->Jobs(); jobs.ok()) {
     for (const auto& j : *jobs) {
@@ -247,9 +249,13 @@ FleetFinding JobController::ReadFleet(const Blame& b) {
   auto incidents = store_->IncidentsOnNode("");
   if (!incidents.ok()) {
     ++store_read_errors_;
-    return {};
+    FleetFinding fleet;
+    fleet.watched_nodes = std::move(watched);
+    return fleet;
   }
-  return ReadFleetHistory(b, *incidents, q);
+  FleetFinding fleet = ReadFleetHistory(b, *incidents, q);
+  fleet.watched_nodes = std::move(watched);
+  return fleet;
 }
 
 void JobController::RecordDowntime(const RestartPath& path) {

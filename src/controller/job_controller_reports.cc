@@ -93,6 +93,13 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
            json{{"increases", grew}}.dump(-1, ' ', false, kReplaceBadUtf8));
       writer_->RecordNodeAction({node->node_id, clock_->WallNanos(), "gpu-errors", "controller of job " + config_.job_id,
                                  what, config_.job_id, json{{"increases", grew}}.dump(-1, ' ', false, kReplaceBadUtf8)});
+      // Watched from now on: an incident this node is blamed for within the
+      // suspicion window evicts it (recovery_policy.h), as after a hardware
+      // warning line.
+      auto health = HealthOf(node->node_id);
+      if (health.ok() && health->status != "suspect" && health->status != "cordoned") {
+        writer_->SetNodeHealth({node->node_id, "watch", "GPU errors: " + what, config_.job_id, clock_->WallNanos()});
+      }
     }
     node->gpus = std::move(now);
   }

@@ -227,6 +227,7 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
   Verdict v;
   bool suspect_history = false;
   for (const auto& [node, count] : fleet.hardware_on_node) suspect_history = suspect_history || count > 0;
+  suspect_history = suspect_history || !fleet.watched_nodes.empty();
   v.history = fleet.Summary();
   std::string signature = a.category + "|" + a.rule_id + "|" + std::to_string(b.culprit_rank) +
                           "|" + std::to_string(b.step);

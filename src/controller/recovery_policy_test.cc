@@ -243,5 +243,22 @@ TEST(RecoveryPolicyTest, ANodeWithHardwareHistoryIsEvictedOnAnUnexplainedFailure
             Decision::kRestart);
 }
 
+TEST(RecoveryPolicyTest, ANodeWatchedForNewGpuErrorsIsEvictedWhenAHangIsItsRank) {
+  Incident inc = Hang({0, 1, 2, 3}, 3);
+  inc.hang_evidence = "rank 3 is outside any communication (phase 'forward') while 3 rank(s) wait in one";
+  Blame b = AssignBlame(nullptr, inc, NodeOf);
+  ASSERT_EQ(b.culprit_nodes, (std::set<std::string>{"node1"}));
+  FleetFinding fleet;
+  fleet.watched_nodes["node1"] = "GPU errors: GPU 3 uncorrected ECC errors 0 -> 2";
+  RecoveryPolicy policy(3);
+  Verdict v = policy.Decide(b, inc, fleet);
+  EXPECT_EQ(v.decision, Decision::kEvict) << v.why;
+  EXPECT_EQ(v.evict_nodes, std::vector<std::string>{"node1"});
+  EXPECT_NE(v.why.find("node node1 is watched: GPU errors: GPU 3 uncorrected ECC"), std::string::npos) << v.why;
+  // Unwatched, the same hang restarts.
+  RecoveryPolicy fresh(3);
+  EXPECT_EQ(fresh.Decide(b, inc, FleetFinding{}).decision, Decision::kRestart);
+}
+
 }  // namespace
 }  // namespace trainguard
