@@ -53,6 +53,22 @@ def slow_mount(tmp_path):
             server.wait()
 
 
+def block_mounts():
+    """This machine's mount points on block devices, the first of each device,
+    read here from mountinfo and diskstats independently of trainguard."""
+    with open("/proc/diskstats") as f:
+        devices = {"%s:%s" % tuple(line.split()[:2]) for line in f if len(line.split()) >= 14}
+    seen, points = set(), set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            device, point = fields[2], fields[4].replace("\\040", " ")
+            if device in devices and device not in seen:
+                seen.add(device)
+                points.add(point)
+    return points
+
+
 def job_of(tmp_path, name, mount, *extra, steps=60):
     run = tmp_path / name
     run.mkdir()
@@ -108,6 +124,8 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
                 if s.name in ("trainguard_node_storage_read_bytes_total", "trainguard_node_storage_read_calls_total",
                               "trainguard_node_storage_blocked_tasks"):
                     found[(s.name, s.labels.get("node"))] = s.value
+                if s.name == "trainguard_node_mount_written_bytes_total":
+                    found[(s.name, s.labels.get("node"), s.labels.get("mount"))] = s.value
         return found
 
     # The ranks' reads are counted per node while they train (a shard read
@@ -116,6 +134,11 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
                          for n in ("node0", "node1")) or job.proc.poll() is not None, 60, "read counters")
     reads = node_reads()
     assert reads[("trainguard_node_storage_read_bytes_total", "node0")] > 0, reads
+    # Per mount, the kernel's counters of this machine's block devices: one
+    # series per device (its first mount point), none for FUSE or tmpfs.
+    assert {k[2] for k in reads if k[0] == "trainguard_node_mount_written_bytes_total" and k[1] == "node0"} == \
+        block_mounts(), reads
+    assert str(mount) not in {k[2] for k in reads if len(k) == 3}
     assert not any(k[0] == "trainguard_node_storage_blocked_tasks" for k in reads), reads
     assert job.wait(timeout=300) == 0, job.output()[-3000:]
     assert not job.events("failure"), job.events("failure")

@@ -27,6 +27,7 @@
 #include "agent/error_file.h"
 #include "agent/journal_status.h"
 #include "agent/link_stats.h"
+#include "agent/mount_io.h"
 #include "agent/output_pump.h"
 #include "agent/process.h"
 #include "common/status_page.h"
@@ -346,6 +347,18 @@ void Agent::SendHeartbeat() {
   hb->mutable_metrics()->set_cpu_throttled_pct(cpu.throttled_pct);
   hb->mutable_metrics()->set_cpu_steal_pct(cpu.steal_pct);
   hb->mutable_metrics()->set_cpu_cores(cpu.cores);
+  for (const MountIo& io : SampleMountIo()) {
+    if (hb->metrics().mounts_size() >= 32) break;
+    v1::MountIo* out = hb->mutable_metrics()->add_mounts();
+    out->set_mount_point(io.mount.mount_point);
+    out->set_fstype(io.mount.fstype);
+    out->set_source(io.mount.source);
+    out->set_read_bytes(io.read_bytes);
+    out->set_write_bytes(io.write_bytes);
+    out->set_reads(io.reads);
+    out->set_writes(io.writes);
+    out->set_metadata_ops(io.metadata_ops);
+  }
   if (!gpus_) {
     GpuTelemetry::Options o;
     if (const char* nvml = std::getenv("TRAINGUARD_NVML_LIBRARY")) o.nvml_path = nvml;

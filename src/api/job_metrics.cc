@@ -177,6 +177,30 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
   }
   for (auto* f : {&read_bytes, &write_bytes, &read_calls, &write_calls, &blocked}) out.push_back(*f);
 
+  // Per mount of each node, the kernel's counters (block devices, NFS):
+  // the whole node's traffic on it, the job's and anyone else's.
+  MetricFamily mount_read = Family("trainguard_node_mount_read_bytes_total", "counter",
+                                   "Bytes read from the mount's device or server, by node and mount");
+  MetricFamily mount_written = Family("trainguard_node_mount_written_bytes_total", "counter",
+                                      "Bytes written to the mount's device or server, by node and mount");
+  MetricFamily mount_reads = Family("trainguard_node_mount_reads_total", "counter",
+                                    "Read requests completed (block) or READ operations (NFS), by node and mount");
+  MetricFamily mount_writes = Family("trainguard_node_mount_writes_total", "counter",
+                                     "Write requests completed (block) or WRITE operations (NFS), by node and mount");
+  MetricFamily mount_metadata = Family("trainguard_node_mount_metadata_ops_total", "counter",
+                                       "Metadata operations (NFS: OPEN, LOOKUP, GETATTR, ...), by node and mount");
+  for (const NodeSnapshot& n : job.nodes) {
+    for (const v1::MountIo& m : n.mounts) {
+      MetricLabels l = with({{"node", n.node_id}, {"mount", m.mount_point()}, {"fstype", m.fstype()}});
+      mount_read.samples.push_back({l, static_cast<double>(m.read_bytes())});
+      mount_written.samples.push_back({l, static_cast<double>(m.write_bytes())});
+      mount_reads.samples.push_back({l, static_cast<double>(m.reads())});
+      mount_writes.samples.push_back({l, static_cast<double>(m.writes())});
+      if (m.metadata_ops() >= 0) mount_metadata.samples.push_back({l, static_cast<double>(m.metadata_ops())});
+    }
+  }
+  for (auto* f : {&mount_read, &mount_written, &mount_reads, &mount_writes, &mount_metadata}) out.push_back(*f);
+
   // GPU health, per GPU (node and index): what NVML or nvidia-smi said at
   // the node's latest heartbeat; an unknown figure is left out.
   struct GpuGauge {

@@ -36,6 +36,7 @@ std::vector<MountEntry> ParseMountinfo(const std::string& text) {
     MountEntry m;
     if (before.size() < 5 || !(f >> m.fstype >> m.source)) continue;
     m.mount_point = Unescape(before[4]);
+    m.device = before[2];
     mounts.push_back(m);
   }
   return mounts;

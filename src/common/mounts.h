@@ -11,6 +11,7 @@ struct MountEntry {
   std::string mount_point;
   std::string fstype;
   std::string source;
+  std::string device;  // "major:minor" (mountinfo's third field)
 };
 
 // /proc/PID/mountinfo's lines; mount points unescaped (\040 is a space).

@@ -81,6 +81,7 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
   node->memory_checkpoint_bytes = hb.metrics().memory_checkpoint_bytes();
   node->cpu = {hb.metrics().cpu_throttled_pct(), hb.metrics().cpu_steal_pct(), hb.metrics().load1(),
                hb.metrics().cpu_cores()};
+  node->mounts.assign(hb.metrics().mounts().begin(), hb.metrics().mounts().end());
   {
     std::vector<v1::GpuHealth> now(hb.metrics().gpus().begin(), hb.metrics().gpus().end());
     // A GPU's error counters that grew since the last heartbeat: said at

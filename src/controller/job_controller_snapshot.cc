@@ -76,6 +76,7 @@ JobSnapshot JobController::Snapshot() const {
     node.standby_rss_kb = n.standby_rss_kb;
     node.memory_checkpoint_bytes = n.memory_checkpoint_bytes;
     node.gpus = n.gpus;
+    node.mounts = n.mounts;
     if (n.group_rank >= 0) {
       for (const auto& [rank, view] : n.ranks) {
         if (!view.status.running()) continue;

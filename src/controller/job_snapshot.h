@@ -50,6 +50,7 @@ struct NodeSnapshot {
   std::int64_t read_bytes = 0, write_bytes = 0, read_calls = 0, write_calls = 0;
   std::map<std::string, int> blocked_by_mount;
   std::vector<v1::GpuHealth> gpus;  // its GPUs at its latest heartbeat
+  std::vector<v1::MountIo> mounts;  // its storage mounts' counters at its latest heartbeat
 };
 
 struct JobSnapshot {
