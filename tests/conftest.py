@@ -40,6 +40,7 @@ TIERS = {
     "test_dashboard.py": ("browser", "slow"),
     "test_diag.py": ("root", "slow"),
     "test_fleet_store.py": ("postgres", "slow"),
+    "test_gpu_telemetry.py": ("slow",),
     "test_hang_location.py": ("slow",),
     "test_install.py": ("slow",),
     "test_multi_host.py": ("root", "slow"),
