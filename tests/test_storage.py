@@ -142,6 +142,10 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
     assert not any(k[0] == "trainguard_node_storage_blocked_tasks" for k in reads), reads
     assert job.wait(timeout=300) == 0, job.output()[-3000:]
     assert not job.events("failure"), job.events("failure")
+    # Its loaders keep pace: no data straggler (a toy step's compute, 0.4 ms
+    # on 2 shared cores, is noise this test does not judge).
+    data = [e["message"] for e in job.events("straggler") if e["detail"]["signal"] == "data"]
+    assert not data, data
     storage = report(job, "storage-healthy")["storage"]
     assert not storage["named"], storage  # a fast mount holds nobody up
 
@@ -240,8 +244,12 @@ def test_a_rank_whose_data_comes_slowly_is_a_data_straggler_and_storage_is_its_c
     assert job.wait(timeout=300) == 0, job.output()[-3000:]
     found = job.events("straggler")
     assert found, "no straggler named:\n" + "\n".join(e["message"] for e in job.events())
-    assert {e["rank"] for e in found} == {2}, [e["message"] for e in found]  # nobody waiting for it is blamed
-    first = found[0]
+    # Only rank 2 waits for data; its peers, waiting for it in their
+    # collectives, are not communication stragglers (a toy step's compute
+    # noise on 2 shared cores is not judged here).
+    assert {e["rank"] for e in found if e["detail"]["signal"] == "data"} == {2}, [e["message"] for e in found]
+    assert not [e for e in found if e["detail"]["signal"] == "communication"], [e["message"] for e in found]
+    first = next(e for e in found if e["detail"]["signal"] == "data")
     assert first["detail"]["signal"] == "data" and first["detail"]["phase"] == "data", first
     assert first["detail"]["cause"].startswith("storage or the data loader"), first
     assert "is a data straggler: rank 2 waits for data" in first["message"], first

@@ -91,6 +91,7 @@ void StragglerDetector::Add(const RankStep& step) {
   nodes_seen_.insert(step.node);
   if (step.step >= steps_from_ && step.step >= stepped_below_) {
     step_values_[step.step][step.rank] = {step.node, step.compute_us};
+    step_durations_[step.step].push_back(step.step_us);
   }
   std::int64_t index = FloorDiv(step.step, policy_.window_steps);
   if (index < judged_below_) return;  // a window already judged
@@ -122,6 +123,7 @@ void StragglerDetector::Reset(int world_size) {
   skip_window_ = true;
   cusum_.clear();
   step_values_.clear();
+  step_durations_.clear();
   nodes_seen_.clear();
   steps_from_ = INT64_MIN;
   stepped_below_ = INT64_MIN;
@@ -145,8 +147,9 @@ std::vector<StragglerFinding> StragglerDetector::Evaluate() {
       // Complete as a window is: every rank past it, or some rank a window further.
       bool everyone = static_cast<int>(rank_last_.size()) >= world_size_ && min_last >= it->first;
       if (!everyone && max_last < it->first + policy_.window_steps) break;
-      JudgeStep(it->first, it->second, &out);
+      JudgeStep(it->first, it->second, Median(step_durations_[it->first]), &out);
       stepped_below_ = it->first + 1;
+      step_durations_.erase(it->first);
       step_values_.erase(it);
     }
   }
@@ -169,7 +172,7 @@ std::vector<StragglerFinding> StragglerDetector::Evaluate() {
 }
 
 void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pair<std::string, double>>& values,
-                                  std::vector<StragglerFinding>* out) {
+                                  double step_centre, std::vector<StragglerFinding>* out) {
   // Units as the windows have them: nodes from 3 up, else ranks.
   const bool by_node = nodes_seen_.size() >= 3;
   std::map<std::string, std::vector<double>> of_unit;
@@ -249,6 +252,7 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pa
       cs.push_back(c.values[i].second);
       ratios.push_back(c.values[i].first / c.values[i].second);
     }
+    if (Median(xs) - Median(cs) < policy_.min_step_share * step_centre) continue;  // slower, but it costs nothing
     StragglerFinding f;
     f.kind = "straggler";
     f.node = node_of[key];
@@ -376,11 +380,19 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
     for (const Unit& u : units) unit_values.push_back(comm ? u.comm : u.compute);
     *centre_out = Median(unit_values);
     std::set<std::string> slow;
+    std::vector<double> steps;
+    std::map<std::string, double> value_of;
+    for (const Unit& u : units) {
+      steps.push_back(u.step);
+      value_of[u.key] = comm ? u.comm : u.compute;
+    }
+    const double step_centre = Median(steps);
     for (auto& [key, r] : ratios) {
       if (static_cast<int>(r.size()) * 2 < policy_.window_steps) continue;  // too few steps to say
       double ratio = Median(r);
       (*ratio_out)[key] = ratio;
-      if (ratio >= 1 + policy_.min_slowdown) slow.insert(key);
+      const bool costs = value_of[key] - *centre_out >= policy_.min_step_share * step_centre;
+      if (ratio >= 1 + policy_.min_slowdown && costs) slow.insert(key);
     }
     return slow;
   };

@@ -84,6 +84,10 @@ struct StragglerPolicy {
   int change_steps = 5;            // the newest steps summed
   double change_threshold = 11;    // their sum, in the unit's own standard deviations
   double change_min_spread = 0.02; // the smallest spread of a log ratio assumed (2 %)
+  // A compute or communication straggler's excess must also cost the step
+  // this share of its median time: a toy model's compute 16 % slower is a
+  // tenth of a millisecond of a 60 ms step, and slows nobody.
+  double min_step_share = 0.02;
 };
 
 // One rank's step, as the detector needs it.
@@ -166,7 +170,7 @@ class StragglerDetector {
     std::deque<std::pair<double, double>> values;  // (its compute, the others' median), newest steps
   };
   void JudgeStep(std::int64_t step, const std::map<int, std::pair<std::string, double>>& values,
-                 std::vector<StragglerFinding>* out);
+                 double step_centre, std::vector<StragglerFinding>* out);
   void Judge(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out);
   void JudgeTrend(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out);
 
@@ -186,6 +190,7 @@ class StragglerDetector {
   std::map<std::string, Cusum> cusum_;
   // Steps not judged yet: step -> rank -> (node, compute µs).
   std::map<std::int64_t, std::map<int, std::pair<std::string, double>>> step_values_;
+  std::map<std::int64_t, std::vector<double>> step_durations_;  // the same steps' durations
   std::set<std::string> nodes_seen_;
   std::int64_t steps_from_ = INT64_MIN;     // the generation's steps below this are start-up
   std::int64_t stepped_below_ = INT64_MIN;  // steps below this are judged

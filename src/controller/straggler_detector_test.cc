@@ -22,6 +22,7 @@ struct Job {
   // Microseconds rank r of node n waits for its data at a step (0: no data
   // phase); the others wait for the slowest in their all_reduce.
   std::function<double(int, int, std::int64_t)> data = [](int, int, std::int64_t) { return 0.0; };
+  double idle_us = 0;  // added to every step outside any phase (a sleep, I/O)
 
   double Noisy(double v) { return v * std::uniform_real_distribution<double>(1 - noise, 1 + noise)(rng); }
 
@@ -45,7 +46,7 @@ struct Job {
           if (most_data > 0) s.phases["data"] = Noisy(1000) + data(n, r, step);
           double gc = extra_gc(n, r, step);
           if (gc > 0) s.phases["gc"] = gc;
-          s.step_us = s.phases["forward"] + s.phases["backward"] + s.phases["optimizer"] + 10000 + gc + most_data;
+          s.step_us = s.phases["forward"] + s.phases["backward"] + s.phases["optimizer"] + 10000 + gc + most_data + idle_us;
           // The gradient all_reduce is entered when forward and backward are done.
           s.collectives.emplace_back(0, step + 1, step * 1e6 + s.phases["forward"] + s.phases["backward"]);
           FillSignals(&s);
@@ -310,6 +311,23 @@ TEST(StragglerDetectorTest, ARankWaitingForItsDataIsADataStragglerAndItsWaitingP
   Job job;
   job.data = [](int, int, std::int64_t) { return 25000.0; };
   EXPECT_TRUE(job.Run(&d, 0, 60).empty());
+}
+
+TEST(StragglerDetectorTest, ASlowerComputeThatCostsTheStepNothingIsNotAStraggler) {
+  // 2 s steps of which compute is 35 ms: node 2's 20 % slower compute is
+  // 7 ms, 0.35 % of the step.
+  StragglerDetector d(StragglerPolicy{});
+  Job job;
+  job.idle_us = 2e6;
+  job.slow = [](int n, std::int64_t step) { return n == 2 && step >= 40 ? 1.2 : 1.0; };
+  for (const auto& f : job.Run(&d, 0, 100)) ADD_FAILURE() << f.message;
+  // The same slowness in 125 ms steps is one.
+  StragglerDetector e(StragglerPolicy{});
+  Job busy;
+  busy.slow = job.slow;
+  auto f = busy.Run(&e, 0, 100);
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].node, "node2");
 }
 
 }  // namespace
