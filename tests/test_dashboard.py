@@ -99,6 +99,11 @@ def test_the_dashboard_follows_a_failure_and_cordons_a_node(tmp_path, no_leftove
         for term in ["productive", "detection", "shutdown", "restart", "lost work", "checkpoint overhead"]:
             assert any(name.startswith(term) for name in terms), (term, terms)
         assert all(v >= 0 for v in terms.values())
+        # Storage's share of them: waiting for data, and for the previous save's write.
+        parts = dict(browser.execute_script(
+            "return [...document.querySelectorAll('#downtime tbody tr[data-part]')]"
+            ".map(r => [r.dataset.part, parseFloat(r.children[1].textContent)]);"))
+        assert set(parts) == {"data_wait_s", "checkpoint_wait_s"} and all(v >= 0 for v in parts.values()), parts
         # The node list.
         wait.until(lambda d: text_of(d, "#restarts").startswith("1 /"))
         nodes = all_of(browser, "#nodes tbody tr", "data-node")

@@ -73,6 +73,16 @@ function showDowntime(d) {
   }
   if (d.productive_s == null) body.append(el("tr", {}, el("td", { colspan: 3, class: "absent" },
       "productive time and ETTR are unknown: no rank reported a step")));
+  // Storage's share, inside the terms above (of productive, of checkpoint overhead).
+  const storage = d.storage || {};
+  for (const [key, name] of [["data_wait_s", "of productive: waiting for data"],
+                             ["checkpoint_wait_s", "of checkpoint overhead: waiting for the previous save's write"]]) {
+    if (storage[key] == null) continue;
+    const share = wall > 0 ? (100 * storage[key]) / wall : 0;
+    body.append(el("tr", { "data-part": key, class: "part" }, el("td", {}, name),
+                   el("td", {}, storage[key].toFixed(2)), el("td", {}, share.toFixed(1) + " %")));
+  }
+  if (storage.line) body.append(el("tr", { class: "storage" }, el("td", { colspan: 3 }, storage.line)));
 }
 
 function showIncidents(incidents) {
