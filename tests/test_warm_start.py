@@ -68,8 +68,16 @@ def test_a_warm_start_looks_like_a_cold_one(tmp_path, no_leftovers):
     out, go = tmp_path / "out", tmp_path / "go"
     out.mkdir()
     go.mkdir()
-    job = Job(tmp_path, "obs", [PYTHON, OBSERVE, str(out), "--fail-generations", "2", "--go-dir", str(go)],
-              nnodes=1, nproc=2)
+    # Started the way a shell's `cmd &` starts it, with SIGINT and SIGQUIT
+    # ignored: the ranks, cold or warm, still start with every signal at its
+    # default (Python's own SIGINT handler).
+    ignored = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGQUIT)}
+    try:
+        job = Job(tmp_path, "obs", [PYTHON, OBSERVE, str(out), "--fail-generations", "2", "--go-dir", str(go)],
+                  nnodes=1, nproc=2)
+    finally:
+        for sig, handler in ignored.items():
+            signal.signal(sig, handler)
     for generation in (0, 1):
         wait_ready(job, 2 * (generation + 1))
         (go / ("go%d" % generation)).touch()
@@ -80,6 +88,8 @@ def test_a_warm_start_looks_like_a_cold_one(tmp_path, no_leftovers):
         assert sorted(started[generation]["detail"]["warm"]) == [0, 1], started[generation]["message"]
     for rank in (0, 1):
         cold = normalized(out / ("gen0.rank%d.json" % rank))
+        assert cold["signals"][str(int(signal.SIGINT))] == repr(signal.default_int_handler), cold["signals"]
+        assert cold["signals"][str(int(signal.SIGQUIT))] == repr(signal.SIG_DFL), cold["signals"]
         for generation in (1, 2):
             warm = normalized(out / ("gen%d.rank%d.json" % (generation, rank)))
             differ = {k: (cold[k], warm.get(k)) for k in cold if cold[k] != warm.get(k)}

@@ -99,11 +99,18 @@ StatusOr<SpawnedProcess> Spawn(const SpawnSpec& spec) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the agent died already
-    // Undo signal state the agent may have set up.
+    // Undo signal state the agent may have set up or inherited: a rank
+    // starts with every signal at its default however the agent was
+    // started (a shell's `&` ignores SIGINT and SIGQUIT, nohup SIGHUP), so
+    // a cold start and a warm standby see the same.
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    signal(SIGPIPE, SIG_DFL);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);  // EINVAL for glibc's own: fine
+    }
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
     int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);  // fd 0 gets a copy without O_CLOEXEC
