@@ -124,7 +124,6 @@ void Agent::StartRanks(const v1::Start& start) {
     }
     SpawnSpec spec{std::vector<std::string>(start.argv().begin(), start.argv().end()), env, ""};
     rank->launch_mono = clock_->MonotonicNanos();
-    rank->activity = ActivityTracker(rank->launch_mono);
     StatusOr<SpawnedProcess> proc = InvalidArgument("not started");
     if (warm_->enabled) {
       if (auto warm = StartWarm(local, spec.argv, env, &rank->cold_reason)) {
@@ -133,6 +132,9 @@ void Agent::StartRanks(const v1::Start& start) {
       }
     }
     if (!rank->warm) proc = Spawn(spec);
+    // Quiet from its spawn on, not from before a standby was tried: the
+    // hang detector judges a rank with no status page yet by this.
+    rank->activity = ActivityTracker(clock_->MonotonicNanos());
     warm_->env[local] = std::move(env);
     if (!proc.ok()) {
       // Report it as an exit with the conventional "cannot execute" code.

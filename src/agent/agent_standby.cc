@@ -83,6 +83,7 @@ std::optional<SpawnedProcess> Agent::StartWarm(int local_rank, const std::vector
 void Agent::MaybeMakeStandbys() {
   WarmState& w = *warm_;
   Nanos now = clock_->MonotonicNanos();
+  Standby::ReapKilled();
   for (auto& [local, standby] : w.standbys) {
     Standby::State before = standby->state();
     standby->Poll();

@@ -10,8 +10,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <utility>
+#include <vector>
 
 #include "common/utf8.h"
 
@@ -158,12 +160,33 @@ Standby& Standby::operator=(Standby&& other) noexcept {
 
 Standby::~Standby() { Kill("the agent let it go"); }
 
+namespace {
+std::mutex g_killed_mu;
+std::vector<pid_t> g_killed;  // killed standbys not reaped yet
+}  // namespace
+
+void Standby::ReapKilled() {
+  std::lock_guard<std::mutex> lock(g_killed_mu);
+  std::erase_if(g_killed, [](pid_t pid) {
+    int status;
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    return r == pid || (r < 0 && errno == ECHILD);
+  });
+}
+
+std::size_t Standby::KilledNotReaped() {
+  std::lock_guard<std::mutex> lock(g_killed_mu);
+  return g_killed.size();
+}
+
 void Standby::Kill(const std::string& why) {
   if (pid_ > 0) {
     kill(-pid_, SIGKILL);
-    int status;
-    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    {
+      std::lock_guard<std::mutex> lock(g_killed_mu);
+      g_killed.push_back(pid_);
     }
+    ReapKilled();  // at once if it is gone already
     pid_ = -1;
   }
   for (int* fd : {&control_fd_, &stdout_fd_, &stderr_fd_}) {

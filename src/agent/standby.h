@@ -58,7 +58,15 @@ class Standby {
   Standby& operator=(Standby&& other) noexcept;
   Standby(const Standby&) = delete;
   Standby& operator=(const Standby&) = delete;
-  ~Standby();  // kills and reaps it unless it became a rank
+  ~Standby();  // kills it unless it became a rank (ReapKilled reaps it)
+
+  // Reaps the standbys killed so far that have exited; never blocks. A
+  // killed standby is not waited for where it is killed: it runs niced, and
+  // on a busy node its exit can take seconds, which a rank's start must not
+  // wait for (a cold start behind a standby still importing was delayed 2 s).
+  static void ReapKilled();
+  // How many killed standbys are not reaped yet.
+  static std::size_t KilledNotReaped();
 
   // Reads its ready message or notices its exit; never blocks.
   void Poll();

@@ -1,6 +1,15 @@
 #include "agent/standby.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
 
 namespace trainguard {
 namespace {
@@ -54,6 +63,34 @@ TEST(ParsePythonCommandTest, WhatCannotRunWarmSaysWhy) {
   EXPECT_NE(Refused({"python3", "--version"}).find("--version"), std::string::npos);
   EXPECT_NE(Refused({"python3", "-Z", "train.py"}).find("-Z"), std::string::npos);
   EXPECT_NE(Refused({}).find("not a Python interpreter"), std::string::npos);
+}
+
+// A killed standby is left for ReapKilled, which reaps it once it has
+// exited: no zombie stays behind, and killing never waits on the exit.
+TEST(StandbyTest, AKilledStandbyIsReapedLaterNotWaitedFor) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("standby_test." + std::to_string(getpid()));
+  fs::create_directories(dir / "trainguard");
+  std::ofstream(dir / "trainguard" / "__init__.py").close();
+  std::ofstream(dir / "trainguard" / "_standby.py") << "import time\ndef main():\n    time.sleep(60)\n";
+  PythonCommand cmd = Parse({"/usr/bin/python3", "train.py"});
+  auto standby = Standby::Launch(cmd, {{"PYTHONPATH", dir.string()}, {"PATH", "/usr/bin:/bin"}}, dir.string(),
+                                 (dir / "imports").string(), 0, 0);
+  ASSERT_TRUE(standby.ok()) << standby.status().ToString();
+  pid_t pid = standby->pid();
+  ASSERT_GT(pid, 0);
+  std::size_t before = Standby::KilledNotReaped();
+  { Standby gone = std::move(*standby); }  // killed: still importing
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (Standby::KilledNotReaped() > before && std::chrono::steady_clock::now() < deadline) {
+    Standby::ReapKilled();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Standby::KilledNotReaped(), before);
+  errno = 0;
+  EXPECT_EQ(kill(pid, 0), -1);  // reaped: not even a zombie
+  EXPECT_EQ(errno, ESRCH);
+  fs::remove_all(dir);
 }
 
 }  // namespace
