@@ -3,19 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
 #include <set>
 #include <sstream>
 
+#include "common/small_file.h"
+
 namespace trainguard {
-namespace {
-
-std::string ReadSmall(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-}  // namespace
 
 CgroupPaths CgroupPathsOf(const std::string& text) {
   CgroupPaths out;
@@ -71,7 +64,7 @@ CpuPressureSample CpuPressure::Sample(const std::vector<pid_t>& pids, Nanos now_
   // "unified" on a hybrid host).
   std::set<std::string> stats;
   for (pid_t pid : pids) {
-    const CgroupPaths p = CgroupPathsOf(ReadSmall(proc_root_ + "/" + std::to_string(pid) + "/cgroup"));
+    const CgroupPaths p = CgroupPathsOf(ReadSmallFile(proc_root_ + "/" + std::to_string(pid) + "/cgroup"));
     std::vector<std::string> candidates;
     if (!p.v1_cpu.empty()) {
       candidates = {cgroup_root_ + "/cpu" + p.v1_cpu, cgroup_root_ + "/cpu,cpuacct" + p.v1_cpu};
@@ -87,7 +80,7 @@ CpuPressureSample CpuPressure::Sample(const std::vector<pid_t>& pids, Nanos now_
   }
   std::map<std::string, std::pair<std::int64_t, Nanos>> next;
   for (const std::string& g : stats) {
-    std::int64_t usec = ThrottledUsec(ReadSmall(g));
+    std::int64_t usec = ThrottledUsec(ReadSmallFile(g));
     if (usec < 0) continue;
     next[g] = {usec, now_mono};
     auto prev = throttled_.find(g);
@@ -97,7 +90,7 @@ CpuPressureSample CpuPressure::Sample(const std::vector<pid_t>& pids, Nanos now_
     out.throttled_pct = std::max(out.throttled_pct, std::min(100.0, 100 * share));
   }
   throttled_ = std::move(next);  // cgroups no rank is in any more are forgotten
-  auto [steal, total] = StealAndTotal(ReadSmall(proc_root_ + "/stat"));
+  auto [steal, total] = StealAndTotal(ReadSmallFile(proc_root_ + "/stat"));
   if (steal >= 0 && steal_ >= 0 && total > total_ && steal >= steal_) {
     out.steal_pct = 100.0 * static_cast<double>(steal - steal_) / static_cast<double>(total - total_);
   }

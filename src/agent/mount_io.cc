@@ -1,16 +1,12 @@
 #include "agent/mount_io.h"
 
-#include <fstream>
 #include <set>
 #include <sstream>
 
+#include "common/small_file.h"
+
 namespace trainguard {
 namespace {
-
-std::string ReadSmall(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
 
 bool IsNfs(const std::string& fstype) { return fstype == "nfs" || fstype == "nfs4"; }
 
@@ -109,9 +105,9 @@ std::vector<MountIo> MountIoOf(const std::vector<MountEntry>& mounts, const std:
 }
 
 std::vector<MountIo> SampleMountIo(const std::string& proc_root) {
-  return MountIoOf(ParseMountinfo(ReadSmall(proc_root + "/self/mountinfo")),
-                   ParseDiskstats(ReadSmall(proc_root + "/diskstats")),
-                   ParseNfsMountstats(ReadSmall(proc_root + "/self/mountstats")));
+  return MountIoOf(ParseMountinfo(ReadSmallFile(proc_root + "/self/mountinfo")),
+                   ParseDiskstats(ReadSmallFile(proc_root + "/diskstats")),
+                   ParseNfsMountstats(ReadSmallFile(proc_root + "/self/mountstats")));
 }
 
 }  // namespace trainguard

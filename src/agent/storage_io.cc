@@ -7,18 +7,13 @@
 #include <unistd.h>
 
 #include <cctype>
-#include <fstream>
 #include <set>
 #include <sstream>
 
+#include "common/small_file.h"
+
 namespace trainguard {
 namespace {
-
-std::string ReadSmall(const std::string& path) {
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return text;
-}
 
 std::string ReadLink(const std::string& path) {
   char buf[4096];
@@ -46,7 +41,7 @@ bool PseudoPath(const std::string& path) {
 
 // The state letter of /proc/.../stat ("" if unreadable).
 std::string StateOf(const std::string& stat_path) {
-  std::string line = ReadSmall(stat_path);
+  std::string line = ReadSmallFile(stat_path);
   std::size_t close = line.rfind(')');
   return close == std::string::npos || close + 2 >= line.size() ? "" : line.substr(close + 2, 1);
 }
@@ -102,7 +97,7 @@ std::vector<BlockedTask> FindBlockedTasks(const std::vector<pid_t>& pids, bool s
       if (state != "D" && state != "S") continue;
       // "0 0x3 0x3ff00de0 0x1000 ..." (number, then six arguments, sp, pc);
       // "-1 sp pc" outside a system call (a page fault); "running" if not blocked.
-      std::istringstream sc(ReadSmall(task + "/syscall"));
+      std::istringstream sc(ReadSmallFile(task + "/syscall"));
       std::string number;
       if (!(sc >> number) || number == "running") continue;
       BlockedTask t;
@@ -133,7 +128,7 @@ std::vector<BlockedTask> FindBlockedTasks(const std::vector<pid_t>& pids, bool s
       }
       if (!t.path.empty()) {
         if (!mounts_read) {
-          mounts = ParseMountinfo(ReadSmall(base + "/mountinfo"));
+          mounts = ParseMountinfo(ReadSmallFile(base + "/mountinfo"));
           mounts_read = true;
         }
         t.mount = MountOf(t.path, mounts);
@@ -178,7 +173,7 @@ std::vector<OpenFile> OpenDataFiles(const std::vector<pid_t>& pids, const std::s
         continue;
       }
       if (!mounts_read) {
-        mounts = ParseMountinfo(ReadSmall(base + "/mountinfo"));
+        mounts = ParseMountinfo(ReadSmallFile(base + "/mountinfo"));
         mounts_read = true;
       }
       OpenFile f{target, MountOf(target, mounts)};

@@ -4,16 +4,9 @@
 #include <cstdio>
 #include <vector>
 
+#include "common/stats.h"
+
 namespace trainguard {
-namespace {
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
 
 std::string CpuSlowCause(const std::string& node, const std::map<std::string, NodeCpu>& nodes) {
   auto own = nodes.find(node);

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <cstdio>
 
+#include "common/stats.h"
+
 namespace trainguard {
 
 namespace {
@@ -12,12 +14,6 @@ std::string Format(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), v >= 100 ? "%.0f" : v >= 1 ? "%.2f" : "%.3f", v);
   return buf;
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::string Percent(double percent) {

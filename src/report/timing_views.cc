@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "common/json_text.h"
+#include "common/stats.h"
 #include "store/step_timing_text.h"
 
 namespace trainguard {
@@ -40,13 +41,6 @@ std::map<int, std::map<std::string, int>> LayoutCoords(const std::vector<Event>&
 int Coord(const std::map<std::string, int>& c, const char* name) {
   auto it = c.find(name);
   return it == c.end() ? 0 : it->second;
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::string Escape(const std::string& s) {
