@@ -34,6 +34,30 @@ MetricFamily Family(const std::string& name, const std::string& type, const std:
   return {name, help, type, {}};
 }
 
+// Families filled from the same items, one figure each: a table of (family,
+// the item's figure), a negative figure meaning unknown (left out).
+template <typename Item>
+class Columns {
+ public:
+  struct Column {
+    MetricFamily family;
+    std::function<double(const Item&)> value;
+  };
+  Columns(std::initializer_list<Column> columns) : columns_(columns) {}
+  void Add(const Item& item, const MetricLabels& labels) {
+    for (Column& c : columns_) {
+      const double v = c.value(item);
+      if (v >= 0) c.family.samples.push_back({labels, v});
+    }
+  }
+  void AppendTo(std::vector<MetricFamily>* out) const {
+    for (const Column& c : columns_) out->push_back(c.family);
+  }
+
+ private:
+  std::vector<Column> columns_;
+};
+
 }  // namespace
 
 std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeReport& report,
@@ -153,61 +177,60 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
 
   // Storage I/O: counters of the running processes (they start over with
   // each generation's processes; rate() takes resets in its stride).
-  MetricFamily read_bytes = Family("trainguard_node_storage_read_bytes_total", "counter",
-                                   "Bytes the node's ranks read through read() and the like (files, and any "
-                                   "descriptor), since their processes started");
-  MetricFamily write_bytes = Family("trainguard_node_storage_written_bytes_total", "counter",
-                                    "Bytes the node's ranks wrote through write() and the like");
-  MetricFamily read_calls = Family("trainguard_node_storage_read_calls_total", "counter",
-                                   "Read system calls of the node's ranks");
-  MetricFamily write_calls = Family("trainguard_node_storage_write_calls_total", "counter",
-                                    "Write system calls of the node's ranks");
+  Columns<NodeSnapshot> storage = {
+      {Family("trainguard_node_storage_read_bytes_total", "counter",
+              "Bytes the node's ranks read through read() and the like (files, and any descriptor), since their "
+              "processes started"),
+       [](const NodeSnapshot& n) { return static_cast<double>(n.read_bytes); }},
+      {Family("trainguard_node_storage_written_bytes_total", "counter",
+              "Bytes the node's ranks wrote through write() and the like"),
+       [](const NodeSnapshot& n) { return static_cast<double>(n.write_bytes); }},
+      {Family("trainguard_node_storage_read_calls_total", "counter", "Read system calls of the node's ranks"),
+       [](const NodeSnapshot& n) { return static_cast<double>(n.read_calls); }},
+      {Family("trainguard_node_storage_write_calls_total", "counter", "Write system calls of the node's ranks"),
+       [](const NodeSnapshot& n) { return static_cast<double>(n.write_calls); }},
+  };
   MetricFamily blocked = Family("trainguard_node_storage_blocked_tasks", "gauge",
                                 "Tasks of the node's ranks waiting now in a file system call, by mount point");
   for (const NodeSnapshot& n : job.nodes) {
     if (n.group_rank < 0) continue;
-    MetricLabels node = with({{"node", n.node_id}});
-    read_bytes.samples.push_back({node, static_cast<double>(n.read_bytes)});
-    write_bytes.samples.push_back({node, static_cast<double>(n.write_bytes)});
-    read_calls.samples.push_back({node, static_cast<double>(n.read_calls)});
-    write_calls.samples.push_back({node, static_cast<double>(n.write_calls)});
+    storage.Add(n, with({{"node", n.node_id}}));
     for (const auto& [mount, count] : n.blocked_by_mount) {
       blocked.samples.push_back({with({{"node", n.node_id}, {"mount", mount}}), static_cast<double>(count)});
     }
   }
-  for (auto* f : {&read_bytes, &write_bytes, &read_calls, &write_calls, &blocked}) out.push_back(*f);
+  storage.AppendTo(&out);
+  out.push_back(blocked);
 
   // Per mount of each node, the kernel's counters (block devices, NFS):
   // the whole node's traffic on it, the job's and anyone else's.
-  MetricFamily mount_read = Family("trainguard_node_mount_read_bytes_total", "counter",
-                                   "Bytes read from the mount's device or server, by node and mount");
-  MetricFamily mount_written = Family("trainguard_node_mount_written_bytes_total", "counter",
-                                      "Bytes written to the mount's device or server, by node and mount");
-  MetricFamily mount_reads = Family("trainguard_node_mount_reads_total", "counter",
-                                    "Read requests completed (block) or READ operations (NFS), by node and mount");
-  MetricFamily mount_writes = Family("trainguard_node_mount_writes_total", "counter",
-                                     "Write requests completed (block) or WRITE operations (NFS), by node and mount");
-  MetricFamily mount_metadata = Family("trainguard_node_mount_metadata_ops_total", "counter",
-                                       "Metadata operations (NFS: OPEN, LOOKUP, GETATTR, ...), by node and mount");
+  Columns<v1::MountIo> mounts = {
+      {Family("trainguard_node_mount_read_bytes_total", "counter",
+              "Bytes read from the mount's device or server, by node and mount"),
+       [](const v1::MountIo& m) { return static_cast<double>(m.read_bytes()); }},
+      {Family("trainguard_node_mount_written_bytes_total", "counter",
+              "Bytes written to the mount's device or server, by node and mount"),
+       [](const v1::MountIo& m) { return static_cast<double>(m.write_bytes()); }},
+      {Family("trainguard_node_mount_reads_total", "counter",
+              "Read requests completed (block) or READ operations (NFS), by node and mount"),
+       [](const v1::MountIo& m) { return static_cast<double>(m.reads()); }},
+      {Family("trainguard_node_mount_writes_total", "counter",
+              "Write requests completed (block) or WRITE operations (NFS), by node and mount"),
+       [](const v1::MountIo& m) { return static_cast<double>(m.writes()); }},
+      {Family("trainguard_node_mount_metadata_ops_total", "counter",
+              "Metadata operations (NFS: OPEN, LOOKUP, GETATTR, ...), by node and mount"),
+       [](const v1::MountIo& m) { return static_cast<double>(m.metadata_ops()); }},  // -1: not counted
+  };
   for (const NodeSnapshot& n : job.nodes) {
     for (const v1::MountIo& m : n.mounts) {
-      MetricLabels l = with({{"node", n.node_id}, {"mount", m.mount_point()}, {"fstype", m.fstype()}});
-      mount_read.samples.push_back({l, static_cast<double>(m.read_bytes())});
-      mount_written.samples.push_back({l, static_cast<double>(m.write_bytes())});
-      mount_reads.samples.push_back({l, static_cast<double>(m.reads())});
-      mount_writes.samples.push_back({l, static_cast<double>(m.writes())});
-      if (m.metadata_ops() >= 0) mount_metadata.samples.push_back({l, static_cast<double>(m.metadata_ops())});
+      mounts.Add(m, with({{"node", n.node_id}, {"mount", m.mount_point()}, {"fstype", m.fstype()}}));
     }
   }
-  for (auto* f : {&mount_read, &mount_written, &mount_reads, &mount_writes, &mount_metadata}) out.push_back(*f);
+  mounts.AppendTo(&out);
 
   // GPU health, per GPU (node and index): what NVML or nvidia-smi said at
   // the node's latest heartbeat; an unknown figure is left out.
-  struct GpuGauge {
-    MetricFamily family;
-    std::function<double(const v1::GpuHealth&)> value;
-  };
-  std::vector<GpuGauge> gpu = {
+  Columns<v1::GpuHealth> gpu = {
       {Family("trainguard_gpu_utilization_ratio", "gauge", "GPU utilisation (0-1)"),
        [](const v1::GpuHealth& g) { return g.utilization_pct() < 0 ? -1 : g.utilization_pct() / 100; }},
       {Family("trainguard_gpu_sm_clock_hertz", "gauge", "SM clock"),
@@ -232,18 +255,14 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
                                   "1 for each reason the GPU's clocks are held down now (thermal, power, hardware)");
   for (const NodeSnapshot& n : job.nodes) {
     for (const v1::GpuHealth& g : n.gpus) {
-      MetricLabels labels = with({{"node", n.node_id}, {"gpu", std::to_string(g.index())}});
-      for (GpuGauge& gauge : gpu) {
-        double v = gauge.value(g);
-        if (v >= 0) gauge.family.samples.push_back({labels, v});
-      }
+      gpu.Add(g, with({{"node", n.node_id}, {"gpu", std::to_string(g.index())}}));
       for (const std::string& reason : ThrottleReasonNames(g.throttle_reasons())) {
         throttled.samples.push_back(
             {with({{"node", n.node_id}, {"gpu", std::to_string(g.index())}, {"reason", reason}}), 1.0});
       }
     }
   }
-  for (GpuGauge& gauge : gpu) out.push_back(gauge.family);
+  gpu.AppendTo(&out);
   out.push_back(throttled);
 
   MetricFamily phase = Family("trainguard_node_phase_seconds", "gauge",
