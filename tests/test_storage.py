@@ -215,6 +215,28 @@ def test_a_rank_whose_object_store_read_stalls_is_a_data_loader_stall_not_a_hang
     assert "holds no data file open" in evidence, evidence
     assert job.events("decision")[0]["detail"]["decision"] == "restart"
     assert not job.events("node_evicted")
+    # The timeline's storage track: every rank's waits for data, and the
+    # stall at its fault time on rank 1's track, with its evidence.
+    trace = tmp_path / "trace.json"
+    done = subprocess.run([TRAINGUARD, "trace", "--store", job.store, job.job_id, "-o", str(trace)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name" and e["tid"] == 4}
+    assert {name for _, name in tracks} == {"storage (waiting for data, checkpoints)"}, tracks
+    waits = [e for e in events if e.get("cat") == "storage" and e["ph"] == "X"]
+    names = {e["name"] for e in waits}
+    assert "waiting for data" in names and names <= {"waiting for data", "checkpoint save", "checkpoint load"}, names
+    assert {e["pid"] for e in waits if e["name"] == "waiting for data"} == {0, 1, 2, 3}, waits[:3]
+    assert all(e["tid"] == 4 and e["dur"] >= 0 for e in waits)
+    stalls = [e for e in events if e["ph"] == "i"]
+    assert [(e["pid"], e["tid"], e["name"]) for e in stalls] == [(1, 4, "storage stall (data-loader-stall)")], stalls
+    assert stalls[0]["args"]["evidence"] == evidence
+    # At the fault: after rank 1's last step of the first generation began, before the restart's steps.
+    steps = [e for e in events if e.get("cat") == "step" and e["pid"] == 1]
+    first_gen = max(e["ts"] for e in steps if e["args"]["generation"] == 0)
+    second_gen = min(e["ts"] for e in steps if e["args"]["generation"] == 1)
+    assert first_gen <= stalls[0]["ts"] <= second_gen, (first_gen, stalls[0]["ts"], second_gen)
 
 
 def report(job, name):

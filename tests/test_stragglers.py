@@ -29,13 +29,15 @@ def validate_trace(path):
     flows = {}
     names, sort_index = {}, {}
     for e in events:
-        assert e["ph"] in ("X", "M", "s", "f"), e
+        assert e["ph"] in ("X", "M", "s", "f", "i"), e
         assert isinstance(e["pid"], int) and isinstance(e["tid"], int), e
         assert isinstance(e["name"], str) and e["name"], e
         if e["ph"] == "X":
             assert isinstance(e["ts"], int) and e["ts"] >= 0, e
             assert isinstance(e["dur"], int) and e["dur"] >= 0, e
-            assert e["cat"] in ("step", "phase", "gc", "device", "comm"), e
+            assert e["cat"] in ("step", "phase", "gc", "device", "comm", "storage"), e
+        elif e["ph"] == "i":
+            assert e["cat"] == "storage" and e["s"] == "t" and isinstance(e["ts"], int) and e["ts"] >= 0, e
         elif e["ph"] in ("s", "f"):
             flows.setdefault(e["id"], []).append(e)
             if e["ph"] == "f":

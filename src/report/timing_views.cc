@@ -100,6 +100,15 @@ StatusOr<std::pair<std::int64_t, std::int64_t>> ParseStepRange(const std::string
   return std::make_pair(from, to);
 }
 
+namespace {
+
+constexpr int kStorageTrack = 4;
+
+// Phases that wait on storage: the DataLoader's, and checkpoint saves and loads.
+bool IsStoragePhase(const std::string& name) { return name == "data" || name.rfind("checkpoint", 0) == 0; }
+
+}  // namespace
+
 StatusOr<std::string> TraceJson(EventStore* store, const std::string& job_id, std::int64_t from, std::int64_t to) {
   auto rows = store->StepTimings(job_id, from, to);
   if (!rows.ok()) return rows.status();
@@ -120,6 +129,7 @@ StatusOr<std::string> TraceJson(EventStore* store, const std::string& job_id, st
     std::int64_t start, end;
   };
   std::map<std::tuple<int, int, std::int32_t, std::int64_t>, P2p> sends, recvs;  // (from, to, group, seq)
+  std::int64_t t_end = 0;  // the last step's end, from t0
   for (const auto& r : *rows) {
     ranks[r.rank] = {r.node, std::max(ranks[r.rank].second, r.clock_error_us)};
     std::int64_t base = r.start_us - t0;
@@ -144,8 +154,42 @@ StatusOr<std::string> TraceJson(EventStore* store, const std::string& job_id, st
       } else {
         e["cat"] = i.name == "gc" ? "gc" : "phase";
         e["tid"] = 1;
+        if (IsStoragePhase(i.name)) {  // also on the rank's storage track
+          json wait = e;
+          wait["cat"] = "storage";
+          wait["tid"] = kStorageTrack;
+          if (i.name == "data") wait["name"] = "waiting for data";
+          trace.push_back(std::move(wait));
+        }
       }
       trace.push_back(std::move(e));
+    }
+    t_end = std::max(t_end, base + r.duration_us);
+  }
+  // The storage stalls the job's incidents named, at their fault time on
+  // the culprit rank's storage track (within the steps shown).
+  const bool open_ended = to == std::numeric_limits<std::int64_t>::max();
+  std::map<std::int64_t, std::int64_t> fault_us;  // incident -> fault time
+  for (const auto& ev : *events) {
+    if (ev.kind != "failure") continue;
+    json d = json::parse(ev.detail_json, nullptr, false);
+    if (d.is_object() && d.contains("incident") && d.contains("fault_unix_ms")) {
+      fault_us[d["incident"].get<std::int64_t>()] = d["fault_unix_ms"].get<std::int64_t>() * 1000;
+    }
+  }
+  for (const auto& ev : *events) {
+    if (ev.kind != "attribution") continue;
+    json d = json::parse(ev.detail_json, nullptr, false);
+    if (!d.is_object() || d.value("category", "") != "storage" || !d.contains("incident")) continue;
+    auto fault = fault_us.find(d["incident"].get<std::int64_t>());
+    if (fault == fault_us.end()) continue;
+    const std::int64_t ts = fault->second - t0;
+    if (ts < 0 || (!open_ended && ts > t_end)) continue;
+    for (const auto& culprit : d.value("culprit_ranks", json::array())) {
+      if (!culprit.is_number_integer() || !ranks.count(culprit.get<int>())) continue;
+      trace.push_back({{"ph", "i"}, {"s", "t"}, {"name", "storage stall (" + d.value("rule", "") + ")"},
+                       {"cat", "storage"}, {"pid", culprit.get<int>()}, {"tid", kStorageTrack}, {"ts", ts},
+                       {"args", {{"incident", d["incident"]}, {"evidence", d.value("culprit_evidence", "")}}}});
     }
   }
   // Flows: each send to its matching receive (the n-th send from a to b
@@ -179,8 +223,9 @@ StatusOr<std::string> TraceJson(EventStore* store, const std::string& job_id, st
                                {"coords", coords[rank]}}}});
     trace.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"tid", 0},
                      {"args", {{"sort_index", static_cast<int>(k)}}}});
-    const char* threads[] = {"steps", "phases", "device (CUDA events)", "communication"};
-    for (int tid = 0; tid < 4; ++tid) {
+    const char* threads[] = {"steps", "phases", "device (CUDA events)", "communication",
+                             "storage (waiting for data, checkpoints)"};
+    for (int tid = 0; tid <= kStorageTrack; ++tid) {
       trace.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", tid}, {"args", {{"name", threads[tid]}}}});
     }
   }
