@@ -11,10 +11,11 @@ import pathlib
 import subprocess
 import tempfile
 import time
+import urllib.request
 
 import pytest
 
-from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, status_page_step, wait_for
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, api_url, status_page_step, wait_for
 
 
 def namespaces():
@@ -168,6 +169,44 @@ def test_a_throttled_link_fails_exactly_that_nodes_network_test_and_the_spare_ta
     failures = evicted[0]["detail"]["evidence"]["failures"]
     assert failures and all(line.startswith("net_rx_mbps") for line in failures), failures
     assert [e["node"] for e in job.events("spare_promoted")] == ["node3"]
+
+
+def retransmit_ratios(url):
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {s.labels["node"]: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "trainguard_node_tcp_retransmit_ratio"}
+
+
+def test_a_node_whose_own_link_drops_its_packets_shows_its_tcp_retransmissions(tmp_path, root_with_ip, no_leftovers):
+    """The network cause a communication straggler is given: node1's own
+    egress queue (its NIC, as it were) holds 5 ms at most and drops the rest,
+    so node1's TCP retransmits; the kernel's counters of each node's
+    namespace reach /metrics, and only node1's stand out."""
+    job = Job(tmp_path, "retrans", [PYTHON, EXAMPLE, "--steps", "300", "--hidden", "512", "--ckpt-every", "1000",
+                                    "--ckpt-dir", str(tmp_path / "ckpt"), "--step-delay", "0.02"],
+              nnodes=3, nproc=1, flags=["--netns", "--heartbeat-interval", "0.5"])
+    url = api_url(job)
+    wait_for(lambda: (status_page_step("retrans", "node1", 1) or -1) >= 10 or job.proc.poll() is not None, 120,
+             "rank 1 at step 10")
+    assert job.proc.poll() is None, job.output()[-3000:]
+    healthy = wait_for(lambda: (lambda r: r if len(r) == 3 else None)(retransmit_ratios(url)), 30,
+                       "every node's retransmit ratio")
+    assert all(v < 0.01 for v in healthy.values()), healthy
+    agent = job.agent_pids()["node1"]
+    ns = subprocess.run(["ip", "netns", "identify", str(agent)], capture_output=True, text=True).stdout.strip()
+    assert ns.endswith("-node1"), ns
+    subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "tg0", "root", "tbf", "rate", "20mbit", "burst",
+                    "32kbit", "latency", "5ms"], check=True)
+    try:
+        seen = wait_for(lambda: (lambda r: r if r.get("node1", 0) >= 0.01 else None)(retransmit_ratios(url))
+                        if job.proc.poll() is None else {"ended": True}, 60, "node1's retransmissions")
+        assert "ended" not in seen, job.output()[-3000:]
+        assert all(seen[n] < seen["node1"] / 3 for n in ("node0", "node2")), seen
+    finally:
+        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "tg0", "root"], check=False)
+    assert job.wait(timeout=240) == 0, job.output()[-3000:]
 
 
 def test_racks_get_bridges_of_their_own_and_diagnosis_runs_real_collectives(tmp_path, root_with_ip, no_leftovers):

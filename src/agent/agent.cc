@@ -30,6 +30,7 @@
 #include "agent/mount_io.h"
 #include "agent/output_pump.h"
 #include "agent/process.h"
+#include "common/small_file.h"
 #include "common/status_page.h"
 #include "diag/collective_probe.h"
 #include "diag/suite.h"
@@ -347,6 +348,9 @@ void Agent::SendHeartbeat() {
   hb->mutable_metrics()->set_cpu_throttled_pct(cpu.throttled_pct);
   hb->mutable_metrics()->set_cpu_steal_pct(cpu.steal_pct);
   hb->mutable_metrics()->set_cpu_cores(cpu.cores);
+  const TcpSegments tcp = ParseTcpSegments(ReadSmallFile("/proc/net/snmp"));
+  hb->mutable_metrics()->set_tcp_retrans_pct(RetransmitPercent(tcp_last_, tcp));
+  tcp_last_ = tcp;
   for (const MountIo& io : SampleMountIo()) {
     if (hb->metrics().mounts_size() >= 32) break;
     v1::MountIo* out = hb->mutable_metrics()->add_mounts();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 namespace trainguard {
 
@@ -77,6 +78,40 @@ std::vector<LinkReading> ReadLinks(const std::string& net_root, const std::strin
   }
   std::sort(out.begin(), out.end(), [](const LinkReading& a, const LinkReading& b) { return a.name < b.name; });
   return out;
+}
+
+TcpSegments ParseTcpSegments(const std::string& text) {
+  TcpSegments t;
+  std::istringstream lines(text);
+  std::vector<std::string> names;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("Tcp:", 0) != 0) continue;
+    std::istringstream words(line.substr(4));
+    std::vector<std::string> fields;
+    for (std::string w; words >> w;) fields.push_back(w);
+    if (names.empty()) {
+      names = std::move(fields);  // the header comes first
+      continue;
+    }
+    for (std::size_t i = 0; i < names.size() && i < fields.size(); ++i) {
+      std::int64_t* into = names[i] == "OutSegs" ? &t.out : names[i] == "RetransSegs" ? &t.retrans : nullptr;
+      if (into == nullptr) continue;
+      try {
+        *into = std::stoll(fields[i]);
+      } catch (...) {
+        *into = -1;
+      }
+    }
+    break;
+  }
+  return t;
+}
+
+double RetransmitPercent(const TcpSegments& before, const TcpSegments& after, std::int64_t min_segments) {
+  if (before.out < 0 || before.retrans < 0 || after.out < 0 || after.retrans < 0) return -1;
+  const std::int64_t sent = after.out - before.out, again = after.retrans - before.retrans;
+  if (sent < std::max<std::int64_t>(min_segments, 1) || again < 0) return -1;
+  return 100.0 * static_cast<double>(again) / static_cast<double>(sent);
 }
 
 }  // namespace trainguard

@@ -26,4 +26,18 @@ struct LinkReading {
 std::vector<LinkReading> ReadLinks(const std::string& net_root = "/sys/class/net",
                                    const std::string& ib_root = "/sys/class/infiniband");
 
+// TCP's segment counters of the reader's network namespace, from
+// /proc/net/snmp's "Tcp:" lines (a header line of names, then one of
+// values); -1 where absent.
+struct TcpSegments {
+  std::int64_t out = -1;      // OutSegs
+  std::int64_t retrans = -1;  // RetransSegs
+};
+TcpSegments ParseTcpSegments(const std::string& proc_net_snmp);
+
+// The share of segments sent between two readings that were
+// retransmissions, in percent; -1 when either is unknown, the counters went
+// back, or fewer than `min_segments` were sent (too few to say).
+double RetransmitPercent(const TcpSegments& before, const TcpSegments& after, std::int64_t min_segments = 100);
+
 }  // namespace trainguard

@@ -202,6 +202,21 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
   storage.AppendTo(&out);
   out.push_back(blocked);
 
+  // The network as the node's kernel counts it (the straggler's network cause).
+  Columns<NodeSnapshot> network = {
+      {Family("trainguard_node_tcp_retransmit_ratio", "gauge",
+              "Share of the TCP segments the node sent between its last two heartbeats that were "
+              "retransmissions (0-1)"),
+       [](const NodeSnapshot& n) { return n.tcp_retrans_pct < 0 ? -1 : n.tcp_retrans_pct / 100; }},
+      {Family("trainguard_node_link_errors_per_second", "gauge",
+              "Packets the node's links dropped or had in error per second, between its last two heartbeats"),
+       [](const NodeSnapshot& n) { return n.link_errors_per_s; }},
+  };
+  for (const NodeSnapshot& n : job.nodes) {
+    if (n.group_rank >= 0) network.Add(n, with({{"node", n.node_id}}));
+  }
+  network.AppendTo(&out);
+
   // Per mount of each node, the kernel's counters (block devices, NFS):
   // the whole node's traffic on it, the job's and anyone else's.
   Columns<v1::MountIo> mounts = {

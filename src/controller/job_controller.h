@@ -234,6 +234,7 @@ class JobController {
     std::int64_t memory_checkpoint_bytes = 0;
     std::vector<v1::GpuHealth> gpus;  // from its latest heartbeat
     NodeCpu cpu;                      // from its latest heartbeat
+    double tcp_retrans_pct = -1;      // from its latest heartbeat
     std::vector<v1::MountIo> mounts;  // from its latest heartbeat
   };
   // A node's place in its rack's all-reduce during that stage of a round.

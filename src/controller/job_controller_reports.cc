@@ -82,6 +82,7 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
   node->cpu = {hb.metrics().cpu_throttled_pct(), hb.metrics().cpu_steal_pct(), hb.metrics().load1(),
                hb.metrics().cpu_cores()};
   node->mounts.assign(hb.metrics().mounts().begin(), hb.metrics().mounts().end());
+  node->tcp_retrans_pct = hb.metrics().tcp_retrans_pct();
   {
     std::vector<v1::GpuHealth> now(hb.metrics().gpus().begin(), hb.metrics().gpus().end());
     // A GPU's error counters that grew since the last heartbeat: said at

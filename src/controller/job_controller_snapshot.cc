@@ -77,6 +77,8 @@ JobSnapshot JobController::Snapshot() const {
     node.memory_checkpoint_bytes = n.memory_checkpoint_bytes;
     node.gpus = n.gpus;
     node.mounts = n.mounts;
+    node.tcp_retrans_pct = n.tcp_retrans_pct;
+    node.link_errors_per_s = link_monitor_.ErrorsPerSecond(n.node_id);
     if (n.group_rank >= 0) {
       for (const auto& [rank, view] : n.ranks) {
         if (!view.status.running()) continue;

@@ -170,6 +170,15 @@ void JobController::ActOnStraggler(const StragglerFinding& original) {
     const std::string cpu = CpuSlowCause(f.node, cpus);
     cause += (cause.empty() || cpu.empty() ? "" : "; ") + cpu;
     if (!cause.empty()) f.message += "; cause: " + f.node + " " + cause;
+  } else if (f.signal == "communication" && !f.node.empty()) {
+    std::map<std::string, NodeNet> nets;
+    for (const Node& n : nodes_) {
+      if (n.group_rank < 0) continue;
+      nets[n.node_id] = {n.tcp_retrans_pct, link_monitor_.ErrorsPerSecond(n.node_id),
+                         link_monitor_.FlapsInWindow(n.node_id)};
+    }
+    cause = NetworkSlowCause(f.node, nets);
+    if (!cause.empty()) f.message += "; cause: " + f.node + " " + cause;
   } else if (f.signal == "data") {
     cause = "storage or the data loader: rank " + std::to_string(f.rank) + " waits for its data";
   }

@@ -51,6 +51,8 @@ struct NodeSnapshot {
   std::map<std::string, int> blocked_by_mount;
   std::vector<v1::GpuHealth> gpus;  // its GPUs at its latest heartbeat
   std::vector<v1::MountIo> mounts;  // its storage mounts' counters at its latest heartbeat
+  double tcp_retrans_pct = -1;      // share of TCP segments retransmitted since the heartbeat before
+  double link_errors_per_s = -1;    // its links' drops and errors per second
 };
 
 struct JobSnapshot {

@@ -8,8 +8,9 @@ std::vector<LinkObservation> LinkMonitor::Update(const std::string& node, const 
                                                  Nanos now) {
   std::vector<LinkObservation> out;
   NodeState& s = nodes_[node];
-  std::uint64_t moved = 0;
+  std::uint64_t moved = 0, errors = 0;
   bool comparable = s.last_at > 0;
+  auto bad = [](const v1::LinkStats& x) { return x.rx_dropped() + x.tx_dropped() + x.rx_errors() + x.tx_errors(); };
   for (const auto& l : links) {
     auto prev = s.last.find(l.name());
     if (prev == s.last.end()) {
@@ -20,12 +21,13 @@ std::vector<LinkObservation> LinkMonitor::Update(const std::string& node, const 
     const v1::LinkStats& p = prev->second;
     const std::int64_t changes = l.carrier_changes() - p.carrier_changes();
     const std::uint64_t bytes_then = p.rx_bytes() + p.tx_bytes(), bytes_now = l.rx_bytes() + l.tx_bytes();
-    if (changes < 0 || bytes_now < bytes_then) {  // counters started over (the interface was remade)
+    if (changes < 0 || bytes_now < bytes_then || bad(l) < bad(p)) {  // counters started over (the interface was remade)
       comparable = false;
       prev->second = l;
       continue;
     }
     moved += bytes_now - bytes_then;
+    errors += bad(l) - bad(p);
     if (p.up() && !l.up()) out.push_back({"link_down", node, l.name(), 0, "node " + node + ": link " + l.name() + " is down"});
     if (!p.up() && l.up()) out.push_back({"link_up", node, l.name(), 0, "node " + node + ": link " + l.name() + " is up again"});
     // Transitions alternate from the state of the last reading: from up, the
@@ -50,6 +52,7 @@ std::vector<LinkObservation> LinkMonitor::Update(const std::string& node, const 
   }
   if (comparable && now > s.last_at) {
     s.bytes_per_s = static_cast<double>(moved) / (static_cast<double>(now - s.last_at) / kSecond);
+    s.errors_per_s = static_cast<double>(errors) / (static_cast<double>(now - s.last_at) / kSecond);
     if (moved == 0) {
       if (s.quiet_since < 0) s.quiet_since = s.last_at;
       const double peers = MedianOfOthers(node);
@@ -79,6 +82,16 @@ double LinkMonitor::MedianOfOthers(const std::string& node) const {
   std::sort(rates.begin(), rates.end());
   const std::size_t n = rates.size();
   return n % 2 == 1 ? rates[n / 2] : (rates[n / 2 - 1] + rates[n / 2]) / 2;
+}
+
+double LinkMonitor::ErrorsPerSecond(const std::string& node) const {
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? -1 : it->second.errors_per_s;
+}
+
+int LinkMonitor::FlapsInWindow(const std::string& node) const {
+  auto it = nodes_.find(node);
+  return it == nodes_.end() ? 0 : static_cast<int>(it->second.flaps.size());
 }
 
 double LinkMonitor::BytesPerSecond(const std::string& node) const {

@@ -48,6 +48,11 @@ class LinkMonitor {
   std::vector<LinkObservation> Update(const std::string& node, const std::vector<v1::LinkStats>& links, Nanos now);
   // Bytes per second (rx + tx, every link) of the node between its last two readings; -1 if unknown.
   double BytesPerSecond(const std::string& node) const;
+  // Packets dropped or in error per second (rx + tx, every link) between
+  // its last two readings; -1 if unknown.
+  double ErrorsPerSecond(const std::string& node) const;
+  // Its links' carrier losses within the flap window.
+  int FlapsInWindow(const std::string& node) const;
   // A node gone from the job (its counters start over when it comes back).
   void Forget(const std::string& node);
 
@@ -56,6 +61,7 @@ class LinkMonitor {
     std::map<std::string, v1::LinkStats> last;  // by link name
     Nanos last_at = 0;
     double bytes_per_s = -1;
+    double errors_per_s = -1;
     Nanos quiet_since = -1;                     // first reading that moved no bytes
     std::deque<Nanos> flaps;                    // within the window
     bool flapping_reported = false;

@@ -71,5 +71,27 @@ TEST(LinkMonitorTest, ANodeWhoseTrafficStopsWhileItsPeersMoveIsSilentAndCounters
   EXPECT_TRUE(m.Update("n0", {Link("tg0", true, 0, 10)}, 9 * kSecond).empty());
 }
 
+TEST(LinkMonitorTest, DropsAndErrorsAreARatePerNodeAndFlapsAreCountedInTheWindow) {
+  LinkMonitor m;
+  EXPECT_EQ(m.ErrorsPerSecond("n0"), -1);  // unknown before two readings
+  v1::LinkStats a = Link("tg0", true, 1, 1000);
+  a.set_rx_dropped(10);
+  a.set_tx_errors(5);
+  m.Update("n0", {a}, 1 * kSecond);
+  EXPECT_EQ(m.ErrorsPerSecond("n0"), -1);
+  v1::LinkStats b = Link("tg0", true, 3, 2000);  // and one flap
+  b.set_rx_dropped(30);
+  b.set_tx_errors(15);
+  b.set_rx_errors(10);
+  m.Update("n0", {b}, 3 * kSecond);
+  EXPECT_DOUBLE_EQ(m.ErrorsPerSecond("n0"), 20);  // 40 more in 2 s
+  EXPECT_EQ(m.FlapsInWindow("n0"), 1);
+  // Counters that went back (the interface was remade) give no rate.
+  v1::LinkStats c = Link("tg0", true, 3, 3000);
+  m.Update("n0", {c}, 4 * kSecond);
+  EXPECT_DOUBLE_EQ(m.ErrorsPerSecond("n0"), 20);  // the last rate known stands
+  EXPECT_EQ(m.FlapsInWindow("nobody"), 0);
+}
+
 }  // namespace
 }  // namespace trainguard

@@ -43,4 +43,38 @@ std::string CpuSlowCause(const std::string& node, const std::map<std::string, No
   return cause;
 }
 
+std::string NetworkSlowCause(const std::string& node, const std::map<std::string, NodeNet>& nodes) {
+  auto own = nodes.find(node);
+  if (own == nodes.end()) return "";
+  std::vector<double> retrans, errors;
+  for (const auto& [n, net] : nodes) {
+    if (n == node) continue;
+    if (net.tcp_retrans_pct >= 0) retrans.push_back(net.tcp_retrans_pct);
+    if (net.errors_per_s >= 0) errors.push_back(net.errors_per_s);
+  }
+  const NodeNet& c = own->second;
+  std::string cause;
+  char buf[256];
+  auto add = [&] { cause += (cause.empty() ? "" : "; ") + std::string(buf); };
+  // 1 % of its segments or more, and three times the others' (+0.5 point):
+  // a healthy fabric retransmits well under 0.1 %.
+  const double r = Median(retrans);
+  if (!retrans.empty() && c.tcp_retrans_pct >= 1 && c.tcp_retrans_pct >= 3 * r + 0.5) {
+    std::snprintf(buf, sizeof(buf), "TCP retransmitted %.1f %% of its segments (the other nodes: %.1f %%)",
+                  c.tcp_retrans_pct, r);
+    add();
+  }
+  const double e = Median(errors);
+  if (!errors.empty() && c.errors_per_s >= 1 && c.errors_per_s >= 10 * e + 1) {
+    std::snprintf(buf, sizeof(buf), "its links dropped or errored %.0f packets/s (the other nodes: %.0f)",
+                  c.errors_per_s, e);
+    add();
+  }
+  if (c.flaps > 0) {
+    std::snprintf(buf, sizeof(buf), "its links lost their carrier %d time(s) lately", c.flaps);
+    add();
+  }
+  return cause;
+}
+
 }  // namespace trainguard

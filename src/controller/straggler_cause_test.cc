@@ -33,5 +33,23 @@ TEST(StragglerCauseTest, NothingWhenTheNodeLooksLikeTheOthersOrIsUnknown) {
   EXPECT_EQ(CpuSlowCause("node2", all), "");
 }
 
+TEST(NetworkSlowCauseTest, RetransmissionsErrorsAndFlapsThatStandOutAreNamed) {
+  std::map<std::string, NodeNet> all = {{"node0", {0.0, 0, 0}}, {"node1", {6.8, 0, 0}}, {"node2", {0.1, 0, 0}}};
+  EXPECT_EQ(NetworkSlowCause("node1", all), "TCP retransmitted 6.8 % of its segments (the other nodes: 0.1 %)");
+  EXPECT_EQ(NetworkSlowCause("node0", all), "");
+  // Everyone retransmits alike: the path, not this node.
+  all = {{"node0", {2.0, 0, 0}}, {"node1", {2.5, 0, 0}}, {"node2", {2.2, 0, 0}}};
+  EXPECT_EQ(NetworkSlowCause("node1", all), "");
+  // Drops and errors, and carrier losses, joined.
+  all = {{"node0", {0, 0, 0}}, {"node1", {-1, 250, 2}}, {"node2", {0, 1, 0}}};
+  EXPECT_EQ(NetworkSlowCause("node1", all),
+            "its links dropped or errored 250 packets/s (the other nodes: 0); its links lost their carrier 2 "
+            "time(s) lately");
+  // Unknown figures name nothing; an unknown node neither.
+  all = {{"node0", {-1, -1, 0}}, {"node1", {-1, -1, 0}}};
+  EXPECT_EQ(NetworkSlowCause("node1", all), "");
+  EXPECT_EQ(NetworkSlowCause("node9", all), "");
+}
+
 }  // namespace
 }  // namespace trainguard
