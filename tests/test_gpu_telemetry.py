@@ -5,6 +5,7 @@ libnvidia-ml (src/agent/fake_nvml.cc, NVML's signatures: 8 GPUs, GPU 3
 thermally throttled at 1,410 MHz) named by TRAINGUARD_NVML_LIBRARY."""
 
 import os
+import re
 import subprocess
 import urllib.request
 
@@ -32,7 +33,8 @@ def test_each_gpus_health_reaches_metrics_by_node_and_index(tmp_path, no_leftove
     script.write_text("import os, time\nfor _ in range(1200):\n    if os.path.exists(%r):\n        break\n"
                       "    time.sleep(0.1)\n" % str(done))
     job = Job(tmp_path, "gpu-health", [PYTHON, str(script)], nnodes=2, nproc=1,
-              flags=["--heartbeat-interval", "0.5"], env={"TRAINGUARD_NVML_LIBRARY": FAKE_NVML})
+              flags=["--heartbeat-interval", "0.5", "--gpu-series-interval", "1"],
+              env={"TRAINGUARD_NVML_LIBRARY": FAKE_NVML})
     url = api_url(job)
     # Each node's first sample comes with one of its heartbeats after the
     # first: wait for both nodes' (not one node's) before reading them.
@@ -52,8 +54,23 @@ def test_each_gpus_health_reaches_metrics_by_node_and_index(tmp_path, no_leftove
         assert samples[("trainguard_gpu_nvlink_errors", node, "0", None)] == 8
         assert samples[("trainguard_gpu_throttled", node, "3", "hw_thermal_slowdown")] == 1
     assert not any(k[0] == "trainguard_gpu_throttled" and k[2] != "3" for k in samples), samples
+    # The series in the store: a few one-second intervals of every GPU.
+    page = tmp_path / "sm.html"
+    argv = [TRAINGUARD, "heatmap", "--store", job.store, job.job_id, "--gpu", "sm_clock", "-o", str(page)]
+    wait_for(lambda: subprocess.run(argv, capture_output=True).returncode == 0 and
+             page.read_text().count("class=\"row") == 16 or job.proc.poll() is not None, 60, "every GPU's series")
     done.write_text("")
     assert job.wait(timeout=120) == 0, job.output()[-2000:]
+    html = page.read_text()
+    rows = re.findall(r'data-row="([^"]+)"', html)
+    assert rows == ["node%d/gpu %d" % (n, g) for n in (0, 1) for g in range(8)], rows
+    throttled = re.findall(r'<g class="row throttled" data-row="([^"]+)"', html)
+    assert throttled == ["node0/gpu 3", "node1/gpu 3"], throttled
+    assert re.search(r"<li>node0/gpu 3: [a-z_, ]*hw_thermal_slowdown", html), html[-500:]
+    assert ">1410</text>" in html and ">1980</text>" in html
+    wrong = subprocess.run([TRAINGUARD, "heatmap", "--store", job.store, job.job_id, "--gpu", "fan", "-o",
+                            str(tmp_path / "x.svg")], capture_output=True, text=True)
+    assert wrong.returncode == 1 and "--gpu fan: not a GPU figure (sm_clock, memory_clock" in wrong.stderr, wrong.stderr
 
 
 def test_a_node_whose_gpu_reports_new_ecc_errors_is_watched_and_evicted_when_it_stalls_the_job(tmp_path,

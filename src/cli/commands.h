@@ -100,6 +100,7 @@ struct HeatmapCommandOptions {
   std::string phase;        // "" = every phase
   bool ranks = false;
   std::int64_t window = 0;
+  std::string gpu;          // a figure of the GPU series: rows are GPUs, columns windows of time
   std::string out;          // -o FILE.svg | FILE.html
 };
 

@@ -155,6 +155,7 @@ int WriteHeatmap(const HeatmapCommandOptions& o) {
   h.phase = o.phase;
   h.ranks = o.ranks;
   h.window = o.window;
+  h.gpu = o.gpu;
   if (EndsWith(o.out, ".html") || EndsWith(o.out, ".htm")) {
     h.html = true;
   } else if (!EndsWith(o.out, ".svg")) {

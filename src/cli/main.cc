@@ -309,6 +309,9 @@ int main(int argc, char** argv) {
                           "one phase (forward, gc, comm:all_reduce, gpu:forward, step) over windows of steps");
   heatmap_cmd->add_flag("--ranks", heatmap.ranks, "a row per rank instead of per node");
   heatmap_cmd->add_option("--window", heatmap.window, "steps per column with --phase (default: about 20 columns)");
+  heatmap_cmd->add_option("--gpu", heatmap.gpu,
+                          "GPUs x windows of time of one figure of the GPU series: sm_clock, memory_clock, "
+                          "temperature, power, utilization");
   heatmap_cmd->add_option("-o,--output", heatmap.out, "FILE.svg or FILE.html")->required();
 
   trainguard::EventsOptions nodes;

@@ -98,6 +98,9 @@ struct JobConfig {
   // step in timing_keep_every (the heatmap's windows, trends).
   std::int64_t timing_detail_steps = 2000;
   int timing_keep_every = 10;
+  // GPU series in the store: one row per GPU per interval (0: none); rows
+  // older than an hour are thinned to one per 10 minutes.
+  Nanos gpu_series_interval = 30 * kSecond;
 };
 
 }  // namespace trainguard

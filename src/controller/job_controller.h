@@ -68,6 +68,7 @@
 #include "controller/job_config.h"
 #include "controller/job_snapshot.h"
 #include "controller/job_view.h"
+#include "controller/gpu_series.h"
 #include "controller/link_monitor.h"
 #include "controller/recovery_policy.h"
 #include "controller/numeric_check.h"
@@ -274,6 +275,8 @@ class JobController {
   void ProbeClocks();
   // Records a straggler finding; with --straggler-action evict, fails the
   // generation so that the node is evicted (the "straggler" rule).
+  void KeepGpuSeries(Node* node);  // the node's GPUs into the series (HandleHeartbeat)
+  void WriteGpuSeries();            // closed intervals to the store, quiet GPUs closed, retention (Tick)
   void ActOnStraggler(const StragglerFinding& f);
   // Silent data corruption and numeric sentinels (job_controller_sdc.cc, docs/sdc.md).
   void CheckReplicas();
@@ -461,6 +464,10 @@ class JobController {
   Verdict pending_verdict_;                  // the restart a diagnosis round holds up
   std::map<std::string, RackSeat> rack_seats_;  // the round's rack all-reduce stage
   LinkMonitor link_monitor_;
+  GpuSeries gpu_series_;                     // each GPU downsampled for the store
+  std::vector<GpuSampleRecord> gpu_rows_;    // closed intervals not yet handed to the writer
+  Nanos gpu_series_flushed_ = 0;             // when Flush last ran
+  Nanos gpu_series_compacted_ = 0;           // when the retention last ran
   ClockSync clock_sync_;
   Nanos next_clock_probe_mono_ = 0;
   Nanos last_tick_mono_ = 0;

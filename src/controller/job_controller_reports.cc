@@ -104,6 +104,7 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
       }
     }
     node->gpus = std::move(now);
+    KeepGpuSeries(node);
   }
   if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
   for (int i = 0; i < hb.ranks_size(); ++i) {

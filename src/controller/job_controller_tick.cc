@@ -38,6 +38,7 @@ void JobController::Tick() {
   if (state_ != JobState::kRunning) next_hang_check_mono_ = 0;  // a new generation is checked in full
   if (state_ != JobState::kRunning && state_ != JobState::kStopping) next_silence_check_mono_ = 0;
   ProbeClocks();
+  WriteGpuSeries();
   CheckResumeDeadline();
   switch (state_) {
     case JobState::kRunning:

@@ -152,6 +152,33 @@ void JobController::RecordLayout(bool final_try) {
            .dump(-1, ' ', false, kReplaceBadUtf8));
 }
 
+void JobController::KeepGpuSeries(Node* node) {
+  if (node->gpus.empty() || gpu_series_.interval() <= 0) return;
+  std::vector<GpuSampleRecord> closed = gpu_series_.Add(node->node_id, node->gpus, clock_->WallNanos());
+  gpu_rows_.insert(gpu_rows_.end(), std::make_move_iterator(closed.begin()), std::make_move_iterator(closed.end()));
+}
+
+void JobController::WriteGpuSeries() {
+  const Nanos interval = gpu_series_.interval();
+  if (interval <= 0) return;
+  // Once per interval: close the intervals of GPUs that fell quiet, and
+  // thin rows older than an hour to one per 10 minutes.
+  const Nanos now = clock_->WallNanos();
+  if (now - gpu_series_flushed_ >= interval) {
+    gpu_series_flushed_ = now;
+    std::vector<GpuSampleRecord> quiet = gpu_series_.Flush(now);
+    gpu_rows_.insert(gpu_rows_.end(), std::make_move_iterator(quiet.begin()), std::make_move_iterator(quiet.end()));
+    const Nanos keep = gpu_series_.KeepEvery(600 * kSecond);
+    if (now - gpu_series_compacted_ >= keep) {
+      gpu_series_compacted_ = now;
+      writer_->CompactGpuSamples(config_.job_id, now - 3600 * kSecond, keep);
+    }
+  }
+  if (gpu_rows_.empty()) return;
+  writer_->AppendGpuSamples(std::move(gpu_rows_));  // one transaction for every closed interval since the last tick
+  gpu_rows_.clear();
+}
+
 void JobController::ActOnStraggler(const StragglerFinding& original) {
   StragglerFinding f = original;
   // The cause, where the node's telemetry shows it against the other

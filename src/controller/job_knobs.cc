@@ -181,6 +181,10 @@ std::vector<Knob> MakeKnobs() {
     k.put = [](JobConfig* c, const std::string& v) { c->timing_detail_steps = std::stoll(v); };
     t.push_back(std::move(k));
   }
+  t.push_back(Duration("gpu_series_interval", "--gpu-series-interval",
+                       "seconds between the points of each GPU's series in the store (its lowest SM clock, every "
+                       "throttle reason, the latest other figures of the interval); 0: no series",
+                       &JobConfig::gpu_series_interval, 0, false, 3600));
   t.push_back(Count("timing_keep_every", "",
                     "of older steps, the store keeps the per-phase totals of one in this many",
                     &JobConfig::timing_keep_every, 1));

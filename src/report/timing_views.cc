@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "common/gpu_reasons.h"
 #include "common/json_text.h"
 #include "common/stats.h"
 #include "store/step_timing_text.h"
@@ -239,7 +240,132 @@ StatusOr<std::string> TraceJson(EventStore* store, const std::string& job_id, st
   return doc.dump(-1, ' ', false, kReplaceBadUtf8);
 }
 
+namespace {
+
+struct GpuFigure {
+  const char* name;
+  const char* unit;
+  bool lower_is_worse;
+  double scale;  // stored value -> shown value
+  std::int64_t GpuSampleRecord::*member;
+};
+
+constexpr GpuFigure kGpuFigures[] = {
+    {"sm_clock", "MHz", true, 1, &GpuSampleRecord::sm_clock_mhz},
+    {"memory_clock", "MHz", true, 1, &GpuSampleRecord::memory_clock_mhz},
+    {"temperature", "\xC2\xB0" "C", false, 1, &GpuSampleRecord::temperature_c},
+    {"power", "W", false, 1e-3, &GpuSampleRecord::power_mw},
+    {"utilization", "%", true, 1, &GpuSampleRecord::utilization_pct},
+};
+
+StatusOr<std::string> GpuHeatmap(EventStore* store, const std::string& job_id, const HeatmapOptions& o) {
+  const GpuFigure* fig = nullptr;
+  std::string names;
+  for (const GpuFigure& f : kGpuFigures) {
+    names += (names.empty() ? "" : ", ") + std::string(f.name);
+    if (o.gpu == f.name) fig = &f;
+  }
+  if (fig == nullptr) return InvalidArgument("--gpu " + o.gpu + ": not a GPU figure (" + names + ")");
+  auto rows = store->GpuSamples(job_id, std::numeric_limits<Nanos>::min(), std::numeric_limits<Nanos>::max());
+  if (!rows.ok()) return rows.status();
+  if (rows->empty()) {
+    return NotFound("job " + job_id + " has no GPU series (its nodes reported no GPU, or --gpu-series-interval was 0)");
+  }
+  const Nanos t0 = rows->front().wall_ns, t1 = rows->back().wall_ns;
+  Nanos step = 0;  // the series' interval: the smallest gap between two of its times
+  for (std::size_t i = 1; i < rows->size(); ++i) {
+    const Nanos gap = (*rows)[i].wall_ns - (*rows)[i - 1].wall_ns;
+    if (gap > 0 && (step == 0 || gap < step)) step = gap;
+  }
+  const Nanos window = std::max<Nanos>(step > 0 ? step : kSecond, (t1 - t0) / 20 + 1);
+  auto column_of = [&](Nanos t) { return static_cast<int>((t - t0) / window); };
+  const int columns = column_of(t1) + 1;
+  std::map<std::string, std::map<int, std::vector<double>>> cells;     // row -> column -> values
+  std::map<std::string, std::map<int, std::int64_t>> reasons;          // row -> column -> throttle bits
+  std::map<std::string, std::pair<std::string, int>> order;            // row -> (node, GPU) for sorting
+  for (const GpuSampleRecord& g : *rows) {
+    const std::string row = g.node + "/gpu " + std::to_string(g.gpu);
+    order[row] = {g.node, g.gpu};
+    reasons[row][column_of(g.wall_ns)] |= g.throttle_reasons;
+    if (g.*(fig->member) >= 0) cells[row][column_of(g.wall_ns)].push_back(static_cast<double>(g.*(fig->member)) * fig->scale);
+  }
+  std::vector<std::string> row_names;
+  for (const auto& [row, key] : order) row_names.push_back(row);
+  std::sort(row_names.begin(), row_names.end(), [&](const std::string& a, const std::string& b) { return order[a] < order[b]; });
+  std::vector<double> column_median(static_cast<std::size_t>(columns), 0);
+  for (int c = 0; c < columns; ++c) {
+    std::vector<double> v;
+    for (const auto& [row, cols] : cells) {
+      auto it = cols.find(c);
+      if (it != cols.end()) v.push_back(Median(it->second));
+    }
+    column_median[static_cast<std::size_t>(c)] = Median(v);
+  }
+  const int label_w = 150, cell_w = 70, cell_h = 26, top = 70;
+  const std::string title = "job " + job_id + ": GPU " + fig->name + " (" + fig->unit + ") by window of " +
+                            Fixed(static_cast<double>(window) / kSecond, 0) + " s (colour: against the column's median)";
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" +
+                    std::to_string(label_w + cell_w * columns + 20) + "\" height=\"" +
+                    std::to_string(top + cell_h * static_cast<int>(row_names.size()) + 60) +
+                    "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  svg += "<text x=\"8\" y=\"18\" font-size=\"13\" font-weight=\"bold\">" + Escape(title) + "</text>\n";
+  for (int c = 0; c < columns; ++c) {
+    svg += "<text class=\"column\" x=\"" + std::to_string(label_w + c * cell_w + 4) + "\" y=\"" +
+           std::to_string(top - 8) + "\">+" + Fixed(static_cast<double>(c * window) / kSecond, 0) + " s</text>\n";
+  }
+  std::vector<std::string> held;  // the throttled rows, for the page
+  int y = top;
+  for (const std::string& row : row_names) {
+    std::int64_t any = 0;
+    for (const auto& [c, bits] : reasons[row]) any |= bits;
+    const bool throttled = any != 0;
+    std::string why;
+    for (const std::string& r : ThrottleReasonNames(any)) why += (why.empty() ? "" : ", ") + r;
+    if (throttled) held.push_back(row + ": " + why);
+    svg += "<g class=\"row" + std::string(throttled ? " throttled" : "") + "\" data-row=\"" + Escape(row) + "\">";
+    svg += "<text x=\"8\" y=\"" + std::to_string(y + 17) + "\"" +
+           (throttled ? " fill=\"#b00000\" font-weight=\"bold\"" : "") + ">" + Escape(row) +
+           (throttled ? " \xE2\x98\x85 " + Escape(why) : "") + "</text>";
+    for (int c = 0; c < columns; ++c) {
+      const int x = label_w + c * cell_w;
+      auto it = cells[row].find(c);
+      if (it == cells[row].end()) {
+        svg += "<rect x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(y) + "\" width=\"" +
+               std::to_string(cell_w - 2) + "\" height=\"" + std::to_string(cell_h - 2) +
+               "\" fill=\"#eeeeee\"><title>no data</title></rect>";
+        continue;
+      }
+      const double v = Median(it->second), m = column_median[static_cast<std::size_t>(c)];
+      const double ratio = fig->lower_is_worse ? (v > 0 ? m / v : 0) : (m > 0 ? v / m : 0);
+      const std::int64_t bits = reasons[row][c];
+      std::string here;
+      for (const std::string& r : ThrottleReasonNames(bits)) here += (here.empty() ? "" : ", ") + r;
+      svg += "<rect x=\"" + std::to_string(x) + "\" y=\"" + std::to_string(y) + "\" width=\"" +
+             std::to_string(cell_w - 2) + "\" height=\"" + std::to_string(cell_h - 2) + "\" fill=\"" + Colour(ratio) +
+             "\"" + (bits != 0 ? " stroke=\"#b00000\" stroke-width=\"1.5\"" : "") + "><title>" + Escape(row) + " +" +
+             Fixed(static_cast<double>(c * window) / kSecond, 0) + " s: " + Fixed(v, 0) + " " + fig->unit +
+             (here.empty() ? "" : " (throttled: " + Escape(here) + ")") + "</title></rect>";
+      svg += "<text x=\"" + std::to_string(x + 6) + "\" y=\"" + std::to_string(y + 17) + "\">" + Fixed(v, 0) + "</text>";
+    }
+    svg += "</g>\n";
+    y += cell_h;
+  }
+  svg += "<text x=\"8\" y=\"" + std::to_string(y + 24) +
+         "\">red: worse than the column's median (saturated at 1.5 x); outlined, \xE2\x98\x85: held down by a "
+         "throttle reason</text>\n</svg>\n";
+  if (!o.html) return svg;
+  std::string html = "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>" + Escape(title) +
+                     "</title><style>body{font-family:sans-serif}</style></head><body>\n" + svg +
+                     "<h3>Throttled GPUs</h3><ul>";
+  for (const std::string& h : held) html += "<li>" + Escape(h) + "</li>";
+  html += held.empty() ? "<li>none</li></ul></body></html>\n" : "</ul></body></html>\n";
+  return html;
+}
+
+}  // namespace
+
 StatusOr<std::string> Heatmap(EventStore* store, const std::string& job_id, const HeatmapOptions& o) {
+  if (!o.gpu.empty()) return GpuHeatmap(store, job_id, o);
   auto rows = store->StepTimings(job_id, std::numeric_limits<std::int64_t>::min(),
                                  std::numeric_limits<std::int64_t>::max());
   if (!rows.ok()) return rows.status();

@@ -29,11 +29,19 @@ struct HeatmapOptions {
   bool ranks = false;       // rows are ranks instead of nodes
   std::int64_t window = 0;  // steps per column with `phase` (0: about 20 columns)
   bool html = false;        // an HTML page around the SVG, with a table of the values
+  // "": step timings; else rows = node/GPU, columns = windows of time, of
+  // this figure of the GPU series: sm_clock, memory_clock, temperature,
+  // power or utilization.
+  std::string gpu;
 };
 
 // Rows (nodes or ranks) x columns (phases, or windows of steps of one phase),
 // each cell the median per step coloured by its ratio to its column's
-// median; the job's straggler findings are marked on their rows.
+// median; the job's straggler findings are marked on their rows. With
+// `gpu`, rows are GPUs and columns windows of time, from the GPU series;
+// red is worse (a lower clock, a higher temperature), and a GPU held down
+// by a throttle reason in a window is marked there with the reason.
+// InvalidArgument naming the figures for an unknown `gpu`.
 StatusOr<std::string> Heatmap(EventStore* store, const std::string& job_id, const HeatmapOptions& o);
 
 }  // namespace trainguard

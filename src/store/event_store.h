@@ -106,6 +106,24 @@ struct StepTimingRecord {
   std::string intervals;            // every interval (docs/telemetry.md); "" once downsampled
 };
 
+// One GPU's health over one interval of the series (the controller keeps
+// one row per GPU per `--gpu-series-interval`, docs/telemetry.md): the
+// latest figures of the interval, its lowest SM clock and every throttle
+// reason seen in it. -1: unknown.
+struct GpuSampleRecord {
+  std::string job_id;
+  std::string node;
+  int gpu = -1;
+  Nanos wall_ns = 0;  // the interval's start
+  std::int64_t sm_clock_mhz = -1;  // the lowest of the interval
+  std::int64_t memory_clock_mhz = -1;
+  std::int64_t temperature_c = -1;
+  std::int64_t power_mw = -1;
+  std::int64_t utilization_pct = -1;
+  std::int64_t throttle_reasons = 0;  // NVML's bits, every one seen in the interval
+  std::int64_t ecc_uncorrected = -1;
+};
+
 class EventStore {
  public:
   virtual ~EventStore() = default;
@@ -153,6 +171,15 @@ class EventStore {
   // totals stay), and of those only steps that are multiples of `keep_every`
   // are kept.
   virtual Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) = 0;
+
+  // GPU series. A row for the same job, time, node and GPU replaces the old
+  // one. Appended in one transaction.
+  virtual Status AppendGpuSamples(const std::vector<GpuSampleRecord>& rows) = 0;
+  // The job's rows with from <= wall_ns <= to, by time, then node, then GPU.
+  virtual StatusOr<std::vector<GpuSampleRecord>> GpuSamples(const std::string& job_id, Nanos from, Nanos to) = 0;
+  // Retention: of the rows before `before`, only those whose time is a
+  // multiple of `keep_every` are kept.
+  virtual Status CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) = 0;
 };
 
 // Opens the store `where` names: a libpq URL ("postgresql://..." or
@@ -195,6 +222,9 @@ class InMemoryEventStore final : public EventStore {
   StatusOr<std::vector<StepTimingRecord>> StepTimings(const std::string& job_id, std::int64_t from,
                                                       std::int64_t to) override;
   Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) override;
+  Status AppendGpuSamples(const std::vector<GpuSampleRecord>& rows) override;
+  StatusOr<std::vector<GpuSampleRecord>> GpuSamples(const std::string& job_id, Nanos from, Nanos to) override;
+  Status CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) override;
 
  private:
   std::mutex mu_;
@@ -205,6 +235,7 @@ class InMemoryEventStore final : public EventStore {
   std::vector<NodeAction> actions_;
   std::vector<DiagnosticsRecord> diagnostics_;
   std::vector<StepTimingRecord> timings_;
+  std::vector<GpuSampleRecord> gpu_samples_;
 };
 
 }  // namespace trainguard

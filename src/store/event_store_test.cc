@@ -233,6 +233,52 @@ TEST_P(EventStoreTest, KeepsStepTimingsReplacesRepeatsAndCompactsOldSteps) {
   EXPECT_EQ(store_->StepTimings("j2", 0, 100)->size(), 1u);
 }
 
+TEST_P(EventStoreTest, KeepsGpuSeriesReplacesRepeatsAndThinsOldIntervals) {
+  std::vector<GpuSampleRecord> rows;
+  for (Nanos t = 0; t < 60 * kSecond; t += 10 * kSecond) {
+    for (int gpu = 1; gpu >= 0; --gpu) {
+      GpuSampleRecord g;
+      g.job_id = "j1";
+      g.node = "node0";
+      g.gpu = gpu;
+      g.wall_ns = t;
+      g.sm_clock_mhz = 1980 - gpu;
+      g.temperature_c = 60;
+      g.power_mw = 650000;
+      g.throttle_reasons = gpu == 1 ? 0x40 : 0;  // NVML's HW thermal slowdown
+      rows.push_back(g);
+    }
+  }
+  GpuSampleRecord other;
+  other.job_id = "j2";
+  other.node = "nodeX";
+  other.gpu = 0;
+  rows.push_back(other);
+  ASSERT_TRUE(store_->AppendGpuSamples(rows).ok());
+  GpuSampleRecord again = rows[0];  // t 0, GPU 1: replaced
+  again.sm_clock_mhz = 1410;
+  ASSERT_TRUE(store_->AppendGpuSamples({again}).ok());
+  auto some = store_->GpuSamples("j1", 0, 10 * kSecond);
+  ASSERT_TRUE(some.ok());
+  ASSERT_EQ(some->size(), 4u);
+  EXPECT_EQ((*some)[0].gpu, 0);  // by time, node, GPU
+  EXPECT_EQ((*some)[1].gpu, 1);
+  EXPECT_EQ((*some)[1].sm_clock_mhz, 1410);
+  EXPECT_EQ((*some)[1].throttle_reasons, 0x40);
+  EXPECT_EQ((*some)[1].memory_clock_mhz, -1);  // unknown stays unknown
+  EXPECT_EQ((*some)[1].power_mw, 650000);
+  EXPECT_EQ((*some)[2].wall_ns, 10 * kSecond);
+
+  ASSERT_TRUE(store_->CompactGpuSamples("j1", 40 * kSecond, 30 * kSecond).ok());
+  auto all = store_->GpuSamples("j1", 0, 100 * kSecond);
+  ASSERT_TRUE(all.ok());
+  std::set<Nanos> times;
+  for (const auto& g : *all) times.insert(g.wall_ns);
+  EXPECT_EQ(times, (std::set<Nanos>{0, 30 * kSecond, 40 * kSecond, 50 * kSecond}));
+  EXPECT_EQ(all->size(), 8u);
+  EXPECT_EQ(store_->GpuSamples("j2", 0, 0)->size(), 1u);
+}
+
 TEST_P(EventStoreTest, TextThatIsNotUtf8IsRepairedNotLost) {
   if (GetParam() == "memory") GTEST_SKIP() << "keeps bytes as given";
   ASSERT_TRUE(store_->CreateJob({"j", 1, "c", "{}", "RUNNING", ""}).ok());

@@ -93,6 +93,15 @@ class GatedEventStore final : public EventStore {
   Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) override {
     return Gate("CompactStepTimings", [&] { return inner_->CompactStepTimings(job_id, before_step, keep_every); });
   }
+  Status AppendGpuSamples(const std::vector<GpuSampleRecord>& rows) override {
+    return Gate("AppendGpuSamples", [&] { return inner_->AppendGpuSamples(rows); });
+  }
+  StatusOr<std::vector<GpuSampleRecord>> GpuSamples(const std::string& job_id, Nanos from, Nanos to) override {
+    return inner_->GpuSamples(job_id, from, to);
+  }
+  Status CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) override {
+    return Gate("CompactGpuSamples", [&] { return inner_->CompactGpuSamples(job_id, before, keep_every); });
+  }
 
  private:
   template <typename F>

@@ -177,4 +177,41 @@ Status InMemoryEventStore::CompactStepTimings(const std::string& job_id, std::in
   return Status::Ok();
 }
 
+Status InMemoryEventStore::AppendGpuSamples(const std::vector<GpuSampleRecord>& rows) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const GpuSampleRecord& r : rows) {
+    auto same = std::find_if(gpu_samples_.begin(), gpu_samples_.end(), [&](const GpuSampleRecord& g) {
+      return g.job_id == r.job_id && g.wall_ns == r.wall_ns && g.node == r.node && g.gpu == r.gpu;
+    });
+    if (same != gpu_samples_.end()) {
+      *same = r;
+    } else {
+      gpu_samples_.push_back(r);
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<GpuSampleRecord>> InMemoryEventStore::GpuSamples(const std::string& job_id, Nanos from,
+                                                                      Nanos to) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<GpuSampleRecord> out;
+  for (const auto& g : gpu_samples_) {
+    if (g.job_id == job_id && g.wall_ns >= from && g.wall_ns <= to) out.push_back(g);
+  }
+  std::sort(out.begin(), out.end(), [](const GpuSampleRecord& a, const GpuSampleRecord& b) {
+    return std::tie(a.wall_ns, a.node, a.gpu) < std::tie(b.wall_ns, b.node, b.gpu);
+  });
+  return out;
+}
+
+Status InMemoryEventStore::CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Nanos every = std::max<Nanos>(keep_every, 1);
+  std::erase_if(gpu_samples_, [&](const GpuSampleRecord& g) {
+    return g.job_id == job_id && g.wall_ns < before && g.wall_ns % every != 0;
+  });
+  return Status::Ok();
+}
+
 }  // namespace trainguard

@@ -108,6 +108,20 @@ CREATE TABLE IF NOT EXISTS step_timings (
   intervals TEXT NOT NULL,
   PRIMARY KEY (job_id, step, generation, rank)
 );
+CREATE TABLE IF NOT EXISTS gpu_samples (
+  job_id TEXT NOT NULL,
+  wall_ns BIGINT NOT NULL,
+  node TEXT NOT NULL,
+  gpu INTEGER NOT NULL,
+  sm_clock_mhz BIGINT NOT NULL,
+  memory_clock_mhz BIGINT NOT NULL,
+  temperature_c BIGINT NOT NULL,
+  power_mw BIGINT NOT NULL,
+  utilization_pct BIGINT NOT NULL,
+  throttle_reasons BIGINT NOT NULL,
+  ecc_uncorrected BIGINT NOT NULL,
+  PRIMARY KEY (job_id, wall_ns, node, gpu)
+);
 COMMIT;
 )sql";
 
@@ -425,6 +439,75 @@ class PostgresEventStore final : public EventStore {
       out.push_back(std::move(t));
     }
     return out;
+  }
+
+  Status AppendGpuSamples(const std::vector<GpuSampleRecord>& rows) override {
+    std::map<std::tuple<std::string, Nanos, std::string, int>, const GpuSampleRecord*> unique;
+    for (const GpuSampleRecord& r : rows) unique[{r.job_id, r.wall_ns, r.node, r.gpu}] = &r;
+    std::vector<const GpuSampleRecord*> batch;
+    for (const auto& [key, r] : unique) batch.push_back(r);
+    std::lock_guard<std::mutex> lock(mu_);
+    return InTransaction("insert GPU samples", [&]() -> Status {
+      for (std::size_t from = 0; from < batch.size(); from += kTimingRowsPerStatement) {
+        const std::size_t to = std::min(batch.size(), from + kTimingRowsPerStatement);
+        std::string sql =
+            "INSERT INTO gpu_samples(job_id, wall_ns, node, gpu, sm_clock_mhz, memory_clock_mhz, temperature_c, "
+            "power_mw, utilization_pct, throttle_reasons, ecc_uncorrected) VALUES";
+        std::vector<Param> params;
+        for (std::size_t i = from; i < to; ++i) {
+          const GpuSampleRecord& r = *batch[i];
+          sql += i == from ? "(" : ",(";
+          for (int c = 1; c <= 11; ++c) sql += "$" + std::to_string(params.size() + c) + (c < 11 ? "," : ")");
+          for (Param p : {Text(r.job_id), Int(r.wall_ns), Text(r.node), Int(r.gpu), Int(r.sm_clock_mhz),
+                          Int(r.memory_clock_mhz), Int(r.temperature_c), Int(r.power_mw), Int(r.utilization_pct),
+                          Int(r.throttle_reasons), Int(r.ecc_uncorrected)}) {
+            params.push_back(std::move(p));
+          }
+        }
+        sql += " ON CONFLICT(job_id, wall_ns, node, gpu) DO UPDATE SET sm_clock_mhz=excluded.sm_clock_mhz, "
+               "memory_clock_mhz=excluded.memory_clock_mhz, temperature_c=excluded.temperature_c, "
+               "power_mw=excluded.power_mw, utilization_pct=excluded.utilization_pct, "
+               "throttle_reasons=excluded.throttle_reasons, ecc_uncorrected=excluded.ecc_uncorrected";
+        auto r = Once("insert GPU samples", sql.c_str(), params);
+        if (!r.ok()) return r.status();
+      }
+      return Status::Ok();
+    });
+  }
+
+  StatusOr<std::vector<GpuSampleRecord>> GpuSamples(const std::string& job_id, Nanos from, Nanos to) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto r = Run("read GPU samples of " + job_id,
+                 "SELECT wall_ns, node, gpu, sm_clock_mhz, memory_clock_mhz, temperature_c, power_mw, "
+                 "utilization_pct, throttle_reasons, ecc_uncorrected FROM gpu_samples "
+                 "WHERE job_id=$1 AND wall_ns>=$2 AND wall_ns<=$3 ORDER BY wall_ns, node, gpu",
+                 {Text(job_id), Int(from), Int(to)});
+    if (!r.ok()) return r.status();
+    std::vector<GpuSampleRecord> out;
+    for (int i = 0; i < r->rows(); ++i) {
+      GpuSampleRecord g;
+      g.job_id = job_id;
+      g.wall_ns = r->I64(i, 0);
+      g.node = r->Str(i, 1);
+      g.gpu = r->I32(i, 2);
+      g.sm_clock_mhz = r->I64(i, 3);
+      g.memory_clock_mhz = r->I64(i, 4);
+      g.temperature_c = r->I64(i, 5);
+      g.power_mw = r->I64(i, 6);
+      g.utilization_pct = r->I64(i, 7);
+      g.throttle_reasons = r->I64(i, 8);
+      g.ecc_uncorrected = r->I64(i, 9);
+      out.push_back(std::move(g));
+    }
+    return out;
+  }
+
+  Status CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Once("thin GPU samples of " + job_id,
+                "DELETE FROM gpu_samples WHERE job_id=$1 AND wall_ns<$2 AND wall_ns % $3 != 0",
+                {Text(job_id), Int(before), Int(std::max<Nanos>(keep_every, 1))})
+        .status();
   }
 
   Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) override {

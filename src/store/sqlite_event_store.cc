@@ -88,6 +88,20 @@ CREATE TABLE IF NOT EXISTS step_timings (
   intervals TEXT NOT NULL,
   PRIMARY KEY (job_id, step, generation, rank)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS gpu_samples (
+  job_id TEXT NOT NULL,
+  wall_ns INTEGER NOT NULL,
+  node TEXT NOT NULL,
+  gpu INTEGER NOT NULL,
+  sm_clock_mhz INTEGER NOT NULL,
+  memory_clock_mhz INTEGER NOT NULL,
+  temperature_c INTEGER NOT NULL,
+  power_mw INTEGER NOT NULL,
+  utilization_pct INTEGER NOT NULL,
+  throttle_reasons INTEGER NOT NULL,
+  ecc_uncorrected INTEGER NOT NULL,
+  PRIMARY KEY (job_id, wall_ns, node, gpu)
+) WITHOUT ROWID;
 )sql";
 
 // RAII prepared statement.
@@ -451,6 +465,76 @@ class SqliteEventStore final : public EventStore {
     strip.Bind(1, job_id);
     strip.Bind(2, before_step);
     if (sqlite3_step(strip.get()) != SQLITE_DONE) return Error("strip step timings of " + job_id);
+    return Status::Ok();
+  }
+
+  Status AppendGpuSamples(const std::vector<GpuSampleRecord>& rows) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    TG_RETURN_IF_ERROR(Exec("BEGIN"));
+    Stmt s(db_, "INSERT OR REPLACE INTO gpu_samples(job_id, wall_ns, node, gpu, sm_clock_mhz, memory_clock_mhz, "
+                "temperature_c, power_mw, utilization_pct, throttle_reasons, ecc_uncorrected) "
+                "VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK");
+      return Error("prepare insert GPU samples");
+    }
+    for (const GpuSampleRecord& r : rows) {
+      s.Bind(1, r.job_id);
+      s.Bind(2, r.wall_ns);
+      s.Bind(3, r.node);
+      int c = 4;
+      for (std::int64_t v : {static_cast<std::int64_t>(r.gpu), r.sm_clock_mhz, r.memory_clock_mhz, r.temperature_c,
+                             r.power_mw, r.utilization_pct, r.throttle_reasons, r.ecc_uncorrected}) {
+        s.Bind(c++, v);
+      }
+      if (sqlite3_step(s.get()) != SQLITE_DONE) {
+        Status e = Error("insert GPU samples");
+        (void)Exec("ROLLBACK");
+        return e;
+      }
+      sqlite3_reset(s.get());
+    }
+    return Exec("COMMIT");
+  }
+
+  StatusOr<std::vector<GpuSampleRecord>> GpuSamples(const std::string& job_id, Nanos from, Nanos to) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "SELECT wall_ns, node, gpu, sm_clock_mhz, memory_clock_mhz, temperature_c, power_mw, "
+                "utilization_pct, throttle_reasons, ecc_uncorrected FROM gpu_samples "
+                "WHERE job_id=? AND wall_ns>=? AND wall_ns<=? ORDER BY wall_ns, node, gpu");
+    if (!s.ok()) return Error("prepare select GPU samples");
+    s.Bind(1, job_id);
+    s.Bind(2, from);
+    s.Bind(3, to);
+    std::vector<GpuSampleRecord> out;
+    int rc;
+    while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
+      GpuSampleRecord g;
+      g.job_id = job_id;
+      g.wall_ns = s.Int(0);
+      g.node = s.Text(1);
+      g.gpu = static_cast<int>(s.Int(2));
+      g.sm_clock_mhz = s.Int(3);
+      g.memory_clock_mhz = s.Int(4);
+      g.temperature_c = s.Int(5);
+      g.power_mw = s.Int(6);
+      g.utilization_pct = s.Int(7);
+      g.throttle_reasons = s.Int(8);
+      g.ecc_uncorrected = s.Int(9);
+      out.push_back(std::move(g));
+    }
+    if (rc != SQLITE_DONE) return Error("read GPU samples of " + job_id);
+    return out;
+  }
+
+  Status CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt thin(db_, "DELETE FROM gpu_samples WHERE job_id=? AND wall_ns<? AND wall_ns % ? != 0");
+    if (!thin.ok()) return Error("prepare compact GPU samples");
+    thin.Bind(1, job_id);
+    thin.Bind(2, before);
+    thin.Bind(3, std::max<Nanos>(keep_every, 1));
+    if (sqlite3_step(thin.get()) != SQLITE_DONE) return Error("thin GPU samples of " + job_id);
     return Status::Ok();
   }
 

@@ -132,6 +132,38 @@ bool StoreWriter::AppendStepTimings(std::vector<StepTimingRecord> rows) {
   return true;
 }
 
+bool StoreWriter::AppendGpuSamples(std::vector<GpuSampleRecord> rows) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lanes_[2].size() >= options_.max_queued_bulk) {
+      ++stats_.bulk_dropped;
+      return false;
+    }
+  }
+  Op op;
+  op.what = std::to_string(rows.size()) + " GPU sample row(s)";
+  op.write = [r = std::move(rows)](EventStore* s) { return s->AppendGpuSamples(r); };
+  Enqueue(Lane::kBulk, std::move(op));
+  return true;
+}
+
+bool StoreWriter::CompactGpuSamples(std::string job_id, Nanos before, Nanos keep_every) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lanes_[2].size() >= options_.max_queued_bulk) {
+      ++stats_.bulk_dropped;
+      return false;
+    }
+  }
+  Op op;
+  op.what = "GPU sample compaction";
+  op.write = [j = std::move(job_id), before, keep_every](EventStore* s) {
+    return s->CompactGpuSamples(j, before, keep_every);
+  };
+  Enqueue(Lane::kBulk, std::move(op));
+  return true;
+}
+
 bool StoreWriter::CompactStepTimings(std::string job_id, std::int64_t before_step, int keep_every) {
   {
     std::lock_guard<std::mutex> lock(mu_);

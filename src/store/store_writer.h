@@ -100,6 +100,8 @@ class StoreWriter {
   // kBulk: may be dropped (returns false) when that lane is full.
   bool AppendStepTimings(std::vector<StepTimingRecord> rows);
   bool CompactStepTimings(std::string job_id, std::int64_t before_step, int keep_every);
+  bool AppendGpuSamples(std::vector<GpuSampleRecord> rows);
+  bool CompactGpuSamples(std::string job_id, Nanos before, Nanos keep_every);
 
   // Waits (in real time) until the write is stored, or given up; false on timeout.
   bool WaitDurable(const Ticket& ticket, std::chrono::milliseconds timeout);
