@@ -109,6 +109,8 @@ def test_the_dashboard_follows_a_failure_and_cordons_a_node(tmp_path, no_leftove
         nodes = all_of(browser, "#nodes tbody tr", "data-node")
         assert nodes == ["node0", "node1"], nodes
         assert "member" in text_of(browser, '#nodes tr[data-node="node1"]')
+        # No GPU on this machine: the GPU section says so (the API's 404), no broken image.
+        wait.until(lambda d: "no GPU reported" in text_of(d, "#gpu-heatmap"))
         shot(browser, "2-incident.png")
 
         # Cordon node1 through the page: a wrong secret is refused, the right one works.

@@ -59,6 +59,11 @@ def test_each_gpus_health_reaches_metrics_by_node_and_index(tmp_path, no_leftove
     argv = [TRAINGUARD, "heatmap", "--store", job.store, job.job_id, "--gpu", "sm_clock", "-o", str(page)]
     wait_for(lambda: subprocess.run(argv, capture_output=True).returncode == 0 and
              page.read_text().count("class=\"row") == 16 or job.proc.poll() is not None, 60, "every GPU's series")
+    # The dashboard's picture, from the API: the same rows.
+    with urllib.request.urlopen(url + "/api/v1/heatmap?gpu=sm_clock&format=svg", timeout=10) as r:
+        svg = r.read().decode()
+        assert r.headers["Content-Type"] == "image/svg+xml"
+    assert re.findall(r'data-row="([^"]+)"', svg)[:8] == ["node0/gpu %d" % g for g in range(8)], svg[:500]
     done.write_text("")
     assert job.wait(timeout=120) == 0, job.output()[-2000:]
     html = page.read_text()

@@ -209,7 +209,7 @@ void HttpApi::Route() {
                   "GET /api/v1/downtime", "GET /api/v1/events?after=ID&limit=N", "GET /api/v1/events/stream",
                   "GET /api/v1/diagnostics", "GET /api/v1/stragglers", "GET /api/v1/hang?incident=N",
                   "GET /api/v1/timings?steps=A:B", "GET /api/v1/trace?steps=A:B",
-                  "GET /api/v1/heatmap?phase=P&ranks=1&format=svg|html", "GET /metrics",
+                  "GET /api/v1/heatmap?phase=P&ranks=1&gpu=FIGURE&format=svg|html", "GET /metrics",
                   "POST /api/v1/cancel", "POST /api/v1/nodes/NODE/cordon", "POST /api/v1/nodes/NODE/uncordon"}}});
   });
 
@@ -400,6 +400,7 @@ void HttpApi::Route() {
     HeatmapOptions h;
     h.phase = req.has_param("phase") ? req.get_param_value("phase") : "";
     h.ranks = req.has_param("ranks") && req.get_param_value("ranks") != "0";
+    h.gpu = req.has_param("gpu") ? req.get_param_value("gpu") : "";
     if (!IntParam(req, res, "window", 0, &h.window)) return;
     const std::string format = req.has_param("format") ? req.get_param_value("format") : "svg";
     if (format != "svg" && format != "html") return ReplyError(res, 400, "format must be svg or html");

@@ -173,6 +173,15 @@ function showHeatmap(available) {
   box.replaceChildren(img);
 }
 
+// The GPU series' SM clocks (GPUs x time, throttled GPUs marked); a job
+// whose nodes report no GPU has none (the API answers 404).
+function showGpuHeatmap() {
+  const box = $("gpu-heatmap");
+  const img = el("img", { alt: "per-GPU SM clock heatmap", src: "/api/v1/heatmap?gpu=sm_clock&format=svg&t=" + Date.now() });
+  img.addEventListener("error", () => box.replaceChildren(absent("No GPU series yet (no GPU reported).")));
+  img.addEventListener("load", () => box.replaceChildren(img));
+}
+
 let refreshing = false, again = false;
 async function refresh() {
   if (refreshing) { again = true; return; }
@@ -200,6 +209,7 @@ async function refreshHeatmap() {
   const have = t.timings.length > 0;
   if (have || !timingsShown) showHeatmap(have);
   timingsShown = have;
+  showGpuHeatmap();
 }
 
 function listen() {
