@@ -117,68 +117,41 @@ StoreWriter::Ticket StoreWriter::RecordDiagnostics(DiagnosticsRecord record) {
   return Enqueue(Lane::kEvents, std::move(op));
 }
 
+bool StoreWriter::EnqueueBulk(std::string what, std::function<Status(EventStore*)> write) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (lanes_[2].size() >= options_.max_queued_bulk) {
+      ++stats_.bulk_dropped;
+      return false;
+    }
+  }
+  Op op;
+  op.what = std::move(what);
+  op.write = std::move(write);
+  Enqueue(Lane::kBulk, std::move(op));
+  return true;
+}
+
 bool StoreWriter::AppendStepTimings(std::vector<StepTimingRecord> rows) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (lanes_[2].size() >= options_.max_queued_bulk) {
-      ++stats_.bulk_dropped;
-      return false;
-    }
-  }
-  Op op;
-  op.what = std::to_string(rows.size()) + " step timing row(s)";
-  op.write = [r = std::move(rows)](EventStore* s) { return s->AppendStepTimings(r); };
-  Enqueue(Lane::kBulk, std::move(op));
-  return true;
-}
-
-bool StoreWriter::AppendGpuSamples(std::vector<GpuSampleRecord> rows) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (lanes_[2].size() >= options_.max_queued_bulk) {
-      ++stats_.bulk_dropped;
-      return false;
-    }
-  }
-  Op op;
-  op.what = std::to_string(rows.size()) + " GPU sample row(s)";
-  op.write = [r = std::move(rows)](EventStore* s) { return s->AppendGpuSamples(r); };
-  Enqueue(Lane::kBulk, std::move(op));
-  return true;
-}
-
-bool StoreWriter::CompactGpuSamples(std::string job_id, Nanos before, Nanos keep_every) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (lanes_[2].size() >= options_.max_queued_bulk) {
-      ++stats_.bulk_dropped;
-      return false;
-    }
-  }
-  Op op;
-  op.what = "GPU sample compaction";
-  op.write = [j = std::move(job_id), before, keep_every](EventStore* s) {
-    return s->CompactGpuSamples(j, before, keep_every);
-  };
-  Enqueue(Lane::kBulk, std::move(op));
-  return true;
+  std::string what = std::to_string(rows.size()) + " step timing row(s)";
+  return EnqueueBulk(std::move(what), [r = std::move(rows)](EventStore* s) { return s->AppendStepTimings(r); });
 }
 
 bool StoreWriter::CompactStepTimings(std::string job_id, std::int64_t before_step, int keep_every) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (lanes_[2].size() >= options_.max_queued_bulk) {
-      ++stats_.bulk_dropped;
-      return false;
-    }
-  }
-  Op op;
-  op.what = "step timing compaction";
-  op.write = [j = std::move(job_id), before_step, keep_every](EventStore* s) {
+  return EnqueueBulk("step timing compaction", [j = std::move(job_id), before_step, keep_every](EventStore* s) {
     return s->CompactStepTimings(j, before_step, keep_every);
-  };
-  Enqueue(Lane::kBulk, std::move(op));
-  return true;
+  });
+}
+
+bool StoreWriter::AppendGpuSamples(std::vector<GpuSampleRecord> rows) {
+  std::string what = std::to_string(rows.size()) + " GPU sample row(s)";
+  return EnqueueBulk(std::move(what), [r = std::move(rows)](EventStore* s) { return s->AppendGpuSamples(r); });
+}
+
+bool StoreWriter::CompactGpuSamples(std::string job_id, Nanos before, Nanos keep_every) {
+  return EnqueueBulk("GPU sample compaction", [j = std::move(job_id), before, keep_every](EventStore* s) {
+    return s->CompactGpuSamples(j, before, keep_every);
+  });
 }
 
 bool StoreWriter::WaitDurable(const Ticket& t, std::chrono::milliseconds timeout) {

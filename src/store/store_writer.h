@@ -124,6 +124,8 @@ class StoreWriter {
   };
 
   Ticket Enqueue(Lane lane, Op op);
+  // A write of the bulk lane, unless the lane is full (then counted as dropped).
+  bool EnqueueBulk(std::string what, std::function<Status(EventStore*)> write);
   void Run();
   // Whether a failure with `s` is worth another attempt.
   static bool Retriable(const Status& s);
