@@ -21,14 +21,25 @@ class Event:
     reached = threading.Event()
     def __init__(self):
         self.done = False
-    def record(self):
+    def record(self, stream):
+        assert stream == ("stream", 0), stream  # the current stream of the tensors' device
         self.done = Event.reached.is_set()
     def query(self):
         return self.done
 
+streams_made = []
+
 class Torch:
     class cuda:
         Event = Event
+        @staticmethod
+        def current_stream(device=None):
+            streams_made.append(device)
+            return ("stream", device)
+    class _C:
+        @staticmethod
+        def _cuda_getCurrentStream(device):
+            return (7, device, 1)
 
 cj._torch = Torch
 slot = trainguard._core.journal_group(0, "world", [0, 1])
@@ -36,15 +47,17 @@ slot = trainguard._core.journal_group(0, "world", [0, 1])
 # that never ends, so its start event never runs.
 Event.reached.set()
 first = trainguard._core.journal_issue(slot, 1, 1, 8, -1, True)
-cj._watch_device_start(first)
+cj._watch_device_start(first, 0)
 Event.reached.clear()
 second = trainguard._core.journal_issue(slot, 1, 1, 8, -1, True)
-cj._watch_device_start(second)
+cj._watch_device_start(second, 0)
 host = trainguard._core.journal_issue(slot, 1, 1, 8, -1)
 deadline = time.time() + 10
 while cj._pending_starts and len(cj._pending_starts) > 1 and time.time() < deadline:
     time.sleep(0.01)
 time.sleep(0.3)  # several polls: the second must stay not started
+# The Stream object is built once and found again by torch's raw id.
+assert streams_made == [0], streams_made
 print("ok")
 """
 

@@ -55,7 +55,9 @@ _dtype_codes = {}
 _pending = []              # (token, done()) for asynchronous operations without a future
 _pending_events = collections.deque()  # (token, CUDA event) in the order recorded
 _pending_starts = collections.deque()  # (token, CUDA event before the operation), in order
-_event_pool = []           # CUDA events to reuse
+_event_pools = {}          # device index (None: the current device) -> CUDA events to reuse
+_EVENT_POOL_MAX = 4096     # per device; beyond it, completed events are dropped
+_streams = {}              # torch's raw id of a current stream -> its torch.cuda.Stream
 _torch = None
 _pending_lock = threading.Lock()
 _poller = None
@@ -71,18 +73,23 @@ def _dtype_code(tensor):
     return code
 
 
+def _device_of(tensor):
+    """The CUDA device index of a tensor, or -1 when it is not on one."""
+    return tensor.get_device() if tensor.is_cuda else -1
+
+
 def _describe(tensor):
-    """(numel, dtype code, on a CUDA device) of a tensor or a list of them."""
+    """(numel, dtype code, CUDA device index or -1) of a tensor or a list of them."""
     if tensor is None:
-        return 0, 0, False
+        return 0, 0, -1
     if isinstance(tensor, (list, tuple)):
         if not tensor:
-            return 0, 0, False
+            return 0, 0, -1
         numel = 0
         for t in tensor:
             numel += t.numel()
-        return numel, _dtype_code(tensor[0]), tensor[0].is_cuda
-    return tensor.numel(), _dtype_code(tensor), tensor.is_cuda
+        return numel, _dtype_code(tensor[0]), _device_of(tensor[0])
+    return tensor.numel(), _dtype_code(tensor), _device_of(tensor)
 
 
 def _group_id(c10d, pg, name):
@@ -142,53 +149,84 @@ def _watch(token, done):
         _start_poller()
 
 
-def _device_event():
-    """A CUDA event recorded now on the current stream (events are pooled)."""
+def _current_stream(device):
+    """The current CUDA stream of `device` (an index; None: the current
+    device). torch.cuda.current_stream() builds a new Stream object each time
+    (5 us on an H200, most of a journaled operation's cost); torch's raw id of
+    the current stream costs 0.1 us, so the Stream objects are kept by it."""
+    raw = getattr(getattr(_torch, "_C", None), "_cuda_getCurrentStream", None) if device is not None else None
+    if raw is None:
+        return _torch.cuda.current_stream(device)
+    key = raw(device)  # (id, device, type) on torch 2, an int on torch 1.13
+    stream = _streams.get(key)
+    if stream is None:
+        stream = _torch.cuda.current_stream(device)
+        if len(_streams) < 1024:
+            _streams[key] = stream
+    return stream
+
+
+def _device_event(device=None):
+    """A CUDA event recorded now on the current stream of `device` (events are
+    pooled per device)."""
     global _torch
     if _torch is None:
         import torch as _torch_module
 
         _torch = _torch_module
-    with _pending_lock:
-        event = _event_pool.pop() if _event_pool else None
-    if event is None:
+    stream = _current_stream(device)
+    pool = _event_pools.get(device)
+    try:
+        event = pool.pop()
+    except (AttributeError, IndexError):  # no pool yet, or empty
         event = _torch.cuda.Event()
-    event.record()
+    try:
+        event.record(stream)
+    except RuntimeError:  # an event of another device (the current one changed)
+        event = _torch.cuda.Event()
+        event.record(stream)
     return event
 
 
-def _watch_device(token):
-    """Completes `token` once the current CUDA stream has run what was queued
-    on it so far."""
-    event = _device_event()
+def _reuse(device, event):
+    pool = _event_pools.setdefault(device, [])
+    if len(pool) < _EVENT_POOL_MAX:
+        pool.append(event)
+
+
+def _watch_device(token, device=None):
+    """Completes `token` once the current CUDA stream of `device` has run what
+    was queued on it so far."""
+    event = _device_event(device)
     with _pending_lock:
-        _pending_events.append((token, event))
+        _pending_events.append((token, event, device))
         _start_poller()
 
 
-def _watch_device_start(token):
-    """Marks `token` started once the current CUDA stream has run what was
-    queued on it before the operation: call just before issuing it. Where no
-    event can be recorded, it is marked started now: an operation is never
-    left looking stuck before its collective for want of an event."""
+def _watch_device_start(token, device=None):
+    """Marks `token` started once the current CUDA stream of `device` has run
+    what was queued on it before the operation: call just before issuing it.
+    Where no event can be recorded, it is marked started now: an operation is
+    never left looking stuck before its collective for want of an event."""
     if token < 0:
         return
     try:
-        event = _device_event()
+        event = _device_event(device)
     except Exception:
         _core.journal_started(token)
         return
     with _pending_lock:
-        _pending_starts.append((token, event))
+        _pending_starts.append((token, event, device))
         _start_poller()
 
 
 def _ready_prefix(items):
-    """How many of (token, event) items, in the order recorded, have run: the
-    first one still pending stops the scan (later ones may be on another
-    stream and done, but they can wait; nothing is ever marked too early)."""
+    """How many of (token, event, device) items, in the order recorded, have
+    run: the first one still pending stops the scan (later ones may be on
+    another stream and done, but they can wait; nothing is ever marked too
+    early)."""
     done = 0
-    for token, event in items:
+    for token, event, _ in items:
         try:
             if not event.query():
                 break
@@ -222,30 +260,29 @@ def _poll():
         done_events = _ready_prefix(events)
         with _pending_lock:
             for _ in range(done_starts):
-                token, event = _pending_starts.popleft()
+                token, event, device = _pending_starts.popleft()
                 _core.journal_started(token)
-                if len(_event_pool) < 1024:
-                    _event_pool.append(event)
+                _reuse(device, event)
             for item in finished:
                 _core.journal_complete(item[0])
                 _pending.remove(item)
             for _ in range(done_events):
-                token, event = _pending_events.popleft()
+                token, event, device = _pending_events.popleft()
                 _core.journal_complete(token)
-                if len(_event_pool) < 1024:
-                    _event_pool.append(event)
+                _reuse(device, event)
 
 
-def _complete_work(token, work, cuda):
-    """Completes `token` when `work` does."""
+def _complete_work(token, work, device):
+    """Completes `token` when `work` does (`device`: the CUDA device index of
+    its tensors, or -1)."""
     try:
         future = work.get_future()
     except Exception:
         future = None  # gloo's send/recv have none in torch 1.13
     if future is not None:
         def done(fut, token=token):
-            if cuda:
-                _watch_device(token)
+            if device >= 0:
+                _watch_device(token, device)
             else:
                 _core.journal_complete(token)
         try:
@@ -270,7 +307,7 @@ def _journaled(c10d, fn, op, tensor_at, peer_at, group_at, async_at):
         if getattr(_tls, "depth", 0):
             return fn(*args, **kwargs)
         token = -1
-        cuda = False
+        device = -1
         try:
             group = kwargs.get("group") if "group" in kwargs else (
                 args[group_at] if 0 <= group_at < len(args) else None)
@@ -278,7 +315,7 @@ def _journaled(c10d, fn, op, tensor_at, peer_at, group_at, async_at):
             if slot >= 0 or p2p:
                 tensor = args[tensor_at] if 0 <= tensor_at < len(args) else kwargs.get(
                     _TENSOR_NAMES.get(op, "tensor"))
-                numel, dtype, cuda = _describe(tensor)
+                numel, dtype, device = _describe(tensor)
                 peer = -1
                 if p2p:
                     peer = args[peer_at] if 0 <= peer_at < len(args) else kwargs.get(
@@ -287,9 +324,9 @@ def _journaled(c10d, fn, op, tensor_at, peer_at, group_at, async_at):
                     if peer is None and group_peer is not None:  # torch >= 2.6
                         peer = c10d.get_global_rank(group or c10d.GroupMember.WORLD, group_peer)
                     peer = -1 if peer is None else int(peer)
-                token = _core.journal_issue(slot, code, dtype, numel, peer, cuda)
-                if cuda:
-                    _watch_device_start(token)
+                token = _core.journal_issue(slot, code, dtype, numel, peer, device >= 0)
+                if device >= 0:
+                    _watch_device_start(token, device)
         except Exception:
             token = -1  # journaling never stands in the way of the call
         _tls.depth = 1
@@ -304,9 +341,9 @@ def _journaled(c10d, fn, op, tensor_at, peer_at, group_at, async_at):
         if token >= 0:
             if result is not None and (always_async or kwargs.get("async_op") or
                                        0 <= async_at < len(args) and args[async_at]):
-                _complete_work(token, result, cuda)
-            elif cuda:
-                _watch_device(token)
+                _complete_work(token, result, device)
+            elif device >= 0:
+                _watch_device(token, device)
             else:
                 _core.journal_complete(token)
         return result
@@ -396,13 +433,14 @@ def ddp_allreduce_hook(process_group, bucket):
     tensor = bucket.buffer()
     tensor.div_(group.size())
     token = -1
+    device = -1
     try:
         slot = _slot(c10d, group)
-        numel, dtype, cuda = _describe(tensor)
+        numel, dtype, device = _describe(tensor)
         if slot >= 0:
-            token = _core.journal_issue(slot, _ALL_REDUCE, dtype, numel, -1, cuda)
-            if cuda:
-                _watch_device_start(token)
+            token = _core.journal_issue(slot, _ALL_REDUCE, dtype, numel, -1, device >= 0)
+            if device >= 0:
+                _watch_device_start(token, device)
     except Exception:
         token = -1
     all_reduce = _plain.get("all_reduce", c10d.all_reduce)
@@ -418,8 +456,8 @@ def ddp_allreduce_hook(process_group, bucket):
 
     def done(fut):
         if token >= 0:
-            if cuda:
-                _watch_device(token)
+            if device >= 0:
+                _watch_device(token, device)
             else:
                 _core.journal_complete(token)
         return fut.value()[0]

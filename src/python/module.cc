@@ -322,7 +322,7 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("origin", [](const MappedCopy& c) { return c.range.origin; },
                              "'' for the node's own copy, else the node whose memory it was fetched from");
   m.def("map_memory_copy", [](const std::string& dir, std::int64_t step, int rank, const std::string& attempt,
-                              std::int64_t sequence, const std::string& memory_dir, int threads) {
+                              std::int64_t sequence, const std::string& memory_dir, int threads) -> py::tuple {
     RankManifest which;
     which.step = step;
     which.rank = rank;
@@ -333,7 +333,7 @@ PYBIND11_MODULE(_core, m) {
       py::gil_scoped_release release;
       mapped = MapMemoryCopy(dir, which, memory_dir, threads);
     }
-    if (!mapped.ok()) return py::make_tuple(py::none(), mapped.status().message());
+    if (!mapped.ok()) return py::make_tuple(py::none(), std::string(mapped.status().message()));
     auto copy = std::make_unique<MappedCopy>();
     copy->range = *mapped;
     return py::make_tuple(py::cast(std::move(copy)), std::string());
