@@ -122,7 +122,7 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 if s.name in ("trainguard_node_storage_read_bytes_total", "trainguard_node_storage_read_calls_total",
-                              "trainguard_node_storage_blocked_tasks"):
+                              "trainguard_node_storage_blocked_tasks", "trainguard_node_storage_file_opens_total"):
                     found[(s.name, s.labels.get("node"))] = s.value
                 if s.name == "trainguard_node_mount_written_bytes_total":
                     found[(s.name, s.labels.get("node"), s.labels.get("mount"))] = s.value
@@ -134,6 +134,26 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
                          for n in ("node0", "node1")) or job.proc.poll() is not None, 60, "read counters")
     reads = node_reads()
     assert reads[("trainguard_node_storage_read_bytes_total", "node0")] > 0, reads
+    # Each step, each rank's loader worker opens its shard once: while node0's
+    # two ranks make 21 steps each, about 42 more opens (the loader prefetches
+    # 2 ahead), whatever the imports counted before.
+    opens_key = ("trainguard_node_storage_file_opens_total", "node0")
+
+    def node0_steps():
+        return [status_page_step("storage-healthy", "node0", r) for r in (0, 1)]
+
+    wait_for(lambda: min(node0_steps()) >= 5 or job.proc.poll() is not None, 60, "step 5 (imports done)")
+    # The counter in /metrics is from the node's last heartbeat: bracket the
+    # steps around a fresh one.
+    low_step, stale = min(node0_steps()), node_reads()[opens_key]
+    wait_for(lambda: node_reads()[opens_key] != stale or job.proc.poll() is not None, 10, "a heartbeat")
+    first_opens, high_step = node_reads()[opens_key], max(node0_steps())
+    wait_for(lambda: min(node0_steps()) >= high_step + 21 or job.proc.poll() is not None, 60, "21 more steps")
+    wait_for(lambda: node_reads()[opens_key] - first_opens >= 36 or job.proc.poll() is not None, 10,
+             "the opens of 21 steps in /metrics")
+    opens = node_reads()[opens_key] - first_opens
+    last_step = max(node0_steps())
+    assert 36 <= opens <= 2 * (last_step - low_step + 2) + 4, (opens, low_step, high_step, last_step)
     # Per mount, the kernel's counters of this machine's block devices: one
     # series per device (its first mount point), none for FUSE or tmpfs.
     assert {k[2] for k in reads if k[0] == "trainguard_node_mount_written_bytes_total" and k[1] == "node0"} == \

@@ -83,6 +83,11 @@ void AddCheckpointOverhead(std::int64_t nanos);
 // storage (its phase 2) to finish: the downtime report names storage from it.
 void AddCheckpointWait(std::int64_t nanos);
 
+// Counts a file the process opened (the agent reports the rank's metadata
+// rate from it). The Python module calls it from the interpreter's "open"
+// audit event.
+void FileOpened();
+
 // The journal of communication operations (docs/status_page.md). Python's
 // automatic instrumentation calls these for every collective and
 // point-to-point operation, DDP's gradient buckets included.

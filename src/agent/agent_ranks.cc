@@ -223,6 +223,7 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
     s.set_checkpoint_blocked_ms(snap.checkpoint_blocked_ns / kMillisecond);
     s.set_checkpoint_blocked_us(snap.checkpoint_blocked_ns / 1000);
     s.set_checkpoint_waited_us(snap.checkpoint_waited_ns / 1000);
+    s.mutable_io()->set_files_opened(snap.attached ? snap.files_opened : -1);
     s.set_max_step_ms(snap.max_step_ns / kMillisecond);
     s.set_phase(snap.phase);
     if (snap.phase_mono_ns > 0) s.set_phase_age_ms((now_mono - snap.phase_mono_ns) / kMillisecond);

@@ -189,6 +189,10 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
        [](const NodeSnapshot& n) { return static_cast<double>(n.read_calls); }},
       {Family("trainguard_node_storage_write_calls_total", "counter", "Write system calls of the node's ranks"),
        [](const NodeSnapshot& n) { return static_cast<double>(n.write_calls); }},
+      {Family("trainguard_node_storage_file_opens_total", "counter",
+              "Files the node's ranks' Python code opened (open(), os.open(), imports; forked data loader workers "
+              "included): the metadata rate on any file system, FUSE and local ones included"),
+       [](const NodeSnapshot& n) { return static_cast<double>(n.files_opened); }},
   };
   MetricFamily blocked = Family("trainguard_node_storage_blocked_tasks", "gauge",
                                 "Tasks of the node's ranks waiting now in a file system call, by mount point");

@@ -200,6 +200,12 @@ void AddCheckpointWait(std::int64_t nanos) {
   page->checkpoint_waited_ns.fetch_add(nanos, std::memory_order_relaxed);
 }
 
+void FileOpened() {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  if (page == nullptr) return;
+  page->files_opened.fetch_add(1, std::memory_order_relaxed);
+}
+
 int JournalGroup(std::int32_t id, const std::string& name, const std::vector<std::int32_t>& members) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr) return -1;

@@ -103,7 +103,11 @@ struct StatusPage {
   // phase 2 (its write to storage) to finish: storage slower than the
   // checkpoint interval.
   std::atomic<std::int64_t> checkpoint_waited_ns;
-  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 72];
+  // Files the rank's Python code opened (the interpreter's "open" audit
+  // event: open(), os.open(), io.open_code() of imports), its forked data
+  // loader workers' included: the rank's metadata rate.
+  std::atomic<std::int64_t> files_opened;
+  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 80];
   OpJournal journal;  // version 2: the journal of communication operations
   char reserved_after_journal[kTimingsOffset - kJournalOffset - sizeof(OpJournal)];
   TimingRing timings;  // version 3: phase and step intervals, a ring
@@ -114,6 +118,7 @@ static_assert(offsetof(StatusPage, fingerprint_seq) == 232);
 static_assert(offsetof(StatusPage, numeric_step) == 504);
 static_assert(offsetof(StatusPage, verified_step) == 560);
 static_assert(offsetof(StatusPage, checkpoint_waited_ns) == 568);
+static_assert(offsetof(StatusPage, files_opened) == 576);
 static_assert(offsetof(StatusPage, journal) == kJournalOffset);
 static_assert(offsetof(StatusPage, timings) == kTimingsOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
@@ -135,6 +140,7 @@ struct StatusSnapshot {
   std::int64_t phase_mono_ns = 0;
   std::int64_t checkpoint_blocked_ns = 0;
   std::int64_t checkpoint_waited_ns = 0;
+  std::int64_t files_opened = 0;
   std::int64_t max_step_ns = 0;
   std::int64_t startup_mono_ns[kStartupMarks] = {};
   std::int64_t resumed_step = kNoStep;

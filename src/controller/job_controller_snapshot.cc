@@ -87,6 +87,7 @@ JobSnapshot JobController::Snapshot() const {
         node.write_bytes += io.wchar();
         node.read_calls += io.syscr();
         node.write_calls += io.syscw();
+        node.files_opened += std::max<std::int64_t>(0, io.files_opened());
         for (const auto& b : view.status.blocked_io()) node.blocked_by_mount[b.mount_point()]++;
       }
     }

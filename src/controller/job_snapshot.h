@@ -48,6 +48,7 @@ struct NodeSnapshot {
   // included; cumulative since each process started) and the tasks blocked
   // now in a file system call, by mount point ("" unknown).
   std::int64_t read_bytes = 0, write_bytes = 0, read_calls = 0, write_calls = 0;
+  std::int64_t files_opened = 0;  // by its instrumented ranks' Python code (metadata rate)
   std::map<std::string, int> blocked_by_mount;
   std::vector<v1::GpuHealth> gpus;  // its GPUs at its latest heartbeat
   std::vector<v1::MountIo> mounts;  // its storage mounts' counters at its latest heartbeat
