@@ -28,6 +28,7 @@
 #include "agent/cpu_pressure.h"
 #include "agent/link_stats.h"
 #include "agent/gpu_telemetry.h"
+#include "agent/mount_io.h"
 #include "agent/kernel_log.h"
 #include "agent/process.h"
 #include "attribution/attribution.h"
@@ -216,6 +217,7 @@ class Agent {
   struct DiagnosticsRun;
   std::shared_ptr<DiagnosticsRun> diagnostics_;  // the round running, if any
   std::unique_ptr<GpuTelemetry> gpus_;            // started with the first heartbeat
+  std::unique_ptr<GpfsSampler> gpfs_;             // started with the first heartbeat
   CpuPressure cpu_pressure_;                      // the ranks' CPU quota throttling, steal
   TcpSegments tcp_last_;                          // the previous heartbeat's TCP counters
   std::unique_ptr<PeerServer> peer_server_;       // the other end of the neighbours' network probes
