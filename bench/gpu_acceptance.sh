@@ -9,7 +9,7 @@
 #    attribution in the events, `hang --json` and `report`; GPU gauges in /metrics
 #    while it runs; the GPU series' heatmap;
 # 3. the issue cost of a journaled NCCL all_reduce (start and end events) against
-#    a direct one;
+#    a direct one, and where it goes (journal_event_cost.py);
 # 4. the heartbeat's sampling cost with the real NVML.
 # With CPU=1 (no GPU) the stall is a host sleep: a dry run of the harness.
 set -uo pipefail
@@ -68,6 +68,7 @@ $PY -c "import sqlite3,sys; print('gpu_samples rows, min/max SM MHz, max temp C,
 if [ "${CPU:-0}" != 1 ]; then
   say "3. journaled NCCL all_reduce cost"
   timeout 120 $PY "$ROOT/bench/nccl_journal_check.py" 2>&1 | tail -8
+  timeout 150 $PY "$ROOT/bench/journal_event_cost.py" 2>&1 | tail -17
   say "4. heartbeat sampling with the real NVML"
   NVML=$(ldconfig -p | awk '/libnvidia-ml.so.1 /{print $NF; exit}')
   timeout 120 "$K/tg/heartbeat_sampling_bench" --heartbeats 300 --nvml "${NVML:-libnvidia-ml.so.1}" 2>&1 | tail -6

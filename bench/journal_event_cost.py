@@ -9,26 +9,16 @@ for the parts. Needs the module built with CUDA (TRAINGUARD_PY).
     python3 bench/journal_event_cost.py
 """
 import os
-import sys
 import time
 import timeit
 
-sys.path.insert(0, os.environ.get("TRAINGUARD_PY", "/tmp/tgpy"))
-from trainguard import _core  # noqa: E402
+from one_nccl_rank import start
 
-page = "/dev/shm/tg-journal-cost-page"
-_core._create_status_page(page)
-os.environ.update(TRAINGUARD_STATUS_PAGE=page, MASTER_ADDR="127.0.0.1", MASTER_PORT="29534",
-                  RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-from trainguard import _autoinstrument  # noqa: E402
-
-_autoinstrument.install()
+_core, page = start(29534)
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from trainguard import _comm_journal as cj  # noqa: E402
 
-dist.init_process_group("nccl")
-torch.cuda.set_device(0)
 t1 = torch.ones(1, device="cuda")
 raw = cj._plain["all_reduce"]
 

@@ -7,19 +7,11 @@ built with CUDA on sys.path (TRAINGUARD_PY, default /tmp/tgpy).
 
     python3 bench/nccl_journal_check.py
 """
-import os, sys, time
-sys.path.insert(0, os.environ.get("TRAINGUARD_PY", "/tmp/tgpy"))
-from trainguard import _core
-page = "/dev/shm/tg-nccl-page"
-_core._create_status_page(page)
-os.environ.update(TRAINGUARD_STATUS_PAGE=page, MASTER_ADDR="127.0.0.1", MASTER_PORT="29533",
-                  RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
-from trainguard import _autoinstrument
-_autoinstrument.install()
+import os, time
+from one_nccl_rank import start
+_core, page = start(29533)
 import torch, torch.distributed as dist
 print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())
-dist.init_process_group("nccl")
-torch.cuda.set_device(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1024, 1024).cuda(), device_ids=[0])
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(64, 1024, device="cuda")

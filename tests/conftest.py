@@ -28,7 +28,8 @@ PYTHON = "/usr/bin/python3"
 # namespaces, cgroups, tmpfs), `slurm` (a Slurm cluster of real daemons),
 # `postgres` (a PostgreSQL server it starts), `browser` (headless Chromium);
 # `slow` for files whose tests run real multi-node jobs for tens of seconds
-# each. `scripts/test.sh --quick` runs `-m "not slow"`; CI runs everything.
+# each. CI (`scripts/test.sh`) runs `-m "not slow"`; `scripts/test.sh --all`
+# runs everything.
 TIERS = {
     "test_alerts.py": ("slow",),
     "test_api.py": ("slow",),
@@ -55,7 +56,7 @@ TIERS = {
     "test_storage.py": ("root", "slow"),
 }
 MARKERS = {
-    "slow": "runs real multi-node jobs for tens of seconds (left out by scripts/test.sh --quick)",
+    "slow": "runs real multi-node jobs for tens of seconds (left out of CI; scripts/test.sh --all runs it)",
     "root": "needs root: network namespaces, cgroups or tmpfs mounts",
     "slurm": "starts a Slurm cluster of real daemons",
     "postgres": "starts a PostgreSQL server",
