@@ -2,11 +2,16 @@
 
 Runs the command on every log of a labelled JSONL file (default: the shared
 dev set, ../shared/data/failure-logs/dev.jsonl, quoted verbatim from public
-bug reports) and prints the accuracy per category and overall, and the
-confusion matrix. Baseline in the same run: always answering the most
-frequent category.
+bug reports), twice: with the learned model (as shipped) and with the rules
+alone (--no-model). Prints, per split of the file (a corpus with splits) and
+for the whole: the accuracy of both per category and overall, beside two
+baselines from the same run (always the most frequent label; a naive
+first-match keyword list), how the model's answers fared, the confusion
+matrix, and the calibration table with its expected calibration error.
+With --healthy FILE (output of healthy runs, label "none"): how many of
+those got a finding at all, a hardware one, or an eviction, per split.
 
-    /usr/bin/python3 bench/attribution_eval.py [--data FILE] [--show-misses]
+    /usr/bin/python3 bench/attribution_eval.py [--data FILE] [--healthy FILE] [--show-misses]
 """
 
 import argparse
@@ -14,13 +19,13 @@ import collections
 import json
 import os
 import subprocess
-import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.environ.get("TRAINGUARD_BUILD", os.path.join(ROOT, "build"))
 CATEGORIES = ["gpu_hardware", "network", "node_failure", "storage", "comm_hang", "cuda_software",
               "oom", "numeric", "user_code", "other"]
+CALIBRATION_BINS = 5
 
 
 # A naive first-match keyword list: the baseline the issue names.
@@ -43,12 +48,27 @@ def first_keyword(log):
     return "other"
 
 
+def attribute(path, extra):
+    out = subprocess.run([os.path.join(BUILD, "trainguard"), "attribute", "--json", *extra, path],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "failure-logs", "dev.jsonl"))
+    ap.add_argument("--healthy", help="healthy output (label none): no finding is the right answer")
     ap.add_argument("--show-misses", action="store_true")
     args = ap.parse_args()
     records = [json.loads(l) for l in open(args.data) if l.strip()]
+    healthy = [json.loads(l) for l in open(args.healthy) if l.strip()] if args.healthy else []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rec in records + healthy:
+            path = os.path.join(tmp, rec["id"] + ".log")
+            with open(path, "w") as f:
+                f.write(rec["log"])
+            rec["with_model"] = attribute(path, [])
+            rec["rules_alone"] = attribute(path, ["--no-model"])
     splits = sorted({r.get("split", "") for r in records} - {""})
     if splits:  # a corpus with splits: report each part apart, then the whole
         for split in splits:
@@ -56,52 +76,89 @@ def main():
                      args.show_misses)
             print()
     evaluate(records, args.data, args.show_misses)
+    if healthy:
+        print()
+        precision(healthy, args.healthy)
+
+
+def precision(records, name):
+    """Healthy output: any category other than `other`, or any rule or model answer, is a false finding."""
+    print("%d healthy logs from %s: false findings" % (len(records), name))
+    for split in sorted({r.get("split", "") for r in records}):
+        part = [r for r in records if r.get("split", "") == split]
+        for key, title in (("with_model", "with the model"), ("rules_alone", "rules alone")):
+            found = [r for r in part if r[key]["answered_by"] != "none"]
+            print("  %-9s %-15s %2d/%d answered (%s), hardware %d, eviction %d"
+                  % (split or "all", title, len(found), len(part),
+                     ", ".join("%s:%s" % (r["id"], r[key]["rule"]) for r in found) or "none",
+                     sum(r[key]["hardware"] for r in found), sum(r[key]["action"] == "evict_node" for r in found)))
+
+
+def calibration(records):
+    """Rows (low, high, answers, right, mean confidence) and the expected calibration error."""
+    bins = collections.defaultdict(list)
+    for r in records:
+        got = r["with_model"]
+        b = min(int(got["confidence"] * CALIBRATION_BINS), CALIBRATION_BINS - 1)
+        bins[b].append((got["confidence"], got["category"] == r["label"]))
+    rows, ece = [], 0.0
+    for b in range(CALIBRATION_BINS):
+        if bins[b]:
+            n = len(bins[b])
+            right = sum(ok for _, ok in bins[b])
+            mean = sum(c for c, _ in bins[b]) / n
+            rows.append((b / CALIBRATION_BINS, (b + 1) / CALIBRATION_BINS, n, right, mean))
+            ece += n / len(records) * abs(right / n - mean)
+    return rows, ece
 
 
 def evaluate(records, name, show_misses):
-    confusion = collections.defaultdict(collections.Counter)
-    misses = []
-    by_confidence = collections.defaultdict(lambda: [0, 0])  # bin -> [right, all]
-    with tempfile.TemporaryDirectory() as tmp:
-        for rec in records:
-            path = os.path.join(tmp, rec["id"] + ".log")
-            with open(path, "w") as f:
-                f.write(rec["log"])
-            out = subprocess.run([os.path.join(BUILD, "trainguard"), "attribute", "--json", path],
-                                 capture_output=True, text=True, check=True)
-            got = json.loads(out.stdout)
-            confusion[rec["label"]][got["category"]] += 1
-            b = min(int(got["confidence"] * 5), 4)
-            by_confidence[b][0] += got["category"] == rec["label"]
-            by_confidence[b][1] += 1
-            if got["category"] != rec["label"]:
-                misses.append((rec["id"], rec["label"], got["category"], got["rule"]))
     total = len(records)
-    correct = sum(confusion[c][c] for c in confusion)
+    right = lambda key: [r for r in records if r[key]["category"] == r["label"]]
+    with_model, alone = right("with_model"), right("rules_alone")
     majority = max(collections.Counter(r["label"] for r in records).values())
-    print("%d logs from %s" % (total, name))
-    print("%-14s %5s %8s" % ("category", "logs", "accuracy"))
-    for c in CATEGORIES:
-        n = sum(confusion[c].values())
-        if n:
-            print("%-14s %5d %7.0f%%" % (c, n, 100.0 * confusion[c][c] / n))
     keyword = sum(1 for r in records if first_keyword(r["log"]) == r["label"])
-    print("overall: %.1f%% (%d/%d)   baselines: the most frequent label %.1f%%, first keyword match %.1f%%"
-          % (100.0 * correct / total, correct, total, 100.0 * majority / total, 100.0 * keyword / total))
-    print("\nconfusion matrix (rows: label, columns: answer)")
+    print("%d logs from %s" % (total, name))
+    print("%-14s %5s %12s %12s" % ("category", "logs", "with model", "rules alone"))
+    for c in CATEGORIES:
+        of = [r for r in records if r["label"] == c]
+        if of:
+            print("%-14s %5d %11.0f%% %11.0f%%" % (c, len(of), 100.0 * sum(r in with_model for r in of) / len(of),
+                                                  100.0 * sum(r in alone for r in of) / len(of)))
+    print("overall: with the model %.1f%% (%d/%d), rules alone %.1f%% (%d/%d)"
+          % (100.0 * len(with_model) / total, len(with_model), total, 100.0 * len(alone) / total, len(alone), total))
+    print("baselines: the most frequent label %.1f%%, first keyword match %.1f%%"
+          % (100.0 * majority / total, 100.0 * keyword / total))
+    answered = [r for r in records if r["with_model"]["answered_by"] == "model"]
+    fixed = sum(1 for r in answered if r in with_model and r not in alone)
+    broke = sum(1 for r in answered if r not in with_model and r in alone)
+    print("the model answered %d log(s): %d right (%d the rules had wrong), %d wrong (%d the rules had right)"
+          % (len(answered), sum(r in with_model for r in answered), fixed,
+             sum(r not in with_model for r in answered), broke))
+    hardware = [r for r in answered if r["with_model"]["hardware"]]
+    print("model answers of a hardware category: %d, recommending eviction: %d"
+          % (len(hardware), sum(r["with_model"]["action"] == "evict_node" for r in answered)))
+    print("\nconfusion matrix with the model (rows: label, columns: answer)")
     short = [c[:6] for c in CATEGORIES]
     print("%-14s " % "" + " ".join("%6s" % s for s in short))
+    confusion = collections.defaultdict(collections.Counter)
+    for r in records:
+        confusion[r["label"]][r["with_model"]["category"]] += 1
     for c in CATEGORIES:
         if sum(confusion[c].values()):
             print("%-14s " % c + " ".join("%6s" % (confusion[c][d] or ".") for d in CATEGORIES))
-    print("\ncalibration: how often an answer of a given confidence was right")
-    for b in range(5):
-        right, n = by_confidence[b]
-        if n:
-            print("  confidence %.1f-%.1f: %3d answers, %5.1f%% right" % (b / 5, (b + 1) / 5, n, 100.0 * right / n))
+    rows, ece = calibration(records)
+    print("\ncalibration with the model: how often an answer of a given confidence was right")
+    print("  %-11s %7s %7s %15s" % ("confidence", "answers", "right", "mean confidence"))
+    for lo, hi, n, ok, mean in rows:
+        print("  %.1f-%.1f     %7d %6.1f%% %15.2f" % (lo, hi, n, 100.0 * ok / n, mean))
+    print("  expected calibration error: %.3f" % ece)
     if show_misses:
-        for m in misses:
-            print("miss %s: label %s, answered %s (rule %s)" % m)
+        for r in records:
+            if r not in with_model:
+                got = r["with_model"]
+                print("miss %s: label %s, answered %s (rule %s, by %s, confidence %.2f)"
+                      % (r["id"], r["label"], got["category"], got["rule"], got["answered_by"], got["confidence"]))
 
 
 if __name__ == "__main__":

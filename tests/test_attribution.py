@@ -7,6 +7,8 @@ import subprocess
 
 from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, events, wait_for
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 STEPS = 40
 
 
@@ -193,3 +195,57 @@ def test_the_project_corpus_of_real_logs_stays_above_the_goal(tmp_path):
             right += json.loads(out.stdout)["category"] == r["label"]
         floor = {"read": 0.95, "held_out": 65 / 72}[split]
         assert right >= floor * len(part) - 1e-9, (split, right, len(part))
+
+
+def _attribute_jsonl(path, tmp_path):
+    out = []
+    for l in open(path):
+        r = json.loads(l)
+        log = tmp_path / (r["id"] + ".log")
+        log.write_text(r["log"] + "\n")
+        got = subprocess.run([TRAINGUARD, "attribute", "--json", str(log)], capture_output=True, text=True)
+        assert got.returncode == 0, got.stderr
+        out.append((r, json.loads(got.stdout)))
+    return out
+
+
+def test_healthy_output_gets_no_hardware_finding_no_eviction_and_no_model_answer(tmp_path):
+    """tests/data/failure-logs/healthy.jsonl: the output of healthy training
+    runs quoted from public threads (NCCL's INFO lines, loss-scale overflows
+    that dynamic scaling handles, launcher banners, warnings). Both splits:
+    nothing in them may be read as a hardware fault, recommend an eviction,
+    or get a category from the learned model."""
+    data = os.path.join(os.path.dirname(__file__), "data", "failure-logs", "healthy.jsonl")
+    wrong = [(r["id"], a["category"], a["rule"]) for r, a in _attribute_jsonl(data, tmp_path)
+             if a["hardware"] or a["action"] == "evict_node" or a["answered_by"] == "model"]
+    assert not wrong, wrong
+
+
+def test_the_models_answers_on_the_corpus_never_recommend_more_than_a_restart(tmp_path):
+    data = os.path.join(os.path.dirname(__file__), "data", "failure-logs", "corpus.jsonl")
+    answered = [(r["id"], a) for r, a in _attribute_jsonl(data, tmp_path) if a["answered_by"] == "model"]
+    for rid, a in answered:
+        assert a["action"] == "restart" and a["rule"] == "learned-model", (rid, a)
+        assert a["model"]["deciding"], (rid, a)  # it says which features decided
+
+
+def test_the_shipped_model_is_what_retraining_gives():
+    """Retraining is deterministic: the same corpus and the same trainguard
+    give rules/attribution_model.json byte for byte (and a change to the
+    corpus or the features without retraining fails here)."""
+    r = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "scripts", "train_attribution_model.py"), "--check",
+                        "--trainguard", TRAINGUARD], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_bad_model_file_is_an_error_naming_it_and_none_means_rules_alone(tmp_path):
+    log = tmp_path / "x.log"
+    log.write_text("CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    bad = tmp_path / "model.json"
+    bad.write_text('{"format": "trainguard-attribution-model", "version": 1}')
+    r = subprocess.run([TRAINGUARD, "attribute", str(log)], capture_output=True, text=True,
+                       env=dict(os.environ, TRAINGUARD_MODEL=str(bad)))
+    assert r.returncode == 2 and str(bad) in r.stderr, r.stderr
+    r = subprocess.run([TRAINGUARD, "attribute", "--json", str(log)], capture_output=True, text=True,
+                       env=dict(os.environ, TRAINGUARD_MODEL="none"))
+    assert r.returncode == 0 and json.loads(r.stdout)["category"] == "oom"

@@ -88,7 +88,7 @@ def test_every_nccl_error_result_code_gets_a_category(text, category):
 def test_ncclremoteerror_alone_is_a_symptom_of_a_peer():
     a = attribute(["torch.distributed.DistBackendError: NCCL error: remote process exited or there was a "
                    "network error, NCCL version 2.18.1 ncclRemoteError"])
-    assert a["rule"] == "net-peer-reset" and a["confidence"] < 0.5, a
+    assert a["rule"] == "net-peer-reset" and a["role"] == "symptom" and a["raw_confidence"] < 0.5, a
 
 
 # errno as Python (`OSError: [Errno N] text`) and C libraries (the name) print
@@ -183,7 +183,7 @@ def test_an_nccl_return_chain_alone_says_what_kind_of_error_began_it(code, categ
              "h:984:1357 [4] NCCL INFO proxy.cc:694 -> %s" % code,
              "h:984:1357 [4] NCCL INFO proxy.cc:874 -> %s [Progress Thread]" % code]
     a = attribute(chain)
-    assert a["category"] == category and a["confidence"] < 0.5, a   # a trace, not the cause itself
+    assert a["category"] == category and a["role"] == "symptom", a   # a trace, not the cause itself
 
 
 def test_the_warning_that_began_a_chain_outranks_the_chain():

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "attribution/log_features.h"
 #include "attribution/log_structure.h"
 #include "common/utf8.h"
 
@@ -252,14 +253,17 @@ std::vector<std::size_t> RepeatedAppXidOnOneGpu(const LogStructure& s, const std
 
 }  // namespace
 
-Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
+namespace {
+
+// The rules' answer: the strongest matching rule, its culprits and evidence.
+Attribution AttributeByRules(const RuleSet& rules, const std::vector<LogLine>& lines,
+                             const LogStructure& structure) {
   struct Match {
     const Rule* rule;
     size_t line;
   };
   std::vector<Match> matches;
   // Rules see what a line says, not the code or the paths a stack trace quotes.
-  const LogStructure structure = ParseLogStructure(lines);
   for (size_t i = 0; i < lines.size(); ++i) {
     const LineStructure& ls = structure.lines[i];
     if (ls.kind == LineKind::kPythonFrame || ls.kind == LineKind::kQuotedSource) continue;
@@ -280,6 +284,7 @@ Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
     }
   }
   const Rule& win = *best->rule;
+  a.answered_by = "rules";
   std::set<std::size_t> app_xid_lines;
   for (const Match& m : matches) {
     if (m.rule->category == "cuda_software" && m.rule->priority >= win.priority) app_xid_lines.insert(m.line);
@@ -345,6 +350,90 @@ Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
                 a.hardware ? "hardware" : "software", a.persistence.c_str(),
                 win.role == "symptom" && repeated.empty() ? ", symptom only" : "", a.description.c_str());
   a.summary = buf;
+  return a;
+}
+
+// The rules' raw confidence below which the model is consulted: no rule
+// matched, a symptom only, or causes of several categories close together.
+constexpr double kConsultBelow = 0.5;
+
+bool HardwareCategory(const std::string& c) {
+  return c == "gpu_hardware" || c == "network" || c == "node_failure" || c == "storage";
+}
+
+std::string DecidingText(const ModelPrediction& p) {
+  std::string s;
+  for (const auto& [feature, weight] : p.deciding) s += (s.empty() ? "" : ", ") + feature;
+  return s.empty() ? "its prior" : s;
+}
+
+// Calibrates the rules' confidence and, where no rule answered with
+// confidence, lets the model answer. Where rules matched (a symptom, causes
+// of several categories close together), it only chooses among the
+// categories their lines name: a rule's reading of a line is knowledge the
+// model does not have. It never recommends more than a restart (an eviction
+// needs a rule, a diagnostic or the node's history: the policy's part).
+void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, const LogStructure& structure,
+                  Attribution* a) {
+  a->confidence = model.CalibrateRule(a->raw_confidence);
+  if (a->raw_confidence >= kConsultBelow) return;
+  std::vector<std::string> among;
+  for (const Evidence& e : a->evidence) {
+    if (std::find(among.begin(), among.end(), e.category) == among.end()) among.push_back(e.category);
+  }
+  a->model = model.Predict(LogFeatures(lines, structure), among);
+  a->model_consulted = true;
+  const ModelPrediction& p = a->model;
+  if (p.category == a->category) {  // two readings agree
+    if (p.probability >= model.answer_from()) a->confidence = std::max(a->confidence, p.probability);
+    return;
+  }
+  if (p.category == kNoFailureClass || p.probability < model.answer_from() || p.probability <= a->confidence) return;
+  char prob[32];
+  std::snprintf(prob, sizeof(prob), "%.2f", p.probability);
+  a->category = p.category;
+  a->rule_id = kModelRuleId;
+  a->answered_by = "model";
+  a->hardware = HardwareCategory(p.category);
+  a->persistence = "unknown";
+  a->action = "restart";
+  a->description = "no rule explained the log with confidence; the learned model (" + model.version() +
+                   ") reads it as " + p.category + " with probability " + prob + " from " + DecidingText(p);
+  a->confidence = p.probability;
+  // The culprits: where the lines of the chosen category came from, if
+  // rules named any; else what the launcher's summary says.
+  std::set<int> ranks;
+  std::set<std::string> nodes;
+  for (const Evidence& e : a->evidence) {
+    if (e.category != p.category) continue;
+    if (e.rank >= 0) ranks.insert(e.rank);
+    if (!e.node.empty()) nodes.insert(e.node);
+  }
+  if (ranks.empty() && structure.launcher_root_rank >= 0) ranks.insert(structure.launcher_root_rank);
+  a->culprit_ranks.assign(ranks.begin(), ranks.end());
+  a->culprit_nodes.assign(nodes.begin(), nodes.end());
+  a->summary = p.category + " (" + (a->hardware ? "hardware" : "software") + ", unknown, learned model): " +
+               a->description;
+}
+
+}  // namespace
+
+std::string ModelReadingJson(const Attribution& a) {
+  if (!a.model_consulted) return "null";
+  json deciding = json::array();
+  for (const auto& [feature, weight] : a.model.deciding) deciding.push_back({{"feature", feature}, {"weight", weight}});
+  return json{{"category", a.model.category},
+              {"probability", a.model.probability},
+              {"known_features", a.model.known_features},
+              {"deciding", deciding}}
+      .dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
+  const LogStructure structure = ParseLogStructure(lines);
+  Attribution a = AttributeByRules(rules, lines, structure);
+  a.raw_confidence = a.confidence;
+  if (rules.model() != nullptr) ConsultModel(*rules.model(), lines, structure, &a);
   return a;
 }
 

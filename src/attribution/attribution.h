@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "attribution/log_model.h"
 #include "trainguard/status.h"
 
 namespace re2 {
@@ -64,6 +65,11 @@ class RuleSet {
   std::string ToJson() const;
   const std::vector<Rule>& rules() const { return rules_; }
 
+  // The learned fallback for what no rule explains (log_model.h), or null;
+  // Merge keeps it.
+  void set_model(std::shared_ptr<const LogModel> model) { model_ = std::move(model); }
+  const LogModel* model() const { return model_.get(); }
+
   // Indices (into rules()) of every rule that matches `text`, ascending: one
   // pass of a compiled set over the text, not one regex after another. Text
   // that is mostly not text (binary bytes) matches nothing.
@@ -73,6 +79,7 @@ class RuleSet {
   void Compile();
   std::vector<Rule> rules_;
   std::shared_ptr<const RuleMatcher> matcher_;  // all rules at once; rebuilt by Parse/Merge
+  std::shared_ptr<const LogModel> model_;
 };
 
 struct LogLine {
@@ -90,10 +97,16 @@ struct Evidence {
   std::string line;
 };
 
+// The rule id of an answer the learned model gave.
+inline constexpr const char* kModelRuleId = "learned-model";
+
 struct Attribution {
   std::string category = "other";
-  std::string rule_id;          // the deciding rule, "" if none matched
-  std::string role;             // the deciding rule's role: "cause", "symptom", or "" if none
+  std::string rule_id;          // the deciding rule, "" if none matched, kModelRuleId for the model
+  std::string role;             // the strongest rule's role: "cause", "symptom", or "" if none
+  // "rules", "model" (no rule explained the log with confidence; the model
+  // did: action restart, never an eviction of its own) or "none".
+  std::string answered_by = "none";
   std::string description;
   bool hardware = false;
   std::string persistence = "unknown";
@@ -101,9 +114,19 @@ struct Attribution {
   std::vector<int> culprit_ranks;
   std::vector<std::string> culprit_nodes;
   std::vector<Evidence> evidence;  // the deciding lines first, then other categories' lines
-  double confidence = 0.2;
+  double confidence = 0.2;       // calibrated where a model file is loaded (docs/attribution.md)
+  double raw_confidence = 0.2;   // the rules' own measure, before calibration
+  // The model's reading of the log, when it was consulted (no rule answered
+  // with confidence): its category, probability and deciding features.
+  bool model_consulted = false;
+  ModelPrediction model;
   std::string summary;             // one line for people
 };
+
+// The model's reading of an attribution as JSON text: {"category",
+// "probability", "known_features", "deciding": [{"feature", "weight"}]},
+// or null where the model was not consulted.
+std::string ModelReadingJson(const Attribution& a);
 
 // Lines are in time order (the earliest first) as far as it is known.
 Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines);

@@ -98,6 +98,17 @@ StatusOr<RuleSet> LoadRulesFor(const std::vector<std::string>& extra) {
     if (!more.ok()) return more.status();
     rules->Merge(*more);
   }
+  // The learned fallback: $TRAINGUARD_MODEL ("none": rules alone), else
+  // attribution_model.json beside the rule file. A rule file without one
+  // (an operator's own) attributes by its rules alone.
+  const char* model_env = std::getenv("TRAINGUARD_MODEL");
+  std::string model_path = model_env != nullptr && *model_env != '\0'
+                               ? model_env
+                               : (fs::path(path).parent_path() / "attribution_model.json").string();
+  if (model_path == "none" || (model_env == nullptr && !fs::exists(model_path))) return rules;
+  auto model = LogModel::Load(model_path);
+  if (!model.ok()) return model.status();
+  rules->set_model(std::make_shared<const LogModel>(std::move(*model)));
   return rules;
 }
 

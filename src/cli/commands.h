@@ -114,6 +114,8 @@ struct AttributeOptions {
   std::vector<std::string> files;        // one rank's log each ("-" = stdin)
   std::vector<std::string> extra_rules;  // merged over the shipped rules
   bool json = false;
+  bool features = false;  // print the model's features of the log instead (training)
+  bool no_model = false;  // rules alone
 };
 
 struct DiagOptions {

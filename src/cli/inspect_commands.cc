@@ -9,6 +9,8 @@
 #include <regex>
 
 #include "attribution/attribution.h"
+#include "attribution/log_features.h"
+#include "attribution/log_structure.h"
 #include "cli/cli_support.h"
 #include "cli/commands.h"
 #include "report/hang_view.h"
@@ -285,12 +287,13 @@ json AttributionJson(const Attribution& a) {
     evidence.push_back({{"rank", e.rank}, {"node", e.node}, {"rule", e.rule_id},
                         {"category", e.category}, {"role", e.role}, {"line", e.line}});
   }
-  return {{"category", a.category},        {"rule", a.rule_id},
+  return {{"category", a.category},        {"rule", a.rule_id},           {"role", a.role},
           {"description", a.description},  {"hardware", a.hardware},
           {"persistence", a.persistence},  {"action", a.action},
           {"culprit_ranks", a.culprit_ranks}, {"culprit_nodes", a.culprit_nodes},
-          {"confidence", a.confidence},    {"summary", a.summary},
-          {"evidence", evidence}};
+          {"confidence", a.confidence},    {"raw_confidence", a.raw_confidence},
+          {"answered_by", a.answered_by},  {"summary", a.summary},
+          {"model", json::parse(ModelReadingJson(a))},         {"evidence", evidence}};
 }
 
 int AttributeCommand(const AttributeOptions& o) {
@@ -318,6 +321,11 @@ int AttributeCommand(const AttributeOptions& o) {
     std::string line;
     while (std::getline(*src, line)) lines.push_back({rank, "", line});
   }
+  if (o.features) {
+    std::cout << json(LogFeatures(lines, ParseLogStructure(lines))).dump(-1, ' ', false, kReplaceBadUtf8) << "\n";
+    return 0;
+  }
+  if (o.no_model) rules->set_model(nullptr);
   Attribution a = Attribute(*rules, lines);
   if (o.json) {
     std::cout << AttributionJson(a).dump(2, ' ', false, kReplaceBadUtf8) << "\n";

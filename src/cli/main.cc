@@ -369,6 +369,9 @@ int main(int argc, char** argv) {
       ->required();
   attr_cmd->add_option("--rules", attr.extra_rules, "extra rule file(s), merged over the shipped rules");
   attr_cmd->add_flag("--json", attr.json, "JSON output");
+  attr_cmd->add_flag("--no-model", attr.no_model, "rules alone: no answer from the learned model");
+  attr_cmd->add_flag("--features", attr.features,
+                     "print the learned model's features of the log (a JSON list) and nothing else");
 
   // Everything after the first `--` that follows a job subcommand is the
   // training command, untouched (CLI11 would parse it otherwise).

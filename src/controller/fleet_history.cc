@@ -64,7 +64,10 @@ FleetFinding ReadFleetHistory(const Blame& blame, const std::vector<IncidentReco
     if (r.job_id == query.job_id) continue;
     const PastIncident past{r.job_id, r.incident, r.node, r.rank, r.category, r.rule, r.failure_step};
     const bool on_culprit_node = !r.node.empty() && blame.culprit_nodes.count(r.node) > 0;
-    if (on_culprit_node && r.wall_ns > since_for(r.node) && IsHardwareCategory(r.category)) {
+    // A reading of the learned model alone never makes another one of its
+    // readings a node's history: an eviction needs a rule's or a detector's word.
+    const bool model_on_model = a.answered_by == "model" && r.rule == kModelRuleId;
+    if (on_culprit_node && r.wall_ns > since_for(r.node) && IsHardwareCategory(r.category) && !model_on_model) {
       ++f.hardware_on_node[r.node];
     }
     if (a.rule_id.empty() || r.rule != a.rule_id || r.wall_ns <= query.since) continue;
@@ -81,7 +84,8 @@ FleetFinding ReadFleetHistory(const Blame& blame, const std::vector<IncidentReco
     }
     // A user's code fails wherever it runs; its rules (one per kind of
     // exception, not per exception) say nothing of a node.
-    if (on_culprit_node && r.wall_ns > since_for(r.node) && a.category != "user_code") {
+    if (on_culprit_node && r.wall_ns > since_for(r.node) && a.category != "user_code" &&
+        a.answered_by != "model") {
       f.same_error_on_node.push_back(past);
     }
   }

@@ -16,6 +16,8 @@ Blame Failed(const std::string& category, const std::string& rule, const std::st
   b.attribution.rule_id = rule;
   b.attribution.action = action;
   b.attribution.description = "described";
+  b.attribution.answered_by = "rules";
+  b.attribution.confidence = 0.9;
   b.culprit_ranks = {3};
   b.culprit_rank = 3;
   b.culprit_node = "node1";
@@ -130,6 +132,22 @@ TEST(FleetPolicyTest, TheNodesPatternEvictsEvenWhereTheRuleWouldRestart) {
   RecoveryPolicy fresh(3);
   EXPECT_EQ(fresh.Decide(Failed("software", "cuda-launch-failure", "restart", 12), inc, {}).decision,
             Decision::kRestart);
+}
+
+TEST(FleetHistoryTest, TheModelsOwnPastReadingsAreNoHistoryForItsNextOne) {
+  Blame b = Failed("gpu_hardware", kModelRuleId, "restart", 12);
+  b.attribution.answered_by = "model";
+  std::vector<IncidentRecord> past = {Past("a", "node1", 3, "gpu_hardware", kModelRuleId, 40),
+                                      Past("b", "node1", 0, "gpu_hardware", kModelRuleId, 7)};
+  FleetFinding f = ReadFleetHistory(b, past, Query());
+  EXPECT_TRUE(f.hardware_on_node.empty());
+  EXPECT_FALSE(f.PointsAtNode());
+  // A rule's hardware incident on the node is history, for the model's reading too.
+  past.push_back(Past("c", "node1", 2, "gpu_hardware", "gpu-ecc", 9));
+  EXPECT_EQ(ReadFleetHistory(b, past, Query()).hardware_on_node.at("node1"), 1);
+  // And the model's past reading is history for a rule's vague answer: it raised suspicion.
+  Blame vague = Failed("other", "", "restart", 12);
+  EXPECT_EQ(ReadFleetHistory(vague, {past[0]}, Query()).hardware_on_node.at("node1"), 1);
 }
 
 }  // namespace

@@ -71,6 +71,12 @@ struct JobConfig {
   // Restart-storm guard: stop after this many incidents in a row in which
   // the job made no step beyond the previous failure.
   int no_progress_restarts = 3;
+  // The calibrated confidence (docs/attribution.md) from which the
+  // attribution's own recommendation (evict the node, stop a deterministic
+  // failure) is acted on; below it the job restarts. Evictions that rest on
+  // the node's history, a diagnostic or a detector's measurement are not held
+  // to it.
+  double min_confidence = 0.5;
   // Node diagnostics the controller orders (controller/diagnosis_round.h):
   // "off", or the suite's mode ("quick", "full"), run on every node before
   // the first start and after every failure with all ranks stopped; nodes

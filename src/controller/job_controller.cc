@@ -45,7 +45,7 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
       provider_(provider),
       explain_(std::make_unique<OffLockRunner>(4)),
       blame_(std::make_unique<OffLockRunner>(1)),
-      policy_(config_.no_progress_restarts),
+      policy_(config_.no_progress_restarts, config_.min_confidence),
       link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}),
       gpu_series_(config_.job_id, config_.gpu_series_interval),
       stragglers_(config_.straggler) {}

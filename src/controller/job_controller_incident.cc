@@ -192,6 +192,7 @@ Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
             {"category", a.category},         {"rule", a.rule_id},
             {"description", a.description},   {"hardware", a.hardware},
             {"persistence", a.persistence},   {"confidence", a.confidence},
+            {"answered_by", a.answered_by},   {"model", json::parse(ModelReadingJson(a))},
             {"culprit_ranks", b.culprit_ranks}, {"culprit_nodes", nodes},
             {"recommended_action", a.action}, {"decision", decision_name},
             {"reason", v.why},                {"history", v.history},

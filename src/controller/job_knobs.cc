@@ -78,6 +78,18 @@ std::vector<Knob> MakeKnobs() {
   t.push_back(Count("no_progress_restarts", "--no-progress-restarts",
                     "stop after this many failures in a row that got no step further than the one before",
                     &JobConfig::no_progress_restarts, 1));
+  {
+    Knob k;
+    k.name = "min_confidence";
+    k.flags = "--min-confidence";
+    k.kind = KnobKind::kRatio;
+    k.help = "act on an attribution's own recommendation (evict its node, stop a deterministic failure) only "
+             "at this calibrated confidence or above (0..1); below it the job restarts";
+    k.max = 1;
+    k.get = [](const JobConfig& c) { return Number(c.min_confidence); };
+    k.put = [](JobConfig* c, const std::string& v) { c->min_confidence = std::stod(v); };
+    t.push_back(std::move(k));
+  }
   t.push_back(Count("spares", "--spares",
                     "idle extra nodes (agents) that take the place of an evicted or lost node at the restart; "
                     "`run` starts them, a `controller` accepts that many beyond --nnodes",

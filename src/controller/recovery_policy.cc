@@ -1,6 +1,7 @@
 #include "controller/recovery_policy.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -266,11 +267,21 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
   const std::int64_t best_failure_step_ = memory_.best_failure_step;
 
   std::string culprit = b.CulpritText();
+  // The attribution's own recommendation counts only when it is confident
+  // enough; the learned model never recommends more than a restart.
+  const bool trusted = a.confidence >= min_confidence_;
+  char confidence[16];
+  std::snprintf(confidence, sizeof(confidence), "%.2f", a.confidence);
+  const std::string untrusted = a.action != "restart" && !trusted
+                                    ? std::string(" (its recommendation, ") + a.action + ", needs confidence " +
+                                          std::to_string(min_confidence_).substr(0, 4) + "; this one has " +
+                                          confidence + ")"
+                                    : "";
   if (fleet.PointsAtApplication()) {
     v.decision = Decision::kStop;
     v.why = a.category + " (" + a.rule_id + ") of " + culprit + AtStep(b.step) + ": " + v.history +
             "; restarting or moving it cannot help: " + a.description;
-  } else if (a.action == "stop" && repeat) {
+  } else if (a.action == "stop" && repeat && trusted) {
     v.decision = Decision::kStop;
     v.why = "the same " + a.category + " failure (" + a.rule_id + ") of " + culprit +
             AtStep(b.step) +
@@ -288,7 +299,7 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
     v.why = a.category + " on " + culprit + " (" + a.rule_id + "): evicting node(s) and restarting" +
             (v.history.empty() ? "" : " (" + v.history + ")");
   } else if (!b.culprit_nodes.empty() &&
-             (a.action == "evict_node" || fleet.PointsAtNode() ||
+             ((a.action == "evict_node" && trusted) || fleet.PointsAtNode() ||
               (suspect_history && (IsHardwareCategory(a.category) || a.category == "other" ||
                                    a.category == "comm_hang")))) {
     v.decision = Decision::kEvict;
@@ -297,7 +308,7 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
             (v.history.empty() ? "" : " (" + v.history + ")");
   } else {
     v.why = a.category + " on " + culprit + ": restarting" +
-            (a.action == "stop" ? " once to rule out a transient cause" : "");
+            (!untrusted.empty() ? untrusted : a.action == "stop" ? " once to rule out a transient cause" : "");
   }
   return v;
 }

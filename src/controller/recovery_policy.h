@@ -71,7 +71,9 @@ struct PolicyMemory {
 // further, stops the restart loop.
 class RecoveryPolicy {
  public:
-  explicit RecoveryPolicy(int no_progress_restarts) : no_progress_restarts_(no_progress_restarts) {}
+  // `min_confidence`: JobConfig::min_confidence.
+  explicit RecoveryPolicy(int no_progress_restarts, double min_confidence = 0.5)
+      : no_progress_restarts_(no_progress_restarts), min_confidence_(min_confidence) {}
 
   // `fleet`: what other jobs' incidents say of this one (fleet_history.h).
   Verdict Decide(const Blame& blame, const Incident& inc, const FleetFinding& fleet);
@@ -82,6 +84,7 @@ class RecoveryPolicy {
 
  private:
   const int no_progress_restarts_;
+  const double min_confidence_;
   PolicyMemory memory_;
 };
 

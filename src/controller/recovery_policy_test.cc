@@ -124,6 +124,8 @@ Blame Attributed(const std::string& category, const std::string& rule, const std
   b.attribution.category = category;
   b.attribution.rule_id = rule;
   b.attribution.action = action;
+  b.attribution.answered_by = "rules";
+  b.attribution.confidence = 0.9;
   b.culprit_ranks = {rank};
   b.culprit_rank = rank;
   b.culprit_node = NodeOf(rank);
@@ -258,6 +260,52 @@ TEST(RecoveryPolicyTest, ANodeWatchedForNewGpuErrorsIsEvictedWhenAHangIsItsRank)
   // Unwatched, the same hang restarts.
   RecoveryPolicy fresh(3);
   EXPECT_EQ(fresh.Decide(b, inc, FleetFinding{}).decision, Decision::kRestart);
+}
+
+// What the learned model answered (no rule explained the log): a hardware
+// category, its recommendation never more than a restart.
+Blame ByModel(const std::string& category, int rank, std::int64_t step) {
+  Blame b = Attributed(category, kModelRuleId, "restart", rank, step);
+  b.attribution.answered_by = "model";
+  b.attribution.hardware = IsHardwareCategory(category);
+  b.attribution.confidence = 0.93;
+  return b;
+}
+
+TEST(RecoveryPolicyTest, AHardwareReadingOfTheModelAloneRestartsAndNeverEvicts) {
+  RecoveryPolicy policy(3);
+  Verdict v = policy.Decide(ByModel("gpu_hardware", 3, 5), FailedAt(5), {});
+  EXPECT_EQ(v.decision, Decision::kRestart) << v.why;
+  EXPECT_TRUE(v.evict_nodes.empty());
+}
+
+TEST(RecoveryPolicyTest, AModelReadingOnANodeWithRuleBackedHardwareHistoryEvictsIt) {
+  RecoveryPolicy policy(3);
+  Verdict v = policy.Decide(ByModel("gpu_hardware", 3, 5), FailedAt(5), HardwareHistory({{"node1", 1}}));
+  EXPECT_EQ(v.decision, Decision::kEvict) << v.why;
+  EXPECT_EQ(v.evict_nodes, std::vector<std::string>{"node1"});
+}
+
+TEST(RecoveryPolicyTest, ARecommendationBelowTheMinimumConfidenceRestartsAndSaysWhy) {
+  RecoveryPolicy policy(3, /*min_confidence=*/0.8);
+  Blame unsure = Attributed("gpu_hardware", "gpu-ecc", "evict_node", 3, 5);
+  unsure.attribution.confidence = 0.6;
+  Verdict v = policy.Decide(unsure, FailedAt(5), {});
+  EXPECT_EQ(v.decision, Decision::kRestart);
+  EXPECT_NE(v.why.find("evict_node, needs confidence 0.80; this one has 0.60"), std::string::npos) << v.why;
+  Blame sure = Attributed("gpu_hardware", "gpu-ecc", "evict_node", 3, 6);
+  sure.attribution.confidence = 0.85;
+  EXPECT_EQ(policy.Decide(sure, FailedAt(6), {}).decision, Decision::kEvict);
+  // A deterministic stop is held to it too: an unsure repeat restarts.
+  RecoveryPolicy stops(3, 0.8);
+  Blame bug = Attributed("user_code", "python-exception", "stop", 1, 12);
+  bug.attribution.confidence = 0.5;
+  stops.Decide(bug, FailedAt(12), {});
+  EXPECT_EQ(stops.Decide(bug, FailedAt(12), {}).decision, Decision::kRestart);
+  // The node's history is not held to it: it rests on other incidents.
+  Blame vague = Attributed("other", "", "restart", 3, 7);
+  vague.attribution.confidence = 0.2;
+  EXPECT_EQ(policy.Decide(vague, FailedAt(7), HardwareHistory({{"node1", 2}})).decision, Decision::kEvict);
 }
 
 }  // namespace

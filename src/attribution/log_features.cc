@@ -1,0 +1,115 @@
+#include "attribution/log_features.h"
+
+#include <re2/re2.h>
+
+#include <cctype>
+#include <set>
+
+#include "common/utf8.h"
+
+namespace trainguard {
+
+namespace {
+
+constexpr double kMaxNonText = 0.10;  // as the rules: mostly binary lines say nothing
+constexpr std::size_t kMaxWord = 40;
+constexpr std::size_t kPiece = 4;
+
+bool IsWordChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+bool AllHex(const std::string& w) {
+  for (char c : w) {
+    if (!std::isxdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+// A word as features see it, or "" to leave it out: numbers of up to 3
+// digits stay as they are; longer numbers, hex ("0x7f3a", a hash), and
+// single letters go; digit runs inside a word become one "0" ("node0",
+// "mlx0_0"), so hosts and devices of one kind read alike.
+std::string Normalize(const std::string& raw) {
+  if (raw.size() > kMaxWord) return "";
+  std::string w;
+  for (char c : raw) w += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  bool digits_only = true, any_digit = false;
+  for (char c : w) {
+    bool d = std::isdigit(static_cast<unsigned char>(c));
+    digits_only = digits_only && d;
+    any_digit = any_digit || d;
+  }
+  if (digits_only) return w.size() <= 3 ? w : "";
+  if (w.size() == 1) return "";
+  if (w.rfind("0x", 0) == 0 || (w.size() >= 8 && any_digit && AllHex(w))) return "";
+  if (!any_digit) return w;
+  std::string out;
+  for (char c : w) {
+    if (std::isdigit(static_cast<unsigned char>(c))) {
+      if (out.empty() || out.back() != '0') out += '0';
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void AddWords(const std::string& text, std::set<std::string>* out) {
+  const std::string t = text.substr(0, kFeatureLineBytes);
+  std::string prev;
+  for (std::size_t i = 0; i < t.size();) {
+    if (!IsWordChar(t[i])) {
+      ++i;
+      continue;
+    }
+    std::size_t j = i;
+    while (j < t.size() && IsWordChar(t[j])) ++j;
+    std::string w = Normalize(t.substr(i, j - i));
+    i = j;
+    if (w.empty()) continue;
+    out->insert("w:" + w);
+    if (!prev.empty()) out->insert("b:" + prev + " " + w);
+    prev = w;
+    bool letters = true;
+    for (char c : w) letters = letters && std::isalpha(static_cast<unsigned char>(c));
+    if (letters && w.size() >= kPiece) {
+      const std::string padded = "<" + w + ">";
+      for (std::size_t k = 0; k + kPiece <= padded.size(); ++k) out->insert("c:" + padded.substr(k, kPiece));
+    }
+  }
+}
+
+// The last component of a dotted exception type.
+std::string ShortType(const std::string& type) {
+  const std::size_t dot = type.rfind('.');
+  return dot == std::string::npos ? type : type.substr(dot + 1);
+}
+
+}  // namespace
+
+std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const LogStructure& structure) {
+  static const RE2 kFrame(R"(File "(?:[^"]*/)?([^"/]+?)(?:\.py)?", line \d+(?:, in (\S+))?)");
+  std::set<std::string> out;
+  const std::size_t from = lines.size() > kFeatureLines ? lines.size() - kFeatureLines : 0;
+  for (std::size_t i = from; i < lines.size(); ++i) {
+    const LineStructure& ls = structure.lines[i];
+    if (ls.kind == LineKind::kQuotedSource) continue;
+    if (NonTextShare(ls.match_text) > kMaxNonText) continue;
+    if (ls.kind == LineKind::kPythonFrame) {
+      std::string file, function;
+      if (RE2::PartialMatch(lines[i].text, kFrame, &file, &function)) {
+        out.insert("py:" + file);
+        if (!function.empty()) out.insert("fn:" + function);
+      }
+      continue;
+    }
+    AddWords(ls.match_text, &out);
+  }
+  for (const auto& e : structure.exceptions) {
+    if (e.line < from) continue;
+    out.insert("exc:" + ShortType(e.type));
+    if (!e.caused_others) out.insert("final:" + ShortType(e.type));
+  }
+  return {out.begin(), out.end()};
+}
+
+}  // namespace trainguard

@@ -1,0 +1,32 @@
+// The features a learned model reads from a failure log: what its lines say,
+// in words, word pairs and word pieces, plus the shape the structure-aware
+// parse found (the exceptions that ended its tracebacks, the Python files
+// and functions its frames name). Quoted source is not read (a quoted
+// `raise ValueError("loss is nan")` says nothing), nor lines that are mostly
+// binary. The one implementation of them: the training script
+// (scripts/train_attribution_model.py) reads them from `trainguard attribute
+// --features`, so training and the attribution path see the same features.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attribution/attribution.h"
+#include "attribution/log_structure.h"
+
+namespace trainguard {
+
+// The last lines of a log are where a failure is told; a log is read from
+// this many lines before its end, each line up to kFeatureLineBytes.
+constexpr std::size_t kFeatureLines = 2000;
+constexpr std::size_t kFeatureLineBytes = 1000;
+
+// Distinct features, sorted: "w:<word>", "b:<word> <word>" (adjacent words
+// of a line), "c:<4 letters>" (pieces of words of 4 letters or more, "<" and
+// ">" marking the ends), "exc:<type>" (every exception), "final:<type>" (an
+// exception that caused no other), "py:<file>" and "fn:<function>" (Python
+// frames). Words are lowercased; numbers of up to 3 digits stay (an Xid, a
+// status, an exit code), longer ones and hex go.
+std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const LogStructure& structure);
+
+}  // namespace trainguard
