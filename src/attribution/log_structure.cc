@@ -13,6 +13,9 @@ const RE2& PrefixRe() {
 }
 
 std::string WithoutPrefix(const std::string& line) {
+  // Only a line that opens with '[' (after blanks) can have one.
+  const std::size_t first = line.find_first_not_of(" \t");
+  if (first == std::string::npos || line[first] != '[') return line;
   std::string s = line;
   RE2::Replace(&s, PrefixRe(), "");
   return s;
@@ -46,7 +49,9 @@ LogStructure ParseLogStructure(const std::vector<LogLine>& lines) {
     {
       std::string gpu, pid;
       int xid = 0;
-      if (RE2::PartialMatch(lines[i].text, kXid, &gpu, &xid, &pid)) out.xids.push_back({i, gpu, xid, pid});
+      if (lines[i].text.find("Xid") != std::string::npos && RE2::PartialMatch(lines[i].text, kXid, &gpu, &xid, &pid)) {
+        out.xids.push_back({i, gpu, xid, pid});
+      }
     }
 
     // torchrun's failure summary: "[N]:" opens a block of "field : value" lines.

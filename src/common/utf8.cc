@@ -65,12 +65,16 @@ double NonTextShare(std::string_view s) {
   if (s.empty()) return 0;
   std::size_t bad = 0;
   for (std::size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7F) {  // printable ASCII, most of any log: no sequence to check
+      ++i;
+      continue;
+    }
     std::size_t n = SequenceAt(s, i);
     if (n == 0) {
       ++bad, ++i;
       continue;
     }
-    unsigned char c = static_cast<unsigned char>(s[i]);
     if (n == 1 && (c < 0x20 || c == 0x7F) && c != '\t' && c != '\r' && c != 0x1B) ++bad;
     i += n;
   }
