@@ -180,8 +180,9 @@ def test_the_project_corpus_of_real_logs_stays_above_the_goal(tmp_path):
     """tests/data/failure-logs/corpus.jsonl: real logs from public threads, a
     random third held out from rule writing. The issue's goal is >= 90 % on
     logs not read while writing rules. The read part is held at 95 %; the
-    held-out part at its measured 65/72 (90.3 %, see docs/attribution.md),
-    so that no rule change loses a held-out log unseen."""
+    held-out part at its measured 71/77 (92.2 %, with the learned model, see
+    docs/attribution.md), so that no rule or model change loses a held-out
+    log unseen."""
     records = [json.loads(l) for l in open(os.path.join(os.path.dirname(__file__), "data", "failure-logs",
                                                         "corpus.jsonl"))]
     assert len(records) >= 40
@@ -193,7 +194,7 @@ def test_the_project_corpus_of_real_logs_stays_above_the_goal(tmp_path):
             log.write_text(r["log"] + "\n")
             out = subprocess.run([TRAINGUARD, "attribute", "--json", str(log)], capture_output=True, text=True)
             right += json.loads(out.stdout)["category"] == r["label"]
-        floor = {"read": 0.95, "held_out": 65 / 72}[split]
+        floor = {"read": 0.95, "held_out": 71 / 77}[split]
         assert right >= floor * len(part) - 1e-9, (split, right, len(part))
 
 

@@ -43,7 +43,7 @@ class RuleMatcher {
     RE2::Set::ErrorInfo info;
     if (compiled_ && set_.Match(text, &hits, &info)) {
       std::sort(hits.begin(), hits.end());
-      return hits;
+      return WithoutExceptions(text, std::move(hits));
     }
     if (compiled_ && info.kind == RE2::Set::kNoError) return {};
     // The set's DFA ran out of memory on this text: rule by rule.
@@ -51,10 +51,20 @@ class RuleMatcher {
     for (size_t i = 0; i < rules_.size(); ++i) {
       if (RE2::PartialMatch(text, *rules_[i].regex)) hits.push_back(static_cast<int>(i));
     }
-    return hits;
+    return WithoutExceptions(text, std::move(hits));
   }
 
  private:
+  // Drops the hits whose rule's `unless` also matches (checked only on hits).
+  std::vector<int> WithoutExceptions(const std::string& text, std::vector<int> hits) const {
+    hits.erase(std::remove_if(hits.begin(), hits.end(),
+                              [&](int i) {
+                                const auto& unless = rules_[i].unless_regex;
+                                return unless != nullptr && RE2::PartialMatch(text, *unless);
+                              }),
+               hits.end());
+    return hits;
+  }
   static RE2::Options SetOptions() {
     RE2::Options o;
     o.set_log_errors(false);
@@ -100,7 +110,7 @@ StatusOr<RuleSet> RuleSet::Parse(const std::string& text, const std::string& ori
   }
   static const std::set<std::string> kFields = {
       "id", "category", "pattern", "priority", "role", "persistence", "hardware", "action",
-      "description", "case_sensitive", "scan", "source"};
+      "description", "case_sensitive", "scan", "source", "unless"};
   RuleSet set;
   std::set<std::string> ids;
   int index = 0;
@@ -124,6 +134,7 @@ StatusOr<RuleSet> RuleSet::Parse(const std::string& text, const std::string& ori
       rule.description = r.value("description", "");
       rule.case_sensitive = r.value("case_sensitive", false);
       rule.scan = r.value("scan", "");
+      rule.unless = r.value("unless", "");
     } catch (const std::exception& e) {
       return InvalidArgument(where + ": " + e.what());
     }
@@ -158,6 +169,12 @@ StatusOr<RuleSet> RuleSet::Parse(const std::string& text, const std::string& ori
     if (!rule.regex->ok()) {
       return InvalidArgument(where + ": bad pattern: " + rule.regex->error());
     }
+    if (!rule.unless.empty()) {
+      rule.unless_regex = std::make_shared<RE2>(rule.unless, options);
+      if (!rule.unless_regex->ok()) {
+        return InvalidArgument(where + ": bad unless pattern: " + rule.unless_regex->error());
+      }
+    }
     set.rules_.push_back(std::move(rule));
   }
   set.Compile();
@@ -183,6 +200,7 @@ std::string RuleSet::ToJson() const {
                         {"description", r.description}};
     if (r.case_sensitive) j["case_sensitive"] = true;
     if (!r.scan.empty()) j["scan"] = r.scan;
+    if (!r.unless.empty()) j["unless"] = r.unless;
     rules.push_back(std::move(j));
   }
   nlohmann::json file = {{"format", "trainguard-attribution-rules"}, {"version", kRulesVersion}, {"rules", rules}};

@@ -48,7 +48,12 @@ struct Rule {
   // log): "fatal" starts an incident at once, "warning" is recorded and makes
   // the node watched; "" only when an incident is attributed.
   std::string scan;
+  // A line that also matches this does not count for the rule ("" none):
+  // what looks like the pattern but is known not to be the failure (an
+  // optional NCCL plugin's "No such file or directory" in an INFO line).
+  std::string unless;
   std::shared_ptr<re2::RE2> regex;
+  std::shared_ptr<re2::RE2> unless_regex;
 };
 
 class RuleSet {

@@ -301,5 +301,23 @@ TEST(RuleSetTest, ASkippedCheckpointLineIsScannedAsAWarning) {
   EXPECT_TRUE(scan.Match("rank 0: resumed from step 40 (trainguard checkpoint)").empty());
 }
 
+TEST(AttributionTest, ALineThatAlsoMatchesARulesUnlessDoesNotCountForIt) {
+  auto rules = RuleSet::Parse(R"({"format": "trainguard-attribution-rules", "version": 1, "rules": [
+    {"id": "missing", "category": "user_code", "priority": 60, "pattern": "No such file or directory",
+     "unless": "NCCL INFO"}]})", "r");
+  ASSERT_TRUE(rules.ok()) << rules.status().ToString();
+  EXPECT_TRUE(rules->Match("h:1:1 [0] NCCL INFO NET/Plugin : libnccl-net.so: cannot open shared object file: "
+                           "No such file or directory").empty());
+  EXPECT_EQ(rules->Match("FileNotFoundError: [Errno 2] No such file or directory: 'data.bin'").size(), 1u);
+  // It survives the trip to the agents.
+  auto again = RuleSet::Parse(rules->ToJson(), "again");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->rules()[0].unless, "NCCL INFO");
+  auto bad = RuleSet::Parse(R"({"format": "trainguard-attribution-rules", "version": 1, "rules": [
+    {"id": "x", "category": "other", "priority": 1, "pattern": "a", "unless": "("}]})", "f.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("f.json: rule 'x': bad unless pattern"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace trainguard

@@ -13,7 +13,6 @@ namespace {
 
 constexpr double kMaxNonText = 0.10;  // as the rules: mostly binary lines say nothing
 constexpr std::size_t kMaxWord = 40;
-constexpr std::size_t kPiece = 4;
 
 bool IsWordChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
@@ -69,12 +68,6 @@ void AddWords(const std::string& text, std::set<std::string>* out) {
     out->insert("w:" + w);
     if (!prev.empty()) out->insert("b:" + prev + " " + w);
     prev = w;
-    bool letters = true;
-    for (char c : w) letters = letters && std::isalpha(static_cast<unsigned char>(c));
-    if (letters && w.size() >= kPiece) {
-      const std::string padded = "<" + w + ">";
-      for (std::size_t k = 0; k + kPiece <= padded.size(); ++k) out->insert("c:" + padded.substr(k, kPiece));
-    }
   }
 }
 
@@ -82,6 +75,33 @@ void AddWords(const std::string& text, std::set<std::string>* out) {
 std::string ShortType(const std::string& type) {
   const std::size_t dot = type.rfind('.');
   return dot == std::string::npos ? type : type.substr(dot + 1);
+}
+
+// A line that says something went wrong, in the words logs use for it. Only
+// such lines (and the parse's exceptions, C++ frames, launcher fields) are
+// read: routine output ("step 100 loss 2.31") is the same in failed and
+// healthy runs, and a model that read it learned that "loss" means numeric.
+const RE2& FailureWords() {
+  static const RE2 re(
+      R"((?i)error|\berr\b|fail|fatal|abort|exception|traceback|kill|panic|timeout|timed out|\bnan\b|\binf\b|)"
+      R"(overflow|cannot|can't|could not|unable|\blost\b|denied|refused|reset|terminat|segmentation|sig(?:segv|bus|abrt|kill|term|int)|)"
+      R"(signal|died|dead|exit|crash|out of memory|\boom|warn|xid|\becc\b|hang|stuck|invalid|illegal|unexpected|not found|)"
+      R"(no such|corrupt|unreachable|\bdown\b|cancel|preempt|evict|throttl|mismatch|unsupported|unhandled|assert|diverg|)"
+      R"(not responding|missed|shutdown|reboot|offline|degraded|retr(?:y|ies)|exceeded|insufficient|too many|no space|quota|)"
+      R"(read-only|stale|lagging|pressure|status=)");
+  return re;
+}
+
+bool ReadsAsFailure(const LineStructure& ls) {
+  switch (ls.kind) {
+    case LineKind::kException:
+    case LineKind::kCxxFrame:
+    case LineKind::kLauncherField:
+    case LineKind::kTracebackStart:
+      return true;
+    default:
+      return RE2::PartialMatch(ls.match_text.substr(0, kFeatureLineBytes), FailureWords());
+  }
 }
 
 }  // namespace
@@ -102,7 +122,7 @@ std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const Lo
       }
       continue;
     }
-    AddWords(ls.match_text, &out);
+    if (ReadsAsFailure(ls)) AddWords(ls.match_text, &out);
   }
   for (const auto& e : structure.exceptions) {
     if (e.line < from) continue;

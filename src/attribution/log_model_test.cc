@@ -44,7 +44,6 @@ TEST(LogFeaturesTest, WordsPairsPiecesAndTheParsesShape) {
   EXPECT_TRUE(has("w:79"));             // short numbers stay
   EXPECT_FALSE(has("w:123456"));        // long ones go
   EXPECT_FALSE(has("w:0x7f3a"));        // hex goes
-  EXPECT_TRUE(has("c:<los") || has("c:<los>") || has("c:loss"));
   EXPECT_TRUE(has("py:train") && has("fn:step"));
   EXPECT_TRUE(has("exc:RuntimeError") && has("final:RuntimeError"));
   EXPECT_FALSE(has("w:overflow"));      // quoted source is not read
