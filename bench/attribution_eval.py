@@ -10,14 +10,18 @@ first-match keyword list), how the model's answers fared, the confusion
 matrix, and the calibration table with its expected calibration error.
 With --healthy FILE (output of healthy runs, label "none"): how many of
 those got a finding at all, a hardware one, or an eviction, per split.
+With --multi: multi-failure logs built from pairs of the file's real logs
+(multi_failure_pairs below), scored on the cause and on the cascade's
+lines kept as linked symptoms.
 
-    /usr/bin/python3 bench/attribution_eval.py [--data FILE] [--healthy FILE] [--show-misses]
+    /usr/bin/python3 bench/attribution_eval.py [--data FILE] [--healthy FILE] [--multi] [--show-misses]
 """
 
 import argparse
 import collections
 import json
 import os
+import random
 import subprocess
 import tempfile
 
@@ -58,6 +62,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "failure-logs", "dev.jsonl"))
     ap.add_argument("--healthy", help="healthy output (label none): no finding is the right answer")
+    ap.add_argument("--multi", action="store_true", help="also score multi-failure logs built from pairs")
     ap.add_argument("--show-misses", action="store_true")
     args = ap.parse_args()
     records = [json.loads(l) for l in open(args.data) if l.strip()]
@@ -79,6 +84,55 @@ def main():
     if healthy:
         print()
         precision(healthy, args.healthy)
+    if args.multi:
+        print()
+        multi_failure(records, args.show_misses)
+
+
+def multi_failure_pairs(records, seed=20261127):
+    """A job log with a cause and then its cascade: every log whose label is a
+    cause (not comm_hang, not other) followed, as a later part of the same job
+    log, by the lines of a real collective-timeout log (label comm_hang) drawn
+    with `seed`. The right answer is the first log's label; the timeouts are
+    its symptoms. (Real logs rarely share a timestamp format, so "later" is
+    the order of the lines, as a merged job log puts a cascade after its cause.)"""
+    rng = random.Random(seed)
+    hangs = [r for r in records if r["label"] == "comm_hang"]
+    pairs = []
+    for r in records:
+        if r["label"] in ("comm_hang", "other") or not hangs:
+            continue
+        h = rng.choice(hangs)
+        pairs.append({"id": r["id"] + "+" + h["id"], "label": r["label"], "split": r.get("split", ""),
+                      "log": r["log"] + "\n" + h["log"], "cascade": h["log"]})
+    return pairs
+
+
+def multi_failure(records, show_misses):
+    pairs = multi_failure_pairs(records)
+    with tempfile.TemporaryDirectory() as tmp:
+        for p in pairs:
+            path = os.path.join(tmp, "multi.log")
+            with open(path, "w") as f:
+                f.write(p["log"])
+            p["got"] = attribute(path, [])
+    by_id = {r["id"]: r for r in records}
+    print("%d multi-failure logs (a cause, then a real collective-timeout log as its cascade)" % len(pairs))
+    for split in sorted({p["split"] for p in pairs}):
+        part = [p for p in pairs if p["split"] == split]
+        # Pairs whose cause the attribution reads right on its own: does the cascade change that?
+        alone_right = [p for p in part if by_id[p["id"].split("+")[0]]["with_model"]["category"] == p["label"]]
+        right = [p for p in alone_right if p["got"]["category"] == p["label"]]
+        linked = [p for p in right if any(e["role"] == "symptom" and e["category"] == "comm_hang"
+                                          for e in p["got"]["evidence"])]
+        print("  %-9s %3d pairs; of the %d whose cause is read right alone: cause kept %d (%.1f%%), "
+              "timeouts linked as symptoms %d" % (split or "all", len(part), len(alone_right), len(right),
+                                                 100.0 * len(right) / max(len(alone_right), 1), len(linked)))
+        if show_misses:
+            for p in alone_right:
+                if p not in right:
+                    print("  multi miss %s: label %s, answered %s (rule %s)"
+                          % (p["id"], p["label"], p["got"]["category"], p["got"]["rule"]))
 
 
 def precision(records, name):

@@ -387,17 +387,23 @@ std::string DecidingText(const ModelPrediction& p) {
 
 // Calibrates the rules' confidence and, where no rule answered with
 // confidence, lets the model answer. Where rules matched (a symptom, causes
-// of several categories close together), it only chooses among the
-// categories their lines name: a rule's reading of a line is knowledge the
-// model does not have. It never recommends more than a restart (an eviction
+// of several categories close together), it only chooses among the rules'
+// answer and the categories their cause lines name: a rule's reading of a
+// line is knowledge the model does not have. It never recommends more than a restart (an eviction
 // needs a rule, a diagnostic or the node's history: the policy's part).
 void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, const LogStructure& structure,
                   Attribution* a) {
   a->confidence = model.CalibrateRule(a->raw_confidence);
   if (a->raw_confidence >= kConsultBelow) return;
+  // The rules' answer, and every category a cause rule named: a category
+  // that only symptoms named (peers' timeouts, closed connections) is a
+  // cascade of something else, never the model's pick over the rules'.
   std::vector<std::string> among;
+  if (!a->evidence.empty()) among.push_back(a->category);
   for (const Evidence& e : a->evidence) {
-    if (std::find(among.begin(), among.end(), e.category) == among.end()) among.push_back(e.category);
+    if (e.role == "cause" && std::find(among.begin(), among.end(), e.category) == among.end()) {
+      among.push_back(e.category);
+    }
   }
   a->model = model.Predict(LogFeatures(lines, structure), among);
   a->model_consulted = true;
