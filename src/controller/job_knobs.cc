@@ -56,6 +56,19 @@ Knob Duration(std::string name, std::string flags, std::string help, Nanos JobCo
   return k;
 }
 
+// A real-number knob in [0, max] at a member of JobConfig.
+Knob Ratio(std::string name, std::string flags, std::string help, double JobConfig::*member, double max) {
+  Knob k;
+  k.name = std::move(name);
+  k.flags = std::move(flags);
+  k.kind = KnobKind::kRatio;
+  k.help = std::move(help);
+  k.max = max;
+  k.get = [member](const JobConfig& c) { return Number(c.*member); };
+  k.put = [member](JobConfig* c, const std::string& v) { c->*member = std::stod(v); };
+  return k;
+}
+
 Knob Choice(std::string name, std::string flags, std::string help, std::string JobConfig::*member,
             std::vector<std::string> choices) {
   Knob k;
@@ -78,18 +91,10 @@ std::vector<Knob> MakeKnobs() {
   t.push_back(Count("no_progress_restarts", "--no-progress-restarts",
                     "stop after this many failures in a row that got no step further than the one before",
                     &JobConfig::no_progress_restarts, 1));
-  {
-    Knob k;
-    k.name = "min_confidence";
-    k.flags = "--min-confidence";
-    k.kind = KnobKind::kRatio;
-    k.help = "act on an attribution's own recommendation (evict its node, stop a deterministic failure) only "
-             "at this calibrated confidence or above (0..1); below it the job restarts";
-    k.max = 1;
-    k.get = [](const JobConfig& c) { return Number(c.min_confidence); };
-    k.put = [](JobConfig* c, const std::string& v) { c->min_confidence = std::stod(v); };
-    t.push_back(std::move(k));
-  }
+  t.push_back(Ratio("min_confidence", "--min-confidence",
+                    "act on an attribution's own recommendation (evict its node, stop a deterministic failure) "
+                    "only at this calibrated confidence or above (0..1); below it the job restarts",
+                    &JobConfig::min_confidence, 1));
   t.push_back(Count("spares", "--spares",
                     "idle extra nodes (agents) that take the place of an evicted or lost node at the restart; "
                     "`run` starts them, a `controller` accepts that many beyond --nnodes",
