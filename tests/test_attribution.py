@@ -256,7 +256,7 @@ def test_a_cause_followed_by_its_cascade_keeps_the_cause_and_links_the_timeouts(
     """Multi-failure logs built from pairs of the corpus's real logs
     (bench/attribution_eval.py, multi_failure_pairs): a cause, then a real
     collective-timeout log as the cascade. Where the cause alone is read
-    right, the cascade must not change the answer (measured: 186 of 188) and
+    right, the cascade must not change the answer (measured: 186 of 189) and
     the timeouts are kept as its symptoms (measured: 180)."""
     import sys
     sys.path.insert(0, os.path.join(ROOT, "bench"))
@@ -276,3 +276,21 @@ def test_a_cause_followed_by_its_cascade_keeps_the_cause_and_links_the_timeouts(
             kept += 1
             linked += any(e["role"] == "symptom" and e["category"] == "comm_hang" for e in a["evidence"])
     assert alone_right >= 180 and kept >= 0.98 * alone_right and linked >= 0.95 * kept, (alone_right, kept, linked)
+
+
+def test_a_hardware_reading_of_the_model_alone_restarts_and_evicts_nothing(tmp_path, no_leftovers):
+    """A live job whose failing rank prints a GPU complaint no rule names: the
+    learned model reads it as gpu_hardware, and the job restarts on the same
+    nodes (the model recommends a restart at most); nothing is evicted or
+    cordoned, and the incident is kept as the node's history."""
+    script = os.path.join(os.path.dirname(__file__), "gpu_words_then_exit.py")
+    job = Job(tmp_path, "gpuwords", [PYTHON, script], nnodes=2, nproc=1)
+    assert job.wait() == 0, job.output()[-2000:]
+    a = detail(job, "attribution")
+    assert a["category"] == "gpu_hardware" and a["answered_by"] == "model" and a["rule"] == "learned-model", a
+    assert a["recommended_action"] == "restart" and a["model"]["deciding"], a
+    assert detail(job, "decision")["decision"] == "restart"
+    assert job.events("node_evicted") == []
+    nodes = json.loads(subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"],
+                                      capture_output=True, text=True).stdout)
+    assert all(n["status"] != "cordoned" for n in nodes), nodes

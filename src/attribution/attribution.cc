@@ -345,8 +345,9 @@ Attribution AttributeByRules(const RuleSet& rules, const std::vector<LogLine>& l
   a.culprit_nodes.assign(nodes.begin(), nodes.end());
 
   // Confidence: a cause rule is strong evidence; a close cause of another
-  // category, or a symptom only, weakens it.
-  double conf = win.role == "cause" ? 0.55 + win.priority / 250.0 : 0.35;
+  // category, or a symptom only, weakens it; a symptom of category other (a
+  // launcher's summary, an exit code) determines nothing, as no match.
+  double conf = win.role == "cause" ? 0.55 + win.priority / 250.0 : win.category == "other" ? 0.2 : 0.35;
   for (const auto& [cat, m] : others) {
     if (m->rule->role == "cause" && m->rule->priority >= win.priority - 10) conf -= 0.15;
   }
@@ -397,9 +398,11 @@ void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, cons
   if (a->raw_confidence >= kConsultBelow) return;
   // The rules' answer, and every category a cause rule named: a category
   // that only symptoms named (peers' timeouts, closed connections) is a
-  // cascade of something else, never the model's pick over the rules'.
+  // cascade of something else, never the model's pick over the rules'. A
+  // symptom of category other (a launcher's summary, trainguard's own "exited
+  // with code 1") names no category and restricts nothing.
   std::vector<std::string> among;
-  if (!a->evidence.empty()) among.push_back(a->category);
+  if (!a->evidence.empty() && !(a->role == "symptom" && a->category == "other")) among.push_back(a->category);
   for (const Evidence& e : a->evidence) {
     if (e.role == "cause" && std::find(among.begin(), among.end(), e.category) == among.end()) {
       among.push_back(e.category);

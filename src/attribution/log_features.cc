@@ -113,6 +113,9 @@ std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const Lo
   for (std::size_t i = from; i < lines.size(); ++i) {
     const LineStructure& ls = structure.lines[i];
     if (ls.kind == LineKind::kQuotedSource) continue;
+    // trainguard's own lines ("trainguard: rank 1 on node1 exited with code
+    // 1") are the rules' to read; the logs the model learned from have none.
+    if (ls.match_text.rfind("trainguard: ", 0) == 0) continue;
     if (NonTextShare(ls.match_text) > kMaxNonText) continue;
     if (ls.kind == LineKind::kPythonFrame) {
       std::string file, function;

@@ -4,7 +4,8 @@
 // its frames name). Only lines that say something went wrong are read (the
 // failure words of log_features.cc, or the parse's exceptions, C++ frames and
 // launcher fields): routine output is alike in failed and healthy runs.
-// Quoted source is not read (a quoted
+// trainguard's own lines ("trainguard: ...") are left to the rules. Quoted
+// source is not read (a quoted
 // `raise ValueError("loss is nan")` says nothing), nor lines that are mostly
 // binary. The one implementation of them: the training script
 // (scripts/train_attribution_model.py) reads them from `trainguard attribute

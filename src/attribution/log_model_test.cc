@@ -50,6 +50,10 @@ TEST(LogFeaturesTest, WordsPairsPiecesAndTheParsesShape) {
   EXPECT_TRUE(std::is_sorted(f.begin(), f.end()));
 }
 
+TEST(LogFeaturesTest, TrainguardsOwnLinesAreLeftToTheRules) {
+  EXPECT_TRUE(FeaturesOf(Log({"trainguard: rank 1 on node1 exited with code 1 before any step"})).empty());
+}
+
 TEST(LogFeaturesTest, BinaryLinesGiveNothing) {
   std::string junk;
   for (int i = 0; i < 200; ++i) junk += static_cast<char>(0x80 + (i * 37) % 100);
@@ -138,6 +142,19 @@ TEST(AttributeWithModelTest, ASymptomYieldsToAConfidentModelButACauseRuleDoesNot
   EXPECT_FALSE(cause.model_consulted);
   EXPECT_DOUBLE_EQ(cause.confidence, 0.97);  // calibrated
   EXPECT_NEAR(cause.raw_confidence, 0.55 + 90 / 250.0, 1e-9);
+}
+
+TEST(AttributeWithModelTest, AnExitOrLauncherSummaryNamesNoCategoryAndRestrictsNothing) {
+  auto rules = RuleSet::Parse(R"({"format": "trainguard-attribution-rules", "version": 1, "rules": [
+    {"id": "exit", "category": "other", "priority": 5, "role": "symptom", "pattern": "exited with code"}]})", "r");
+  ASSERT_TRUE(rules.ok());
+  auto m = LogModel::Parse(TinyModel(), "tiny");
+  ASSERT_TRUE(m.ok());
+  rules->set_model(std::make_shared<const LogModel>(std::move(*m)));
+  Attribution a = Attribute(*rules, Log({"xid seen, giving up", "trainguard: rank 1 exited with code 1"}));
+  EXPECT_EQ(a.category, "gpu_hardware");
+  EXPECT_EQ(a.answered_by, "model");
+  EXPECT_EQ(a.action, "restart");
 }
 
 TEST(AttributeWithModelTest, AnUnsureModelLeavesTheAnswerOther) {
