@@ -390,8 +390,9 @@ std::string DecidingText(const ModelPrediction& p) {
 // confidence, lets the model answer. Where rules matched (a symptom, causes
 // of several categories close together), it only chooses among the rules'
 // answer and the categories their cause lines name: a rule's reading of a
-// line is knowledge the model does not have. It never recommends more than a restart (an eviction
-// needs a rule, a diagnostic or the node's history: the policy's part).
+// line is knowledge the model does not have. It never recommends more than
+// a restart (an eviction needs a rule, a diagnostic or the node's history:
+// the policy's part). `a->model` keeps its pick among those categories.
 void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, const LogStructure& structure,
                   Attribution* a) {
   a->confidence = model.CalibrateRule(a->raw_confidence);
