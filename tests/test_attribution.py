@@ -5,6 +5,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, events, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -176,24 +178,27 @@ def test_attribute_generalizes_to_common_failure_texts(tmp_path):
     assert not wrong, wrong
 
 
-def test_the_project_corpus_of_real_logs_stays_above_the_goal(tmp_path):
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "failure-logs", "corpus.jsonl")
+
+
+@pytest.fixture(scope="module")
+def corpus_answers(tmp_path_factory):
+    """Every corpus log with what `trainguard attribute --json` answered, once
+    for the tests that read them."""
+    return _attribute_jsonl(CORPUS, tmp_path_factory.mktemp("corpus"))
+
+
+def test_the_project_corpus_of_real_logs_stays_above_the_goal(corpus_answers):
     """tests/data/failure-logs/corpus.jsonl: real logs from public threads, a
     random third held out from rule writing. The issue's goal is >= 90 % on
     logs not read while writing rules. The read part is held at 95 %; the
     held-out part at its measured 71/77 (92.2 %, with the learned model, see
     docs/attribution.md), so that no rule or model change loses a held-out
     log unseen."""
-    records = [json.loads(l) for l in open(os.path.join(os.path.dirname(__file__), "data", "failure-logs",
-                                                        "corpus.jsonl"))]
-    assert len(records) >= 40
+    assert len(corpus_answers) >= 40
     for split in ("held_out", "read"):
-        part = [r for r in records if r["split"] == split]
-        right = 0
-        for r in part:
-            log = tmp_path / (r["id"] + ".log")
-            log.write_text(r["log"] + "\n")
-            out = subprocess.run([TRAINGUARD, "attribute", "--json", str(log)], capture_output=True, text=True)
-            right += json.loads(out.stdout)["category"] == r["label"]
+        part = [(r, a) for r, a in corpus_answers if r["split"] == split]
+        right = sum(a["category"] == r["label"] for r, a in part)
         floor = {"read": 0.95, "held_out": 71 / 77}[split]
         assert right >= floor * len(part) - 1e-9, (split, right, len(part))
 
@@ -222,9 +227,9 @@ def test_healthy_output_gets_no_hardware_finding_no_eviction_and_no_model_answer
     assert not wrong, wrong
 
 
-def test_the_models_answers_on_the_corpus_never_recommend_more_than_a_restart(tmp_path):
-    data = os.path.join(os.path.dirname(__file__), "data", "failure-logs", "corpus.jsonl")
-    answered = [(r["id"], a) for r, a in _attribute_jsonl(data, tmp_path) if a["answered_by"] == "model"]
+def test_the_models_answers_on_the_corpus_never_recommend_more_than_a_restart(corpus_answers):
+    answered = [(r["id"], a) for r, a in corpus_answers if a["answered_by"] == "model"]
+    assert answered  # it does answer some (3 measured), so the checks below check something
     for rid, a in answered:
         assert a["action"] == "restart" and a["rule"] == "learned-model", (rid, a)
         assert a["model"]["deciding"], (rid, a)  # it says which features decided
@@ -252,7 +257,7 @@ def test_a_bad_model_file_is_an_error_naming_it_and_none_means_rules_alone(tmp_p
     assert r.returncode == 0 and json.loads(r.stdout)["category"] == "oom"
 
 
-def test_a_cause_followed_by_its_cascade_keeps_the_cause_and_links_the_timeouts(tmp_path):
+def test_a_cause_followed_by_its_cascade_keeps_the_cause_and_links_the_timeouts(tmp_path, corpus_answers):
     """Multi-failure logs built from pairs of the corpus's real logs
     (bench/attribution_eval.py, multi_failure_pairs): a cause, then a real
     collective-timeout log as the cascade. Where the cause alone is read
@@ -261,8 +266,7 @@ def test_a_cause_followed_by_its_cascade_keeps_the_cause_and_links_the_timeouts(
     import sys
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     from attribution_eval import multi_failure_pairs
-    data = os.path.join(os.path.dirname(__file__), "data", "failure-logs", "corpus.jsonl")
-    records = {r["id"]: (r, a) for r, a in _attribute_jsonl(data, tmp_path)}
+    records = {r["id"]: (r, a) for r, a in corpus_answers}
     alone_right = kept = linked = 0
     for p in multi_failure_pairs([r for r, _ in records.values()]):
         if records[p["id"].split("+")[0]][1]["category"] != p["label"]:
