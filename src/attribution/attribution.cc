@@ -274,8 +274,10 @@ std::vector<std::size_t> RepeatedAppXidOnOneGpu(const LogStructure& s, const std
 namespace {
 
 // The rules' answer: the strongest matching rule, its culprits and evidence.
+// `cascade_from`: the first line a symptom rule (of a category) explains, or
+// the number of lines if none does.
 Attribution AttributeByRules(const RuleSet& rules, const std::vector<LogLine>& lines,
-                             const LogStructure& structure) {
+                             const LogStructure& structure, std::size_t* cascade_from) {
   struct Match {
     const Rule* rule;
     size_t line;
@@ -286,6 +288,10 @@ Attribution AttributeByRules(const RuleSet& rules, const std::vector<LogLine>& l
     const LineStructure& ls = structure.lines[i];
     if (ls.kind == LineKind::kPythonFrame || ls.kind == LineKind::kQuotedSource) continue;
     for (int r : rules.Match(ls.match_text)) matches.push_back({&rules.rules()[r], i});
+  }
+  *cascade_from = lines.size();
+  for (const Match& m : matches) {
+    if (m.rule->role == "symptom" && m.rule->category != "other") *cascade_from = std::min(*cascade_from, m.line);
   }
   Attribution a;
   if (matches.empty()) {
@@ -387,20 +393,38 @@ std::string DecidingText(const ModelPrediction& p) {
 }
 
 // Calibrates the rules' confidence and, where no rule answered with
-// confidence, lets the model answer. Where rules matched (a symptom, causes
-// of several categories close together), it only chooses among the rules'
-// answer and the categories their cause lines name: a rule's reading of a
-// line is knowledge the model does not have. It never recommends more than
-// a restart (an eviction needs a rule, a diagnostic or the node's history:
-// the policy's part). `a->model` keeps its pick among those categories.
+// confidence, lets the model answer. Where only symptoms matched (peers'
+// timeouts, closed connections), they are the cascade of a cause no rule
+// named: the model reads the lines before the first of them (a job log puts
+// a cascade after its cause) and answers if it reads a failure there with
+// confidence. Otherwise, where rules matched (a symptom, causes of several
+// categories close together), it only chooses among the rules' answer and
+// the categories their cause lines name: a rule's reading of a line is
+// knowledge the model does not have. It never recommends more than a
+// restart (an eviction needs a rule, a diagnostic or the node's history: the
+// policy's part). `a->model` keeps its reading.
+void AnswerByModel(const LogModel& model, const ModelPrediction& p, const LogStructure& structure, Attribution* a);
+
 void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, const LogStructure& structure,
-                  Attribution* a) {
+                  std::size_t cascade_from, Attribution* a) {
   a->confidence = model.CalibrateRule(a->raw_confidence);
   if (a->raw_confidence >= kConsultBelow) return;
-  // The rules' answer, and every category a cause rule named: a category
-  // that only symptoms named (peers' timeouts, closed connections) is a
-  // cascade of something else, never the model's pick over the rules'. A
-  // symptom of category other (a launcher's summary, trainguard's own "exited
+  const bool any_cause = std::any_of(a->evidence.begin(), a->evidence.end(),
+                                     [](const Evidence& e) { return e.role == "cause"; });
+  if (!any_cause && a->role == "symptom" && a->category != "other" && cascade_from > 0) {
+    const std::vector<LogLine> before(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(cascade_from));
+    const ModelPrediction p = model.Predict(LogFeatures(before, ParseLogStructure(before)), {});
+    if (p.category != kNoFailureClass && p.category != a->category && p.probability >= model.answer_from() &&
+        p.probability > a->confidence) {
+      a->model = p;
+      a->model_consulted = true;
+      AnswerByModel(model, p, structure, a);
+      return;
+    }
+  }
+  // The rules' answer, and every category a cause rule named: over the
+  // whole log, a category that only symptoms named is the model's pick only
+  // if it is the rules' answer too. A symptom of category other (a launcher's summary, trainguard's own "exited
   // with code 1") names no category and restricts nothing.
   std::vector<std::string> among;
   if (!a->evidence.empty() && !(a->role == "symptom" && a->category == "other")) among.push_back(a->category);
@@ -417,6 +441,10 @@ void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, cons
     return;
   }
   if (p.category == kNoFailureClass || p.probability < model.answer_from() || p.probability <= a->confidence) return;
+  AnswerByModel(model, p, structure, a);
+}
+
+void AnswerByModel(const LogModel& model, const ModelPrediction& p, const LogStructure& structure, Attribution* a) {
   char prob[32];
   std::snprintf(prob, sizeof(prob), "%.2f", p.probability);
   a->category = p.category;
@@ -459,9 +487,10 @@ std::string ModelReadingJson(const Attribution& a) {
 
 Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
   const LogStructure structure = ParseLogStructure(lines);
-  Attribution a = AttributeByRules(rules, lines, structure);
+  std::size_t cascade_from = 0;
+  Attribution a = AttributeByRules(rules, lines, structure, &cascade_from);
   a.raw_confidence = a.confidence;
-  if (rules.model() != nullptr) ConsultModel(*rules.model(), lines, structure, &a);
+  if (rules.model() != nullptr) ConsultModel(*rules.model(), lines, structure, cascade_from, &a);
   return a;
 }
 

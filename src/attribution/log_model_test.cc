@@ -144,6 +144,25 @@ TEST(AttributeWithModelTest, ASymptomYieldsToAConfidentModelButACauseRuleDoesNot
   EXPECT_NEAR(cause.raw_confidence, 0.55 + 90 / 250.0, 1e-9);
 }
 
+TEST(AttributeWithModelTest, ACauseNoRuleNamesBeforeItsCascadeIsReadFromTheLinesBeforeIt) {
+  RuleSet rules = WithModel(kRules);
+  Attribution a = Attribute(rules, Log({"step 10 xid reported", "rank 3: collective timed out",
+                                        "rank 5: collective timed out"}));
+  EXPECT_EQ(a.category, "gpu_hardware");
+  EXPECT_EQ(a.answered_by, "model");
+  EXPECT_EQ(a.action, "restart");  // the model alone evicts nothing
+  ASSERT_FALSE(a.evidence.empty());  // the timeouts stay linked, as symptoms
+  EXPECT_EQ(a.evidence[0].role, "symptom");
+  EXPECT_EQ(a.evidence[0].category, "comm_hang");
+  // After the timeouts a complaint is part of the cascade, not its cause.
+  Attribution after = Attribute(rules, Log({"rank 3: collective timed out", "step 10 xid reported"}));
+  EXPECT_EQ(after.category, "comm_hang");
+  EXPECT_EQ(after.answered_by, "rules");
+  // Lines before the cascade the model reads as nothing known leave the timeout's answer.
+  Attribution routine = Attribute(rules, Log({"epoch 3 step 100", "rank 3: collective timed out"}));
+  EXPECT_EQ(routine.category, "comm_hang");
+}
+
 TEST(AttributeWithModelTest, AnExitOrLauncherSummaryNamesNoCategoryAndRestrictsNothing) {
   auto rules = RuleSet::Parse(R"({"format": "trainguard-attribution-rules", "version": 1, "rules": [
     {"id": "exit", "category": "other", "priority": 5, "role": "symptom", "pattern": "exited with code"}]})", "r");
