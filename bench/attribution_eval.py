@@ -11,8 +11,9 @@ matrix, and the calibration table with its expected calibration error.
 With --healthy FILE (output of healthy runs, label "none"): how many of
 those got a finding at all, a hardware one, or an eviction, per split.
 With --multi: multi-failure logs built from pairs of the file's real logs
-(multi_failure_pairs below), scored on the cause and on the cascade's
-lines kept as linked symptoms.
+(multi_failure_pairs below), the cascade appended to its cause and, apart,
+interleaved with it from halfway through, scored on the cause and on the
+cascade's lines kept as linked symptoms.
 
     /usr/bin/python3 bench/attribution_eval.py [--data FILE] [--healthy FILE] [--multi] [--show-misses]
 """
@@ -89,13 +90,26 @@ def main():
         multi_failure(records, args.show_misses)
 
 
-def multi_failure_pairs(records, seed=20261127):
+def interleave(cause, cascade, start):
+    """The lines of two logs merged as a job log merges its ranks' output by
+    time: the cause's lines spread evenly over [0, 1), the cascade's over
+    [start, start + 1); ties go to the cause."""
+    a, b = cause.split("\n"), cascade.split("\n")
+    timed = [(i / len(a), 0, i, l) for i, l in enumerate(a)] + \
+            [(start + j / len(b), 1, j, l) for j, l in enumerate(b)]
+    return "\n".join(l for *_, l in sorted(timed))
+
+
+def multi_failure_pairs(records, seed=20261127, start=None):
     """A job log with a cause and then its cascade: every log whose label is a
     cause (not comm_hang, not other) followed, as a later part of the same job
     log, by the lines of a real collective-timeout log (label comm_hang) drawn
     with `seed`. The right answer is the first log's label; the timeouts are
     its symptoms. (Real logs rarely share a timestamp format, so "later" is
-    the order of the lines, as a merged job log puts a cascade after its cause.)"""
+    the order of the lines, as a merged job log puts a cascade after its cause.)
+    With `start` (0-1), the two are interleaved instead: the cascade's lines
+    begin that far into the cause's (interleave above), so cascade lines may
+    come before the cause's own failure lines."""
     rng = random.Random(seed)
     hangs = [r for r in records if r["label"] == "comm_hang"]
     pairs = []
@@ -103,13 +117,22 @@ def multi_failure_pairs(records, seed=20261127):
         if r["label"] in ("comm_hang", "other") or not hangs:
             continue
         h = rng.choice(hangs)
+        log = r["log"] + "\n" + h["log"] if start is None else interleave(r["log"], h["log"], start)
         pairs.append({"id": r["id"] + "+" + h["id"], "label": r["label"], "split": r.get("split", ""),
-                      "log": r["log"] + "\n" + h["log"], "cascade": h["log"]})
+                      "log": log, "cascade": h["log"]})
     return pairs
 
 
 def multi_failure(records, show_misses):
-    pairs = multi_failure_pairs(records)
+    multi_failure_part(records, show_misses, None,
+                       "a cause, then a real collective-timeout log as its cascade")
+    print()
+    multi_failure_part(records, show_misses, 0.5,
+                       "a cause and a real collective-timeout log interleaved, the cascade from halfway through")
+
+
+def multi_failure_part(records, show_misses, start, title):
+    pairs = multi_failure_pairs(records, start=start)
     with tempfile.TemporaryDirectory() as tmp:
         for p in pairs:
             path = os.path.join(tmp, "multi.log")
@@ -117,7 +140,7 @@ def multi_failure(records, show_misses):
                 f.write(p["log"])
             p["got"] = attribute(path, [])
     by_id = {r["id"]: r for r in records}
-    print("%d multi-failure logs (a cause, then a real collective-timeout log as its cascade)" % len(pairs))
+    print("%d multi-failure logs (%s)" % (len(pairs), title))
     for split in sorted({p["split"] for p in pairs}):
         part = [p for p in pairs if p["split"] == split]
         # Pairs whose cause the attribution reads right on its own: does the cascade change that?

@@ -1,6 +1,7 @@
 """Acceptance tests of issue 4: attribution and decisions end to end with the
 example DDP job, and `trainguard attribute` on saved logs."""
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -203,16 +204,25 @@ def test_the_project_corpus_of_real_logs_stays_above_the_goal(corpus_answers):
         assert right >= floor * len(part) - 1e-9, (split, right, len(part))
 
 
+def _attribute(log_path):
+    got = subprocess.run([TRAINGUARD, "attribute", "--json", str(log_path)], capture_output=True, text=True)
+    assert got.returncode == 0, got.stderr
+    return json.loads(got.stdout)
+
+
+def _attribute_texts(texts, tmp_path):
+    """`trainguard attribute --json` of each text, one process per core at a time."""
+    paths = []
+    for i, text in enumerate(texts):
+        paths.append(tmp_path / ("%d.log" % i))
+        paths[-1].write_text(text + "\n")
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return list(pool.map(_attribute, paths))
+
+
 def _attribute_jsonl(path, tmp_path):
-    out = []
-    for l in open(path):
-        r = json.loads(l)
-        log = tmp_path / (r["id"] + ".log")
-        log.write_text(r["log"] + "\n")
-        got = subprocess.run([TRAINGUARD, "attribute", "--json", str(log)], capture_output=True, text=True)
-        assert got.returncode == 0, got.stderr
-        out.append((r, json.loads(got.stdout)))
-    return out
+    records = [json.loads(l) for l in open(path)]
+    return list(zip(records, _attribute_texts([r["log"] for r in records], tmp_path)))
 
 
 def test_healthy_output_gets_no_hardware_finding_no_eviction_and_no_model_answer(tmp_path):
@@ -235,6 +245,22 @@ def test_the_models_answers_on_the_corpus_never_recommend_more_than_a_restart(co
         assert a["model"]["deciding"], (rid, a)  # it says which features decided
 
 
+def test_the_shipped_model_was_trained_on_the_corpus_as_it_is():
+    """The model file records the sha256 of its training data (the read
+    split of the corpus and of the healthy set): a change to either without
+    retraining fails here at once (the slow test below retrains)."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from train_attribution_model import data_hash
+    data = os.path.join(ROOT, "tests", "data", "failure-logs")
+    read = [r for name in ("corpus.jsonl", "healthy.jsonl") for r in map(json.loads, open(os.path.join(data, name)))
+            if r.get("split") == "read"]
+    model = json.load(open(os.path.join(ROOT, "rules", "attribution_model.json")))
+    assert model["trained_on"]["sha256"] == data_hash(read)
+    assert model["trained_on"]["logs"] == len(read)
+
+
+@pytest.mark.slow
 def test_the_shipped_model_is_what_retraining_gives():
     """Retraining is deterministic: the same corpus and the same trainguard
     give rules/attribution_model.json byte for byte (and a change to the
@@ -273,15 +299,11 @@ def test_a_cause_followed_by_its_cascade_keeps_the_cause_and_links_the_timeouts(
     def timeouts(a):
         return any(e["role"] == "symptom" and e["category"] == "comm_hang" for e in a["evidence"])
     alone_right = kept = linkable = linked = 0
-    for p in multi_failure_pairs([r for r, _ in records.values()]):
-        cause, cascade = p["id"].split("+")
-        if records[cause][1]["category"] != p["label"]:
-            continue
+    pairs = [p for p in multi_failure_pairs([r for r, _ in records.values()])
+             if records[p["id"].split("+")[0]][1]["category"] == p["label"]]
+    for p, a in zip(pairs, _attribute_texts([p["log"] for p in pairs], tmp_path)):
+        cascade = p["id"].split("+")[1]
         alone_right += 1
-        log = tmp_path / "multi.log"
-        log.write_text(p["log"] + "\n")
-        a = json.loads(subprocess.run([TRAINGUARD, "attribute", "--json", str(log)], capture_output=True,
-                                      text=True).stdout)
         if a["category"] == p["label"]:
             kept += 1
             if timeouts(records[cascade][1]):

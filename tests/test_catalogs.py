@@ -6,6 +6,7 @@ for, in the forms logs print them. The tables are
 rules/catalogs/*.tsv (facts from NVIDIA's Xid catalog and the CUDA headers;
 the scripts beside them say where each comes from)."""
 
+import concurrent.futures
 import json
 import os
 import subprocess
@@ -22,6 +23,12 @@ def attribute(lines):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def attribute_each(texts):
+    """attribute([text]) of each text, one process per core at a time."""
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        return list(pool.map(lambda t: attribute([t]), texts))
 
 
 def table(name):
@@ -43,8 +50,7 @@ def test_the_xid_table_is_nvidias_whole_catalog():
 ])
 def test_every_xid_of_the_catalog_gets_its_category(form):
     wrong = []
-    for xid, bucket, category, action in XIDS:
-        a = attribute([form.format(x=xid)])
+    for (xid, bucket, category, action), a in zip(XIDS, attribute_each([form.format(x=r[0]) for r in XIDS])):
         if (a["category"], a["action"]) != (category, action):
             wrong.append((xid, bucket, category, action, a["category"], a["action"], a["rule"]))
     assert not wrong, wrong
@@ -60,8 +66,8 @@ def test_every_cuda_error_name_gets_a_category():
     rows = table("cuda_errors.tsv")
     assert len(rows) > 200
     wrong = []
-    for name, number, category in rows:
-        a = attribute(["RuntimeError: CUDA driver error: %s (%s)" % (name, number)])
+    answers = attribute_each(["RuntimeError: CUDA driver error: %s (%s)" % (name, number) for name, number, _ in rows])
+    for (name, number, category), a in zip(rows, answers):
         if a["category"] != category:
             wrong.append((name, category, a["category"], a["rule"]))
     assert not wrong, wrong
@@ -203,14 +209,15 @@ def test_every_cuda_error_text_gets_the_category_of_its_name():
     toolkit's own (cudaGetErrorString), one per cudaError_t."""
     names = {name: category for name, number, category in table("cuda_errors.tsv")}
     assert len(CUDA_STRINGS) > 100
-    wrong = []
+    cases = []
     for number, name, text, category in CUDA_STRINGS:
         assert names[name] == category, name
         for form in ("RuntimeError: CUDA error: %s" % text,
                      "RuntimeError: cuda runtime error (%s) : %s at /pytorch/aten/src/THC/THCGeneral.cpp:50" % (number, text)):
-            a = attribute([form])
-            if a["category"] != category:
-                wrong.append((form, category, a["category"], a["rule"]))
+            cases.append((form, category))
+    wrong = [(form, category, a["category"], a["rule"])
+             for (form, category), a in zip(cases, attribute_each([form for form, _ in cases]))
+             if a["category"] != category]
     assert not wrong, wrong
 
 
