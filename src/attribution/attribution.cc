@@ -392,58 +392,7 @@ std::string DecidingText(const ModelPrediction& p) {
   return s.empty() ? "its prior" : s;
 }
 
-// Calibrates the rules' confidence and, where no rule answered with
-// confidence, lets the model answer. Where only symptoms matched (peers'
-// timeouts, closed connections), they are the cascade of a cause no rule
-// named: the model reads the lines before the first of them (a job log puts
-// a cascade after its cause) and answers if it reads a failure there with
-// confidence. Otherwise, where rules matched (a symptom, causes of several
-// categories close together), it only chooses among the rules' answer and
-// the categories their cause lines name: a rule's reading of a line is
-// knowledge the model does not have. It never recommends more than a
-// restart (an eviction needs a rule, a diagnostic or the node's history: the
-// policy's part). `a->model` keeps its reading.
-void AnswerByModel(const LogModel& model, const ModelPrediction& p, const LogStructure& structure, Attribution* a);
-
-void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, const LogStructure& structure,
-                  std::size_t cascade_from, Attribution* a) {
-  a->confidence = model.CalibrateRule(a->raw_confidence);
-  if (a->raw_confidence >= kConsultBelow) return;
-  const bool any_cause = std::any_of(a->evidence.begin(), a->evidence.end(),
-                                     [](const Evidence& e) { return e.role == "cause"; });
-  if (!any_cause && a->role == "symptom" && a->category != "other" && cascade_from > 0) {
-    const std::vector<LogLine> before(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(cascade_from));
-    const ModelPrediction p = model.Predict(LogFeatures(before, ParseLogStructure(before)), {});
-    if (p.category != kNoFailureClass && p.category != a->category && p.probability >= model.answer_from() &&
-        p.probability > a->confidence) {
-      a->model = p;
-      a->model_consulted = true;
-      AnswerByModel(model, p, structure, a);
-      return;
-    }
-  }
-  // The rules' answer, and every category a cause rule named: over the
-  // whole log, a category that only symptoms named is the model's pick only
-  // if it is the rules' answer too. A symptom of category other (a launcher's summary, trainguard's own "exited
-  // with code 1") names no category and restricts nothing.
-  std::vector<std::string> among;
-  if (!a->evidence.empty() && !(a->role == "symptom" && a->category == "other")) among.push_back(a->category);
-  for (const Evidence& e : a->evidence) {
-    if (e.role == "cause" && std::find(among.begin(), among.end(), e.category) == among.end()) {
-      among.push_back(e.category);
-    }
-  }
-  a->model = model.Predict(LogFeatures(lines, structure), among);
-  a->model_consulted = true;
-  const ModelPrediction& p = a->model;
-  if (p.category == a->category) {  // two readings agree
-    if (p.probability >= model.answer_from()) a->confidence = std::max(a->confidence, p.probability);
-    return;
-  }
-  if (p.category == kNoFailureClass || p.probability < model.answer_from() || p.probability <= a->confidence) return;
-  AnswerByModel(model, p, structure, a);
-}
-
+// Makes the model's reading `p` the answer: a restart at most.
 void AnswerByModel(const LogModel& model, const ModelPrediction& p, const LogStructure& structure, Attribution* a) {
   char prob[32];
   std::snprintf(prob, sizeof(prob), "%.2f", p.probability);
@@ -471,6 +420,58 @@ void AnswerByModel(const LogModel& model, const ModelPrediction& p, const LogStr
   a->summary = p.category + " (" + (a->hardware ? "hardware" : "software") + ", unknown, learned model): " +
                a->description;
 }
+
+// Calibrates the rules' confidence and, where no rule answered with
+// confidence, lets the model answer. Where only symptoms matched (peers'
+// timeouts, closed connections), they are the cascade of a cause no rule
+// named: the model reads the lines before the first of them (a job log puts
+// a cascade after its cause) and answers if it reads a failure there with
+// confidence. Otherwise, where rules matched (a symptom, causes of several
+// categories close together), it only chooses among the rules' answer and
+// the categories their cause lines name: a rule's reading of a line is
+// knowledge the model does not have. It never recommends more than a
+// restart (an eviction needs a rule, a diagnostic or the node's history: the
+// policy's part). `a->model` keeps its reading.
+void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, const LogStructure& structure,
+                  std::size_t cascade_from, Attribution* a) {
+  a->confidence = model.CalibrateRule(a->raw_confidence);
+  if (a->raw_confidence >= kConsultBelow) return;
+  const bool any_cause = std::any_of(a->evidence.begin(), a->evidence.end(),
+                                     [](const Evidence& e) { return e.role == "cause"; });
+  if (!any_cause && a->role == "symptom" && a->category != "other" && cascade_from > 0) {
+    const std::vector<LogLine> before(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(cascade_from));
+    const ModelPrediction p = model.Predict(LogFeatures(before, ParseLogStructure(before)), {});
+    if (p.category != kNoFailureClass && p.category != a->category && p.probability >= model.answer_from() &&
+        p.probability > a->confidence) {
+      a->model = p;
+      a->model_consulted = true;
+      AnswerByModel(model, p, structure, a);
+      return;
+    }
+  }
+  // The rules' answer, and every category a cause rule named: over the
+  // whole log, a category that only symptoms named is the model's pick only
+  // if it is the rules' answer too. A symptom of category other (a
+  // launcher's summary, trainguard's own "exited with code 1") names no
+  // category and restricts nothing.
+  std::vector<std::string> among;
+  if (!a->evidence.empty() && !(a->role == "symptom" && a->category == "other")) among.push_back(a->category);
+  for (const Evidence& e : a->evidence) {
+    if (e.role == "cause" && std::find(among.begin(), among.end(), e.category) == among.end()) {
+      among.push_back(e.category);
+    }
+  }
+  a->model = model.Predict(LogFeatures(lines, structure), among);
+  a->model_consulted = true;
+  const ModelPrediction& p = a->model;
+  if (p.category == a->category) {  // two readings agree
+    if (p.probability >= model.answer_from()) a->confidence = std::max(a->confidence, p.probability);
+    return;
+  }
+  if (p.category == kNoFailureClass || p.probability < model.answer_from() || p.probability <= a->confidence) return;
+  AnswerByModel(model, p, structure, a);
+}
+
 
 }  // namespace
 
