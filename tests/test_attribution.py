@@ -298,12 +298,12 @@ def test_a_cause_followed_by_its_cascade_keeps_the_cause_and_links_the_timeouts(
     records = {r["id"]: (r, a) for r, a in corpus_answers}
     def timeouts(a):
         return any(e["role"] == "symptom" and e["category"] == "comm_hang" for e in a["evidence"])
-    alone_right = kept = linkable = linked = 0
+    kept = linkable = linked = 0
     pairs = [p for p in multi_failure_pairs([r for r, _ in records.values()])
-             if records[p["id"].split("+")[0]][1]["category"] == p["label"]]
+             if records[p["id"].split("+")[0]][1]["category"] == p["label"]]  # the cause alone is read right
+    alone_right = len(pairs)
     for p, a in zip(pairs, _attribute_texts([p["log"] for p in pairs], tmp_path)):
         cascade = p["id"].split("+")[1]
-        alone_right += 1
         if a["category"] == p["label"]:
             kept += 1
             if timeouts(records[cascade][1]):
