@@ -7,13 +7,15 @@ alone (--no-model). Prints, per split of the file (a corpus with splits) and
 for the whole: the accuracy of both per category and overall, beside two
 baselines from the same run (always the most frequent label; a naive
 first-match keyword list), how the model's answers fared, the confusion
-matrix, and the calibration table with its expected calibration error.
+matrix, the calibration table with its expected calibration error, and what
+an action floor (--min-confidence) would act on: how many answers reach it,
+how many of those are right, and how many recommend evicting a node.
 With --healthy FILE (output of healthy runs, label "none"): how many of
 those got a finding at all, a hardware one, or an eviction, per split.
 With --multi: multi-failure logs built from pairs of the file's real logs
 (multi_failure_pairs below), the cascade appended to its cause and, apart,
-interleaved with it from halfway through, scored on the cause and on the
-cascade's lines kept as linked symptoms.
+interleaved with it from halfway through and from the start, scored on the
+cause and on the cascade's lines kept as linked symptoms.
 
     /usr/bin/python3 bench/attribution_eval.py [--data FILE] [--healthy FILE] [--multi] [--show-misses]
 """
@@ -31,6 +33,7 @@ BUILD = os.environ.get("TRAINGUARD_BUILD", os.path.join(ROOT, "build"))
 CATEGORIES = ["gpu_hardware", "network", "node_failure", "storage", "comm_hang", "cuda_software",
               "oom", "numeric", "user_code", "other"]
 CALIBRATION_BINS = 5
+MIN_CONFIDENCES = (0.0, 0.5, 0.8, 0.9)  # 0.5 is the default of --min-confidence
 
 
 # A naive first-match keyword list: the baseline the issue names.
@@ -126,9 +129,10 @@ def multi_failure_pairs(records, seed=20261127, start=None):
 def multi_failure(records, show_misses):
     multi_failure_part(records, show_misses, None,
                        "a cause, then a real collective-timeout log as its cascade")
-    print()
-    multi_failure_part(records, show_misses, 0.5,
-                       "a cause and a real collective-timeout log interleaved, the cascade from halfway through")
+    for start, when in ((0.5, "from halfway through"), (0.0, "from the start")):
+        print()
+        multi_failure_part(records, show_misses, start,
+                           "a cause and a real collective-timeout log interleaved, the cascade " + when)
 
 
 def multi_failure_part(records, show_misses, start, title):
@@ -230,6 +234,14 @@ def evaluate(records, name, show_misses):
     for lo, hi, n, ok, mean in rows:
         print("  %.1f-%.1f     %7d %6.1f%% %15.2f" % (lo, hi, n, 100.0 * ok / n, mean))
     print("  expected calibration error: %.3f" % ece)
+    print("\nacting on confidence (--min-confidence C): the answers an action would follow")
+    print("  %-5s %17s %9s %22s" % ("C", "answers >= C", "right", "evictions (right)"))
+    for floor in MIN_CONFIDENCES:
+        acted = [r for r in records if r["with_model"]["confidence"] >= floor]
+        evict = [r for r in acted if r["with_model"]["action"] == "evict_node"]
+        print("  %-5.2f %9d (%5.1f%%) %8.1f%% %14d (%d)"
+              % (floor, len(acted), 100.0 * len(acted) / total, 100.0 * sum(r in with_model for r in acted) /
+                 max(len(acted), 1), len(evict), sum(r in with_model for r in evict)))
     if show_misses:
         for r in records:
             if r not in with_model:

@@ -283,15 +283,22 @@ def test_a_bad_model_file_is_an_error_naming_it_and_none_means_rules_alone(tmp_p
     assert r.returncode == 0 and json.loads(r.stdout)["category"] == "oom"
 
 
-def test_a_cause_followed_by_its_cascade_keeps_the_cause_and_links_the_timeouts(tmp_path, corpus_answers):
+@pytest.mark.parametrize("start,floor", [
+    pytest.param(None, 0.98, id="appended"),
+    pytest.param(0.5, 0.97, id="interleaved-from-halfway"),
+    pytest.param(0.0, 0.97, id="interleaved-from-the-start", marks=pytest.mark.slow)])
+def test_a_cause_and_its_cascade_in_one_log_keep_the_cause_and_link_the_timeouts(tmp_path, corpus_answers,
+                                                                                start, floor):
     """Multi-failure logs built from pairs of the corpus's real logs
-    (bench/attribution_eval.py, multi_failure_pairs): a cause, then a real
-    collective-timeout log as the cascade. Where the cause alone is read
-    right, the cascade must not change the answer (measured: 307 of 307; a
-    cause only the model reads is read from the lines before the cascade)
-    and the timeouts are kept as its symptoms wherever the cascade alone is
-    read as timeouts (measured: 287 of 287; two of the corpus's comm_hang logs
-    hold no line a rule reads as a timeout)."""
+    (bench/attribution_eval.py, multi_failure_pairs): a cause and a real
+    collective-timeout log as its cascade, appended or merged line by line as
+    by time with the cascade starting halfway through the cause or with it.
+    Where the cause alone is read right, the cascade must not change the
+    answer (measured: 308, 305 and 303 of 308; the misses are causes only
+    the model reads, whose telling lines a timeout precedes) and the timeouts
+    are kept as its symptoms wherever the cascade alone is read as timeouts
+    (measured: all; two of the corpus's comm_hang logs hold no line a rule
+    reads as a timeout)."""
     import sys
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     from attribution_eval import multi_failure_pairs
@@ -299,7 +306,7 @@ def test_a_cause_followed_by_its_cascade_keeps_the_cause_and_links_the_timeouts(
     def timeouts(a):
         return any(e["role"] == "symptom" and e["category"] == "comm_hang" for e in a["evidence"])
     kept = linkable = linked = 0
-    pairs = [p for p in multi_failure_pairs([r for r, _ in records.values()])
+    pairs = [p for p in multi_failure_pairs([r for r, _ in records.values()], start=start)
              if records[p["id"].split("+")[0]][1]["category"] == p["label"]]  # the cause alone is read right
     alone_right = len(pairs)
     for p, a in zip(pairs, _attribute_texts([p["log"] for p in pairs], tmp_path)):
@@ -309,7 +316,7 @@ def test_a_cause_followed_by_its_cascade_keeps_the_cause_and_links_the_timeouts(
             if timeouts(records[cascade][1]):
                 linkable += 1
                 linked += timeouts(a)
-    assert alone_right >= 300 and kept >= 0.98 * alone_right, (alone_right, kept)
+    assert alone_right >= 300 and kept >= floor * alone_right, (alone_right, kept)
     assert linkable >= 250 and linked >= 0.95 * linkable, (linkable, linked)
 
 

@@ -274,10 +274,15 @@ std::vector<std::size_t> RepeatedAppXidOnOneGpu(const LogStructure& s, const std
 namespace {
 
 // The rules' answer: the strongest matching rule, its culprits and evidence.
-// `cascade_from`: the first line a symptom rule (of a category) explains, or
-// the number of lines if none does.
+// `cascade`: the lines symptom rules (of a category) explain, and the first
+// of them (the number of lines if there is none).
+struct Cascade {
+  std::size_t from = 0;
+  std::vector<bool> lines;
+};
+
 Attribution AttributeByRules(const RuleSet& rules, const std::vector<LogLine>& lines,
-                             const LogStructure& structure, std::size_t* cascade_from) {
+                             const LogStructure& structure, Cascade* cascade) {
   struct Match {
     const Rule* rule;
     size_t line;
@@ -289,9 +294,13 @@ Attribution AttributeByRules(const RuleSet& rules, const std::vector<LogLine>& l
     if (ls.kind == LineKind::kPythonFrame || ls.kind == LineKind::kQuotedSource) continue;
     for (int r : rules.Match(ls.match_text)) matches.push_back({&rules.rules()[r], i});
   }
-  *cascade_from = lines.size();
+  cascade->from = lines.size();
+  cascade->lines.assign(lines.size(), false);
   for (const Match& m : matches) {
-    if (m.rule->role == "symptom" && m.rule->category != "other") *cascade_from = std::min(*cascade_from, m.line);
+    if (m.rule->role == "symptom" && m.rule->category != "other") {
+      cascade->from = std::min(cascade->from, m.line);
+      cascade->lines[m.line] = true;
+    }
   }
   Attribution a;
   if (matches.empty()) {
@@ -425,28 +434,37 @@ void AnswerByModel(const LogModel& model, const ModelPrediction& p, const LogStr
 // confidence, lets the model answer. Where only symptoms matched (peers'
 // timeouts, closed connections), they are the cascade of a cause no rule
 // named: the model reads the lines before the first of them (a job log puts
-// a cascade after its cause) and answers if it reads a failure there with
-// confidence. Otherwise, where rules matched (a symptom, causes of several
+// a cascade after its cause), then every line no symptom rule explains (a
+// merged log can put peers' timeouts before the failing rank's complaint),
+// and answers if it reads a failure of another category with more
+// confidence than the symptom's. Otherwise, where rules matched (a symptom, causes of several
 // categories close together), it only chooses among the rules' answer and
 // the categories their cause lines name: a rule's reading of a line is
 // knowledge the model does not have. It never recommends more than a
 // restart (an eviction needs a rule, a diagnostic or the node's history: the
 // policy's part). `a->model` keeps its reading.
 void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, const LogStructure& structure,
-                  std::size_t cascade_from, Attribution* a) {
+                  const Cascade& cascade, Attribution* a) {
   a->confidence = model.CalibrateRule(a->raw_confidence);
   if (a->raw_confidence >= kConsultBelow) return;
   const bool any_cause = std::any_of(a->evidence.begin(), a->evidence.end(),
                                      [](const Evidence& e) { return e.role == "cause"; });
-  if (!any_cause && a->role == "symptom" && a->category != "other" && cascade_from > 0) {
-    const std::vector<LogLine> before(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(cascade_from));
-    const ModelPrediction p = model.Predict(LogFeatures(before, ParseLogStructure(before)), {});
-    if (p.category != kNoFailureClass && p.category != a->category && p.probability >= model.answer_from() &&
-        p.probability > a->confidence) {
-      a->model = p;
-      a->model_consulted = true;
-      AnswerByModel(model, p, structure, a);
-      return;
+  if (!any_cause && a->role == "symptom" && a->category != "other") {
+    std::vector<LogLine> before(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(cascade.from));
+    std::vector<LogLine> unexplained;
+    for (std::size_t i = 0; i < lines.size(); ++i) {
+      if (!cascade.lines[i]) unexplained.push_back(lines[i]);
+    }
+    for (const std::vector<LogLine>* part : {&before, &unexplained}) {
+      if (part->empty()) continue;
+      const ModelPrediction p = model.Predict(LogFeatures(*part, ParseLogStructure(*part)), {});
+      if (p.category != kNoFailureClass && p.category != a->category && p.probability >= model.answer_from() &&
+          p.probability > a->confidence) {
+        a->model = p;
+        a->model_consulted = true;
+        AnswerByModel(model, p, structure, a);
+        return;
+      }
     }
   }
   // The rules' answer, and every category a cause rule named: over the
@@ -488,10 +506,10 @@ std::string ModelReadingJson(const Attribution& a) {
 
 Attribution Attribute(const RuleSet& rules, const std::vector<LogLine>& lines) {
   const LogStructure structure = ParseLogStructure(lines);
-  std::size_t cascade_from = 0;
-  Attribution a = AttributeByRules(rules, lines, structure, &cascade_from);
+  Cascade cascade;
+  Attribution a = AttributeByRules(rules, lines, structure, &cascade);
   a.raw_confidence = a.confidence;
-  if (rules.model() != nullptr) ConsultModel(*rules.model(), lines, structure, cascade_from, &a);
+  if (rules.model() != nullptr) ConsultModel(*rules.model(), lines, structure, cascade, &a);
   return a;
 }
 

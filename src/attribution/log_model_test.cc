@@ -131,9 +131,9 @@ TEST(AttributeWithModelTest, ASymptomYieldsToAConfidentModelButACauseRuleDoesNot
   EXPECT_EQ(symptom.category, "numeric");
   EXPECT_EQ(symptom.role, "symptom");  // the rules' own reading stays known
   EXPECT_EQ(symptom.answered_by, "model");
-  // Where rules matched, the model chooses only among the categories they
-  // named: an Xid the rules do not know cannot turn a timeout into a GPU fault.
-  Attribution timeout = Attribute(rules, Log({"collective timed out", "xid"}));
+  // Two readings of equal weight (an Xid, a NaN) leave the rules' answer:
+  // the model answers only when more likely right than wrong.
+  Attribution timeout = Attribute(rules, Log({"collective timed out", "xid", "nan"}));
   EXPECT_EQ(timeout.category, "comm_hang");
   EXPECT_EQ(timeout.answered_by, "rules");
   Attribution cause = Attribute(rules, Log({"CUDA out of memory", "loss is nan"}));
@@ -154,13 +154,29 @@ TEST(AttributeWithModelTest, ACauseNoRuleNamesBeforeItsCascadeIsReadFromTheLines
   ASSERT_FALSE(a.evidence.empty());  // the timeouts stay linked, as symptoms
   EXPECT_EQ(a.evidence[0].role, "symptom");
   EXPECT_EQ(a.evidence[0].category, "comm_hang");
-  // After the timeouts a complaint is part of the cascade, not its cause.
-  Attribution after = Attribute(rules, Log({"rank 3: collective timed out", "step 10 xid reported"}));
-  EXPECT_EQ(after.category, "comm_hang");
-  EXPECT_EQ(after.answered_by, "rules");
   // Lines before the cascade the model reads as nothing known leave the timeout's answer.
   Attribution routine = Attribute(rules, Log({"epoch 3 step 100", "rank 3: collective timed out"}));
   EXPECT_EQ(routine.category, "comm_hang");
+  EXPECT_EQ(routine.answered_by, "rules");
+}
+
+TEST(AttributeWithModelTest, ACauseMergedAfterTheFirstLinesOfItsCascadeIsReadToo) {
+  // Ranks' output merged by time: a peer's timeout can come before the
+  // failing rank's own complaint (a stuck device says nothing until killed).
+  RuleSet rules = WithModel(kRules);
+  Attribution a = Attribute(rules, Log({"rank 3: collective timed out", "step 10 xid reported",
+                                        "rank 5: collective timed out"}));
+  EXPECT_EQ(a.category, "gpu_hardware");
+  EXPECT_EQ(a.answered_by, "model");
+  EXPECT_EQ(a.action, "restart");
+  ASSERT_FALSE(a.evidence.empty());
+  EXPECT_EQ(a.evidence[0].category, "comm_hang");
+  // The timeouts' own lines are not read as a cause: with nothing else the
+  // answer stays the rules'.
+  Attribution alone = Attribute(rules, Log({"rank 3: collective timed out", "epoch 3 step 100",
+                                            "rank 5: collective timed out"}));
+  EXPECT_EQ(alone.category, "comm_hang");
+  EXPECT_EQ(alone.answered_by, "rules");
 }
 
 TEST(AttributeWithModelTest, AnExitOrLauncherSummaryNamesNoCategoryAndRestrictsNothing) {
