@@ -430,6 +430,20 @@ void AnswerByModel(const LogModel& model, const ModelPrediction& p, const LogStr
                a->description;
 }
 
+// The lines of [0, end) that `skip` (if given) does not mark, only as many
+// of the last as the model reads (kFeatureLines) and a margin before them,
+// so that the parse sees where a traceback they end in began: a part of a
+// log of millions of lines costs what its tail does.
+std::vector<LogLine> TailOf(const std::vector<LogLine>& lines, std::size_t end, const std::vector<bool>* skip) {
+  constexpr std::size_t kTailLines = kFeatureLines + 200;
+  std::vector<LogLine> out;
+  for (std::size_t i = end; i > 0 && out.size() < kTailLines; --i) {
+    if (skip == nullptr || !(*skip)[i - 1]) out.push_back(lines[i - 1]);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 // Calibrates the rules' confidence and, where no rule answered with
 // confidence, lets the model answer. Where only symptoms matched (peers'
 // timeouts, closed connections), they are the cascade of a cause no rule
@@ -450,11 +464,8 @@ void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, cons
   const bool any_cause = std::any_of(a->evidence.begin(), a->evidence.end(),
                                      [](const Evidence& e) { return e.role == "cause"; });
   if (!any_cause && a->role == "symptom" && a->category != "other") {
-    std::vector<LogLine> before(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(cascade.from));
-    std::vector<LogLine> unexplained;
-    for (std::size_t i = 0; i < lines.size(); ++i) {
-      if (!cascade.lines[i]) unexplained.push_back(lines[i]);
-    }
+    const std::vector<LogLine> before = TailOf(lines, cascade.from, nullptr);
+    const std::vector<LogLine> unexplained = TailOf(lines, lines.size(), &cascade.lines);
     for (const std::vector<LogLine>* part : {&before, &unexplained}) {
       if (part->empty()) continue;
       const ModelPrediction p = model.Predict(LogFeatures(*part, ParseLogStructure(*part)), {});

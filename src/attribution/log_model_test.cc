@@ -179,6 +179,20 @@ TEST(AttributeWithModelTest, ACauseMergedAfterTheFirstLinesOfItsCascadeIsReadToo
   EXPECT_EQ(alone.answered_by, "rules");
 }
 
+TEST(AttributeWithModelTest, OfALongLogOnlyTheTailBeforeTheCascadeIsRead) {
+  // As for a whole log, the model reads the last kFeatureLines lines of
+  // the part before a cascade: a complaint further back is not its cause.
+  RuleSet rules = WithModel(kRules);
+  auto with_gap = [&](std::size_t routine_lines) {
+    std::vector<LogLine> log = Log({"step 10 xid reported"});
+    for (std::size_t i = 0; i < routine_lines; ++i) log.push_back({-1, "node0", "epoch 3 step " + std::to_string(i)});
+    log.push_back({3, "node0", "rank 3: collective timed out"});
+    return Attribute(rules, log);
+  };
+  EXPECT_EQ(with_gap(kFeatureLines - 10).category, "gpu_hardware");
+  EXPECT_EQ(with_gap(kFeatureLines + 500).category, "comm_hang");
+}
+
 TEST(AttributeWithModelTest, AnExitOrLauncherSummaryNamesNoCategoryAndRestrictsNothing) {
   auto rules = RuleSet::Parse(R"({"format": "trainguard-attribution-rules", "version": 1, "rules": [
     {"id": "exit", "category": "other", "priority": 5, "role": "symptom", "pattern": "exited with code"}]})", "r");
