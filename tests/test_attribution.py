@@ -191,16 +191,16 @@ def corpus_answers(tmp_path_factory):
 
 def test_the_project_corpus_of_real_logs_stays_above_the_goal(corpus_answers):
     """tests/data/failure-logs/corpus.jsonl: real logs from public threads, a
-    random third held out from rule writing. The issue's goal is >= 90 % on
-    logs not read while writing rules. The read part is held at 95 %; the
-    held-out part at its measured 113/131 (86.3 %, with the learned model,
-    see docs/attribution.md), so that no rule or model change loses a
-    held-out log unseen."""
+    random third of each batch held out from rule writing and training. The
+    issue's goal is >= 95 % on logs not read (not met: see
+    docs/attribution.md). The read part is held at 95 %; the held-out part
+    at its measured 121/142 (85.2 %, with the learned model), so that no
+    rule or model change loses a held-out log unseen."""
     assert len(corpus_answers) >= 40
     for split in ("held_out", "read"):
         part = [(r, a) for r, a in corpus_answers if r["split"] == split]
         right = sum(a["category"] == r["label"] for r, a in part)
-        floor = {"read": 0.95, "held_out": 113 / 131}[split]
+        floor = {"read": 0.95, "held_out": 121 / 142}[split]
         assert right >= floor * len(part) - 1e-9, (split, right, len(part))
 
 
@@ -294,8 +294,9 @@ def test_a_cause_and_its_cascade_in_one_log_keep_the_cause_and_link_the_timeouts
     collective-timeout log as its cascade, appended or merged line by line as
     by time with the cascade starting halfway through the cause or with it.
     Where the cause alone is read right, the cascade must not change the
-    answer (measured: 308, 305 and 303 of 308; the misses are causes only
-    the model reads, whose telling lines a timeout precedes) and the timeouts
+    answer (measured: 332, 331 and 330 of 334; the misses are causes only
+    the model reads, whose telling lines a timeout precedes, and a node
+    loss the rules read as one) and the timeouts
     are kept as its symptoms wherever the cascade alone is read as timeouts
     (measured: all; two of the corpus's comm_hang logs hold no line a rule
     reads as a timeout)."""

@@ -4,6 +4,7 @@
 #include <re2/set.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -236,6 +237,18 @@ void RuleSet::Merge(const RuleSet& overrides) {
 
 int RankFromPrefix(const std::string& line) {
   static const RE2 kRank(R"((?i)^\s*(?:\[\d+\]\s*)?\[rank\s*(\d+)\]|^\s*\[\d+,(\d+)\]<std|\[Rank (\d+)\])");
+  // Every form has a '['; and torchrun's own "[rank3]:" is read without the
+  // expression (the same answer, at a scan's cost: it opens most lines of a
+  // job's merged output).
+  if (line.find('[') == std::string::npos) return -1;
+  if (line.rfind("[rank", 0) == 0) {
+    std::size_t i = 5, value = 0;
+    while (i < line.size() && i < 5 + 9 && std::isdigit(static_cast<unsigned char>(line[i]))) {
+      value = value * 10 + static_cast<std::size_t>(line[i] - '0');
+      ++i;
+    }
+    if (i > 5 && i < line.size() && line[i] == ']') return static_cast<int>(value);
+  }
   std::string a, b, c;
   if (RE2::PartialMatch(line, kRank, &a, &b, &c)) {
     const std::string& s = !a.empty() ? a : !b.empty() ? b : c;

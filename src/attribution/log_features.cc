@@ -104,6 +104,34 @@ bool ReadsAsFailure(const LineStructure& ls) {
   }
 }
 
+// The other lines of torchrun's failure summary, the same for every failure:
+// its title, headings and the script's "FAILED" line. (The summary's
+// exception, ChildFailedError, is read from the parse as exc:/final:.)
+const RE2& LauncherBoilerplate() {
+  static const RE2 re(
+      R"(\s*(?:\S*ChildFailedError:?|Root Cause \(first observed failure\):|Failures:|<NO_OTHER_FAILURES>|)"
+      R"(\S+ FAILED|[=-]{8,})\s*)");
+  return re;
+}
+
+// A field of a launcher's failure summary ("exitcode : -9 (pid: 4711)",
+// "traceback : Signal 9 (SIGKILL) received by PID 4711"): every summary has
+// the same field names, hosts and times whatever the failure was, so only
+// what tells failures apart is read: an exit code other than 1, sign kept
+// ("exit:-9", a signal; "exit:2", a usage error; 1 says only that an
+// exception ended the process, whatever it was), and a traceback field's
+// own words unless it is the summary's pointer to the docs.
+void AddLauncherField(const std::string& text, std::set<std::string>* out) {
+  static const RE2 kExit(R"(^\s*exitcode\s*:\s*(-?\d+))");
+  static const RE2 kTraceback(R"(^\s*traceback\s*:\s*(.*))");
+  std::string code, value;
+  if (RE2::PartialMatch(text, kExit, &code)) {
+    if (code != "1" && code != "0") out->insert("exit:" + code);
+  } else if (RE2::PartialMatch(text, kTraceback, &value) && value.find("To enable traceback") == std::string::npos) {
+    AddWords(value, out);
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const LogStructure& structure) {
@@ -125,7 +153,13 @@ std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const Lo
       }
       continue;
     }
-    if (ReadsAsFailure(ls)) AddWords(ls.match_text, &out);
+    if (ls.kind == LineKind::kLauncherField) {
+      AddLauncherField(ls.match_text, &out);
+    } else if (RE2::FullMatch(ls.match_text, LauncherBoilerplate())) {
+      continue;
+    } else if (ReadsAsFailure(ls)) {
+      AddWords(ls.match_text, &out);
+    }
   }
   for (const auto& e : structure.exceptions) {
     if (e.line < from) continue;

@@ -2,8 +2,11 @@
 // in words and word pairs, plus the shape the structure-aware parse found
 // (the exceptions that ended its tracebacks, the Python files and functions
 // its frames name). Only lines that say something went wrong are read (the
-// failure words of log_features.cc, or the parse's exceptions, C++ frames and
-// launcher fields): routine output is alike in failed and healthy runs.
+// failure words of log_features.cc, or the parse's exceptions and C++
+// frames): routine output is alike in failed and healthy runs. Of a
+// launcher's failure summary only an exit code other than 1 ("exit:-9") and
+// a traceback field's words are read: its headings, hosts and times are the
+// same whatever failed.
 // trainguard's own lines ("trainguard: ...") are left to the rules. Quoted
 // source is not read (a quoted
 // `raise ValueError("loss is nan")` says nothing), nor lines that are mostly

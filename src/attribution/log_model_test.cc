@@ -50,6 +50,20 @@ TEST(LogFeaturesTest, WordsPairsPiecesAndTheParsesShape) {
   EXPECT_TRUE(std::is_sorted(f.begin(), f.end()));
 }
 
+TEST(LogFeaturesTest, OfALaunchersSummaryOnlyTheExitCodeAndASignalAreRead) {
+  auto f = FeaturesOf(Log({"torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+                           "Root Cause (first observed failure):", "[0]:",
+                           "  time      : 2025-05-21_15:43:03", "  host      : worker-7",
+                           "  rank      : 0 (local_rank: 0)", "  exitcode  : -9 (pid: 14750)",
+                           "  error_file: <N/A>", "  traceback : Signal 9 (SIGKILL) received by PID 14750"}));
+  auto has = [&](const std::string& x) { return std::find(f.begin(), f.end(), x) != f.end(); };
+  EXPECT_TRUE(has("exit:-9") && has("w:sigkill"));
+  EXPECT_FALSE(has("w:host") || has("w:local_rank") || has("w:exitcode") || has("w:error_file"));
+  auto plain = FeaturesOf(Log({"Failures:", "[1]:", "  exitcode  : 1 (pid: 49149)",
+                               "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"}));
+  EXPECT_TRUE(plain.empty());  // exit code 1 and the pointer to the docs say nothing
+}
+
 TEST(LogFeaturesTest, TrainguardsOwnLinesAreLeftToTheRules) {
   EXPECT_TRUE(FeaturesOf(Log({"trainguard: rank 1 on node1 exited with code 1 before any step"})).empty());
 }

@@ -16,9 +16,9 @@ std::string WithoutPrefix(const std::string& line) {
   // Only a line that opens with '[' (after blanks) can have one.
   const std::size_t first = line.find_first_not_of(" \t");
   if (first == std::string::npos || line[first] != '[') return line;
-  std::string s = line;
-  RE2::Replace(&s, PrefixRe(), "");
-  return s;
+  re2::StringPiece rest(line);
+  if (!RE2::Consume(&rest, PrefixRe())) return line;
+  return std::string(rest);
 }
 
 bool StartsWith(const std::string& s, const char* p) { return s.rfind(p, 0) == 0; }
