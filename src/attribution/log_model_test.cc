@@ -158,16 +158,22 @@ TEST(AttributeWithModelTest, ASymptomYieldsToAConfidentModelButACauseRuleDoesNot
   EXPECT_NEAR(cause.raw_confidence, 0.55 + 90 / 250.0, 1e-9);
 }
 
-TEST(AttributeWithModelTest, ACauseNoRuleNamesBeforeItsCascadeIsReadFromTheLinesBeforeIt) {
-  RuleSet rules = WithModel(kRules);
-  Attribution a = Attribute(rules, Log({"step 10 xid reported", "rank 3: collective timed out",
-                                        "rank 5: collective timed out"}));
+// The model's reading of a complaint no rule names, with the timeouts of
+// its cascade kept as linked symptoms and no eviction of its own.
+void ExpectTheModelsCauseWithTheTimeoutsLinked(const RuleSet& rules, const std::vector<LogLine>& log) {
+  Attribution a = Attribute(rules, log);
   EXPECT_EQ(a.category, "gpu_hardware");
   EXPECT_EQ(a.answered_by, "model");
-  EXPECT_EQ(a.action, "restart");  // the model alone evicts nothing
-  ASSERT_FALSE(a.evidence.empty());  // the timeouts stay linked, as symptoms
+  EXPECT_EQ(a.action, "restart");
+  ASSERT_FALSE(a.evidence.empty());
   EXPECT_EQ(a.evidence[0].role, "symptom");
   EXPECT_EQ(a.evidence[0].category, "comm_hang");
+}
+
+TEST(AttributeWithModelTest, ACauseNoRuleNamesBeforeItsCascadeIsReadFromTheLinesBeforeIt) {
+  RuleSet rules = WithModel(kRules);
+  ExpectTheModelsCauseWithTheTimeoutsLinked(
+      rules, Log({"step 10 xid reported", "rank 3: collective timed out", "rank 5: collective timed out"}));
   // Lines before the cascade the model reads as nothing known leave the timeout's answer.
   Attribution routine = Attribute(rules, Log({"epoch 3 step 100", "rank 3: collective timed out"}));
   EXPECT_EQ(routine.category, "comm_hang");
@@ -178,13 +184,8 @@ TEST(AttributeWithModelTest, ACauseMergedAfterTheFirstLinesOfItsCascadeIsReadToo
   // Ranks' output merged by time: a peer's timeout can come before the
   // failing rank's own complaint (a stuck device says nothing until killed).
   RuleSet rules = WithModel(kRules);
-  Attribution a = Attribute(rules, Log({"rank 3: collective timed out", "step 10 xid reported",
-                                        "rank 5: collective timed out"}));
-  EXPECT_EQ(a.category, "gpu_hardware");
-  EXPECT_EQ(a.answered_by, "model");
-  EXPECT_EQ(a.action, "restart");
-  ASSERT_FALSE(a.evidence.empty());
-  EXPECT_EQ(a.evidence[0].category, "comm_hang");
+  ExpectTheModelsCauseWithTheTimeoutsLinked(
+      rules, Log({"rank 3: collective timed out", "step 10 xid reported", "rank 5: collective timed out"}));
   // The timeouts' own lines are not read as a cause: with nothing else the
   // answer stays the rules'.
   Attribution alone = Attribute(rules, Log({"rank 3: collective timed out", "epoch 3 step 100",
