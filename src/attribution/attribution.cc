@@ -464,12 +464,12 @@ std::vector<LogLine> TailOf(const std::vector<LogLine>& lines, std::size_t end, 
 // a cascade after its cause), then every line no symptom rule explains (a
 // merged log can put peers' timeouts before the failing rank's complaint),
 // and answers if it reads a failure of another category with more
-// confidence than the symptom's. Otherwise, where rules matched (a symptom, causes of several
-// categories close together), it only chooses among the rules' answer and
-// the categories their cause lines name: a rule's reading of a line is
-// knowledge the model does not have. It never recommends more than a
-// restart (an eviction needs a rule, a diagnostic or the node's history: the
-// policy's part). `a->model` keeps its reading.
+// confidence than the symptom's. Otherwise, where rules matched (a symptom,
+// causes of several categories close together), it only chooses among the
+// rules' answer and the categories their cause lines name: a rule's reading
+// of a line is knowledge the model does not have. It never recommends more
+// than a restart (an eviction needs a rule, a diagnostic or the node's
+// history: the policy's part). `a->model` keeps its reading.
 void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, const LogStructure& structure,
                   const Cascade& cascade, Attribution* a) {
   a->confidence = model.CalibrateRule(a->raw_confidence);
