@@ -78,7 +78,7 @@ std::string ShortType(const std::string& type) {
 }
 
 // A line that says something went wrong, in the words logs use for it. Only
-// such lines (and the parse's exceptions, C++ frames, launcher fields) are
+// such lines (and the parse's exceptions and C++ frames; launcher fields apart) are
 // read: routine output ("step 100 loss 2.31") is the same in failed and
 // healthy runs, and a model that read it learned that "loss" means numeric.
 const RE2& FailureWords() {
@@ -96,7 +96,6 @@ bool ReadsAsFailure(const LineStructure& ls) {
   switch (ls.kind) {
     case LineKind::kException:
     case LineKind::kCxxFrame:
-    case LineKind::kLauncherField:
     case LineKind::kTracebackStart:
       return true;
     default:
@@ -155,9 +154,7 @@ std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const Lo
     }
     if (ls.kind == LineKind::kLauncherField) {
       AddLauncherField(ls.match_text, &out);
-    } else if (RE2::FullMatch(ls.match_text, LauncherBoilerplate())) {
-      continue;
-    } else if (ReadsAsFailure(ls)) {
+    } else if (!RE2::FullMatch(ls.match_text, LauncherBoilerplate()) && ReadsAsFailure(ls)) {
       AddWords(ls.match_text, &out);
     }
   }
