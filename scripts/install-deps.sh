@@ -6,7 +6,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libsqlite3-dev sqlite3 libpq-dev postgresql nlohmann-json3-dev libcli11-dev libxxhash-dev libre2-dev libcpp-httplib-dev libjemalloc-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-prometheus-client
+  pybind11-dev python3-dev python3-torch python3-numpy python3-pytest python3-pytest-xdist python3-prometheus-client
   python3-sklearn python3-pandas python3-fusepy
   procps iproute2 gdb util-linux file
   slurmctld slurmd slurm-client munge

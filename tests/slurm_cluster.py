@@ -47,7 +47,9 @@ class SlurmCluster:
     def __init__(self, nodes, directory, cpus=2, prolog=None):
         self.dir = os.path.abspath(str(directory))
         self.tag = uuid.uuid4().hex[:6]
-        self.subnet = "10.%d.%d" % (200 + int(self.tag[:2], 16) % 50, int(self.tag[2:4], 16))
+        # 10.150-199.x: apart from `run --netns` (10.200-249.x), whose bridge is
+        # on this host too when the two run at once.
+        self.subnet = "10.%d.%d" % (150 + int(self.tag[:2], 16) % 50, int(self.tag[2:4], 16))
         self.gateway = self.subnet + ".254"
         self.bridge = "tgsb" + self.tag
         self.names = ["sn%d" % i for i in range(1, nodes + 1)]

@@ -11,6 +11,7 @@
 
 #include "agent/fake_controller_link.h"
 #include "agent/process.h"
+#include "testing/wait_until.h"
 
 namespace trainguard {
 namespace {
@@ -261,7 +262,7 @@ TEST_F(AgentReconnectTest, RanksKeepRunningAndARestartedControllerGetsThemBackWi
   link_.SetDown(true);
   agent_->OnLinkLost("connection reset");
   kill(pids[1], SIGKILL);  // a rank dies while the controller is away
-  for (int i = 0; i < 100 && link_.reconnect_calls() < 2; ++i) std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(testutil::WaitUntil([&] { return link_.reconnect_calls() >= 2; }, 10s));
   EXPECT_TRUE(Alive(pids[0]));
   link_.SetReconnectable(true);
   link_.SetDown(false);
@@ -284,13 +285,11 @@ TEST_F(AgentReconnectTest, RanksKeepRunningAndARestartedControllerGetsThemBackWi
   welcome.mutable_welcome()->set_protocol_version(kProtocolVersion);
   welcome.mutable_welcome()->set_resumed(true);
   agent_->OnCommand(welcome);
-  std::this_thread::sleep_for(100ms);
-  EXPECT_TRUE(Alive(pids[0]));
+  EXPECT_TRUE(testutil::HoldsFor([&] { return Alive(pids[0]); }, 100ms));
   // One that does not: the stale rank is stopped.
   welcome.mutable_welcome()->set_resumed(false);
   agent_->OnCommand(welcome);
-  for (int i = 0; i < 200 && Alive(pids[0]); ++i) std::this_thread::sleep_for(20ms);
-  EXPECT_FALSE(Alive(pids[0]));
+  EXPECT_TRUE(testutil::WaitUntil([&] { return !Alive(pids[0]); }, 10s));
 }
 
 TEST_F(AgentReconnectTest, AControllerThatDoesNotComeBackInTheWindowEndsTheAgentAndItsRanks) {
@@ -383,20 +382,18 @@ TEST(ActivityTrackerTest, SamplesARealProcessGroupBusyOrAsleep) {
   ASSERT_TRUE(busy.ok() && idle.ok());
   // The idle group settles once sh has started its sleep (exec reads files).
   GroupActivity i0 = SampleGroupActivity(idle->pid);
-  for (int i = 0; i < 500; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    GroupActivity again = SampleGroupActivity(idle->pid);
-    bool settled = again.processes == 2 && again.io_bytes == i0.io_bytes;
-    i0 = again;
-    if (settled) break;
-  }
+  testutil::WaitUntil(
+      [&] {
+        GroupActivity again = SampleGroupActivity(idle->pid);
+        bool settled = again.processes == 2 && again.io_bytes == i0.io_bytes;
+        i0 = again;
+        return settled;
+      },
+      10s, 20ms);
   GroupActivity b0 = SampleGroupActivity(busy->pid);
   // Wait (bounded) until the busy group has used 200 ms of CPU.
   GroupActivity b1 = b0;
-  for (int i = 0; i < 500 && b1.cpu - b0.cpu < 200 * kMillisecond; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    b1 = SampleGroupActivity(busy->pid);
-  }
+  testutil::WaitUntil([&] { return (b1 = SampleGroupActivity(busy->pid)).cpu - b0.cpu >= 200 * kMillisecond; }, 10s);
   GroupActivity i1 = SampleGroupActivity(idle->pid);
   EXPECT_GE(b1.cpu - b0.cpu, 200 * kMillisecond);
   EXPECT_GE(b1.processes, 1);
@@ -405,8 +402,8 @@ TEST(ActivityTrackerTest, SamplesARealProcessGroupBusyOrAsleep) {
   EXPECT_EQ(i1.io_bytes, i0.io_bytes);
   SignalGroup(busy->pid, SIGKILL);
   SignalGroup(idle->pid, SIGKILL);
-  while (!TryReap(busy->pid)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  while (!TryReap(idle->pid)) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(testutil::WaitUntil([&] { return TryReap(busy->pid); }, 10s));
+  EXPECT_TRUE(testutil::WaitUntil([&] { return TryReap(idle->pid); }, 10s));
   close(busy->stdout_fd);
   close(busy->stderr_fd);
   close(idle->stdout_fd);

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <thread>
+#include "testing/wait_until.h"
 
 namespace trainguard {
 namespace {
@@ -51,7 +52,7 @@ TEST(GpuTelemetryTest, NoNvmlOrAFailedInitIsSaidAndNothingIsSampled) {
 TEST(GpuTelemetryTest, TheSamplingThreadKeepsTheNewestSampleForTheHeartbeat) {
   setenv("TG_FAKE_NVML_GPUS", "2", 1);
   GpuTelemetry t({TG_FAKE_NVML, "", 10 * kMillisecond});
-  for (int i = 0; i < 500 && t.Latest().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(testutil::WaitUntil([&] { return !t.Latest().empty(); }, std::chrono::seconds(10)));
   EXPECT_EQ(t.source(), "nvml");
   ASSERT_EQ(t.Latest().size(), 2u);
   EXPECT_EQ(t.Latest()[1].temperature_c, 61);

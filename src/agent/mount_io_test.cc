@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+#include "testing/wait_until.h"
 
 namespace trainguard {
 namespace {
@@ -172,10 +173,7 @@ TEST(MountIoTest, GpfsSamplerRunsMmpmonOffTheCallersThread) {
   {
     GpfsSampler sampler((root / "mmpmon").string(), 50 * kMillisecond);
     std::map<std::string, MountIo> latest;
-    for (int i = 0; i < 500 && latest.empty(); ++i) {  // 10 s at most
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      latest = sampler.Latest();
-    }
+    testutil::WaitUntil([&] { return !(latest = sampler.Latest()).empty(); }, std::chrono::seconds(10));
     ASSERT_EQ(latest.count("gpfs:fs1"), 1u);
     EXPECT_EQ(latest["gpfs:fs1"].read_bytes, 5);
     EXPECT_EQ(latest["gpfs:fs1"].writes, 3);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include "testing/wait_until.h"
 
 namespace trainguard {
 namespace {
@@ -81,11 +82,12 @@ TEST(StandbyTest, AKilledStandbyIsReapedLaterNotWaitedFor) {
   ASSERT_GT(pid, 0);
   std::size_t before = Standby::KilledNotReaped();
   { Standby gone = std::move(*standby); }  // killed: still importing
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (Standby::KilledNotReaped() > before && std::chrono::steady_clock::now() < deadline) {
-    Standby::ReapKilled();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  testutil::WaitUntil(
+      [&] {
+        Standby::ReapKilled();
+        return Standby::KilledNotReaped() <= before;
+      },
+      std::chrono::seconds(30), std::chrono::milliseconds(10));
   EXPECT_EQ(Standby::KilledNotReaped(), before);
   errno = 0;
   EXPECT_EQ(kill(pid, 0), -1);  // reaped: not even a zombie

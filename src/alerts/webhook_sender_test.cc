@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "alerts/alert_publisher.h"
+#include "testing/wait_until.h"
 
 namespace trainguard {
 namespace {
@@ -32,7 +33,7 @@ struct Receiver {
     port = server.bind_to_any_port("127.0.0.1");
     thread = std::thread([this] { server.listen_after_bind(); });
     // The port is bound already: connections queue until listen() runs.
-    for (int i = 0; i < 500 && !server.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    testutil::WaitUntil([&] { return server.is_running(); }, std::chrono::seconds(5), std::chrono::milliseconds(2));
   }
   ~Receiver() {
     server.stop();

@@ -9,6 +9,7 @@
 
 #include "api/prometheus_text.h"
 #include "controller/fake_agent_link.h"
+#include "testing/wait_until.h"
 
 namespace trainguard {
 namespace {
@@ -203,7 +204,7 @@ TEST_F(HttpApiTest, AStreamGetsEveryEventRecordedBeforeTheApiStopsThenItsEnd) {
       return true;
     });
   });
-  while (!open.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // job_created arrived
+  ASSERT_TRUE(testutil::WaitUntil([&] { return open.load(); }, std::chrono::seconds(20)));  // job_created arrived
   for (int i = 0; i < 50; ++i) {
     Event e;
     e.job_id = "job";

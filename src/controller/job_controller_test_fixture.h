@@ -14,6 +14,7 @@
 
 #include "controller/fake_agent_link.h"
 #include "controller/job_controller.h"
+#include "testing/wait_until.h"
 
 namespace trainguard {
 
@@ -176,12 +177,7 @@ class JobControllerTest : public testing::Test {
   // time, for at most 10 s; whether it came true.
   template <typename Pred>
   static bool WaitUntil(Pred done) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
+    return testutil::WaitUntil(done, std::chrono::seconds(10), std::chrono::milliseconds(1));
   }
 
   // The store once the controller's writes are in it.

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include "testing/wait_until.h"
 
 namespace trainguard {
 namespace {
@@ -19,23 +20,18 @@ namespace {
 bool Alive(pid_t pid) { return kill(pid, 0) == 0; }
 
 pid_t ReadPid(const std::string& path, std::chrono::seconds within) {
-  auto deadline = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream f(path);
-    pid_t pid = 0;
-    if (f >> pid && pid > 0) return pid;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return 0;
+  pid_t pid = 0;
+  testutil::WaitUntil(
+      [&] {
+        std::ifstream f(path);
+        return f >> pid && pid > 0;
+      },
+      within, std::chrono::milliseconds(10));
+  return pid > 0 ? pid : 0;
 }
 
 bool GoneWithin(pid_t pid, std::chrono::seconds within) {
-  auto deadline = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (!Alive(pid)) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
+  return testutil::WaitUntil([&] { return !Alive(pid); }, within, std::chrono::milliseconds(10));
 }
 
 TEST(RunProgramTest, CollectsOutputAndExitStatus) {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "store/gated_event_store.h"
+#include "testing/wait_until.h"
 
 namespace trainguard {
 namespace {
@@ -52,7 +53,7 @@ TEST(StoreWriterTest, AnOutageLosesNothingAndDuplicatesNothing) {
   for (int i = 0; i < 50; ++i) w.Append(Ev("e", i));
   w.SetNodeHealth({"n1", "cordoned", "evicted", "job", 1});
   // Bounded wait for the writer to have failed a few times.
-  for (int i = 0; i < 2000 && w.stats().retries < 3; ++i) std::this_thread::sleep_for(milliseconds(1));
+  testutil::WaitUntil([&] { return w.stats().retries >= 3; }, milliseconds(10000), milliseconds(1));
   EXPECT_GE(w.stats().retries, 3);
   EXPECT_TRUE(w.stats().failing);
   EXPECT_EQ(w.stats().queued, 51);
@@ -78,7 +79,7 @@ TEST(StoreWriterTest, CriticalWritesGoFirstWhenTheStoreComesBack) {
   StoreWriter w(&store, Fast());
   store.Hold();
   w.Append(Ev("first", 0));  // taken by the thread, waits in the store
-  for (int i = 0; i < 2000 && store.waiting() == 0; ++i) std::this_thread::sleep_for(milliseconds(1));
+  testutil::WaitUntil([&] { return store.waiting() != 0; }, milliseconds(10000), milliseconds(1));
   ASSERT_EQ(store.waiting(), 1);
   for (int i = 1; i <= 20; ++i) w.Append(Ev("e", i));
   auto cordon = w.SetNodeHealth({"n1", "cordoned", "evicted", "job", 1});
@@ -113,7 +114,7 @@ TEST(StoreWriterTest, AFullQueueAppliesBackPressure) {
       ++enqueued;
     }
   });
-  for (int i = 0; i < 2000 && w.stats().backpressure_waits == 0; ++i) std::this_thread::sleep_for(milliseconds(1));
+  testutil::WaitUntil([&] { return w.stats().backpressure_waits != 0; }, milliseconds(10000), milliseconds(1));
   EXPECT_EQ(w.stats().backpressure_waits, 1);
   EXPECT_EQ(enqueued.load(), 10);
   store.SetDown(false);
@@ -173,7 +174,7 @@ TEST(StoreWriterTest, ARefusedEventInABatchLosesNoneOfTheOthers) {
   StoreWriter w(&store, Fast());
   store.Hold();
   w.Append(Ev("good", 0));
-  for (int i = 0; i < 2000 && store.waiting() == 0; ++i) std::this_thread::sleep_for(milliseconds(1));
+  testutil::WaitUntil([&] { return store.waiting() != 0; }, milliseconds(10000), milliseconds(1));
   ASSERT_EQ(store.waiting(), 1);
   for (int i = 1; i <= 6; ++i) w.Append(Ev(i == 3 ? "bad" : "good", i));
   store.Release();
