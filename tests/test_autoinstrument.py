@@ -5,6 +5,7 @@ pinned on the right rank, with the right lost work."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -205,9 +206,10 @@ def test_a_job_without_progress_data_says_so_instead_of_printing_minus_one(tmp_p
 
 def test_auto_hang_timeout_follows_two_second_steps_without_false_alarms(tmp_path, no_leftovers):
     # 20 steps of 2 s each with --hang-timeout auto: no false alarm (the
-    # floor, 5 s, is above a step; the timeout must follow the steps to 20 s
-    # and stay there); then rank 1 stops inside its loop and is found within
-    # 10 x 2 s (+ 5 s). The detector's arithmetic is unit-tested
+    # floor, 5 s, is above a step; the timeout must follow the steps to 10 x
+    # the slowest step, 20 s or a little more on a busy machine, and stay
+    # there); then rank 1 stops inside its loop and is found within that
+    # timeout (+ 5 s). The detector's arithmetic is unit-tested
     # (detectors_test: AutoTimeout*); this is the real pipeline end to end.
     job = Job(tmp_path, "auto-timeout",
               plain(tmp_path, "--step-delay", "2", "--sleep-rank", "1", "--sleep-at-step", "20",
@@ -219,8 +221,11 @@ def test_auto_hang_timeout_follows_two_second_steps_without_false_alarms(tmp_pat
     f = failures[0]
     assert f["detail"]["failure_kind"] == "hang"
     assert f["detail"]["failure_step"] >= 19, f["message"]      # nothing before the stop
-    assert "(--hang-timeout auto)" in f["message"], f["message"]
-    assert f["detail"]["detection_ms"] <= (10 * 2 + 5) * 1000, f["detail"]
+    timeout = re.search(r"longer than ([0-9.]+) s \(--hang-timeout auto\)", f["message"])
+    assert timeout, f["message"]
+    timeout_ms = float(timeout.group(1)) * 1000
+    assert 10 * 2000 <= timeout_ms <= 10 * 3000, f["message"]  # 10 x the slowest step, a 2 s one
+    assert f["detail"]["detection_ms"] <= timeout_ms + 5000, (f["message"], f["detail"])
     assert job.events("attribution")[0]["detail"]["culprit_ranks"] == [1]
 
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import signal
 import pathlib
+import re
 import subprocess
 import tempfile
 import time
@@ -18,14 +19,24 @@ import pytest
 from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, api_url, status_page_step, wait_for
 
 
+# What `run --netns` makes (cli/netns_fabric.cc), a job's 6-hex-digit tag in
+# each name: namespaces tg-TAG-NODE; a bridge tgbTAG, veth ends tgvTAG<n> and
+# tgpTAG<n>, rack bridges and uplinks tgkTAG<i>, tguTAG<i>, tgdTAG<i>. Only
+# these are this file's to count: other tests (a Slurm cluster, two hosts)
+# make namespaces and links of their own at the same time.
+FABRIC_NAMESPACE = re.compile(r"^tg-[0-9a-f]{6}-")
+FABRIC_LINK = re.compile(r"^tg[bvpkud][0-9a-f]{6}")
+
+
 def namespaces():
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.strip()}
+    return {line.split()[0] for line in out.splitlines() if line.strip() and FABRIC_NAMESPACE.match(line)}
 
 
 def links():
     out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    return {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
+    names = {line.split(":")[1].strip().split("@")[0] for line in out.splitlines()}
+    return {n for n in names if FABRIC_LINK.match(n)}
 
 
 @pytest.fixture

@@ -411,7 +411,7 @@ void Agent::SendHeartbeat() {
     hb->mutable_metrics()->set_disk_free_kb(
         static_cast<std::int64_t>(vfs.f_bavail) * vfs.f_frsize / 1024);
   }
-  for (const LinkReading& r : ReadLinks()) {
+  for (const LinkReading& r : ReadLinks(InterfacesHolding(config_.address))) {
     v1::LinkStats* l = hb->mutable_metrics()->add_links();
     l->set_name(r.name);
     l->set_kind(r.kind);

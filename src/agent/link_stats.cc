@@ -1,6 +1,12 @@
 #include "agent/link_stats.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -27,13 +33,16 @@ std::uint64_t ReadCount(const fs::path& p) {
 
 }  // namespace
 
-std::vector<LinkReading> ReadLinks(const std::string& net_root, const std::string& ib_root) {
+std::vector<LinkReading> ReadLinks(const std::set<std::string>& own_virtual, const std::string& net_root,
+                                   const std::string& ib_root) {
   std::vector<LinkReading> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(net_root, ec)) {
     const std::string name = entry.path().filename().string();
     if (name == "lo") continue;
     const fs::path dir = entry.path();
+    std::error_code device_ec;
+    if (!fs::exists(dir / "device", device_ec) && !own_virtual.count(name)) continue;
     const fs::path stats = dir / "statistics";
     LinkReading r;
     r.name = name;
@@ -112,6 +121,30 @@ double RetransmitPercent(const TcpSegments& before, const TcpSegments& after, st
   const std::int64_t sent = after.out - before.out, again = after.retrans - before.retrans;
   if (sent < std::max<std::int64_t>(min_segments, 1) || again < 0) return -1;
   return 100.0 * static_cast<double>(again) / static_cast<double>(sent);
+}
+
+std::set<std::string> InterfacesHolding(const std::string& address) {
+  std::set<std::string> out;
+  in_addr v4{};
+  in6_addr v6{};
+  const bool is_v4 = inet_pton(AF_INET, address.c_str(), &v4) == 1;
+  const bool is_v6 = !is_v4 && inet_pton(AF_INET6, address.c_str(), &v6) == 1;
+  if (!is_v4 && !is_v6) return out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (const ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_name == nullptr) continue;
+    if (is_v4 && a->ifa_addr->sa_family == AF_INET &&
+        reinterpret_cast<const sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr == v4.s_addr) {
+      out.insert(a->ifa_name);
+    }
+    if (is_v6 && a->ifa_addr->sa_family == AF_INET6 &&
+        std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a->ifa_addr)->sin6_addr, &v6, sizeof(v6)) == 0) {
+      out.insert(a->ifa_name);
+    }
+  }
+  freeifaddrs(list);
+  return out;
 }
 
 }  // namespace trainguard

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,10 +22,23 @@ struct LinkReading {
   std::uint64_t rx_dropped = 0, tx_dropped = 0, rx_errors = 0, tx_errors = 0;
 };
 
-// Reads every link under `net_root` (/sys/class/net) and `ib_root`
-// (/sys/class/infiniband); a counter that cannot be read is 0.
-std::vector<LinkReading> ReadLinks(const std::string& net_root = "/sys/class/net",
+// Reads the node's own links under `net_root` (/sys/class/net) and every
+// port under `ib_root` (/sys/class/infiniband); a counter that cannot be read
+// is 0. A network interface is the node's own when the kernel backs it with
+// a device (a NIC: `net_root`/IF/device exists) or when it is named in
+// `own_virtual` (a virtual link that carries the node's traffic: the VLAN,
+// bond or container veth that holds its address; InterfacesHolding). Other
+// virtual links (bridges, tunnels, veth pairs of other containers or jobs on
+// the host) come and go with the host's other tenants: their carrier losses
+// are no flap of this node's network, and they are left out.
+std::vector<LinkReading> ReadLinks(const std::set<std::string>& own_virtual = {},
+                                   const std::string& net_root = "/sys/class/net",
                                    const std::string& ib_root = "/sys/class/infiniband");
+
+// The interfaces of this network namespace that hold `address` (a numeric
+// IPv4 or IPv6 address, as the node's address is); empty for a host name,
+// an address no interface holds, or when the interfaces cannot be listed.
+std::set<std::string> InterfacesHolding(const std::string& address);
 
 // TCP's segment counters of the reader's network namespace, from
 // /proc/net/snmp's "Tcp:" lines (a header line of names, then one of

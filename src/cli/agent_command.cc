@@ -56,7 +56,9 @@ int RunAgent(const AgentOptions& o) {
                    : loopback          ? "127.0.0.1"
                    : !toward.empty()   ? toward
                                        : Hostname();
-  config.run_dir = o.run_dir.empty() ? o.run_dir_base + "/" + config.node_id : o.run_dir;
+  config.run_dir = !o.run_dir.empty()        ? o.run_dir
+                   : !o.run_dir_base.empty() ? o.run_dir_base + "/" + config.node_id
+                                             : DefaultRunDirBase() + "/" + config.node_id;
   config.python_dir = PythonDir();
   config.rack = !o.rack.empty() ? o.rack : std::getenv("TRAINGUARD_RACK") != nullptr ? std::getenv("TRAINGUARD_RACK") : "";
   config.native_stacks = o.native_stacks;

@@ -75,6 +75,11 @@ std::string Hostname() {
   return buf;
 }
 
+std::string DefaultRunDirBase() {
+  const char* tmp = std::getenv("TMPDIR");
+  return std::string(tmp != nullptr && *tmp == '/' ? tmp : "/tmp") + "/trainguard";
+}
+
 std::string DefaultStorePath() {
   fs::path dir;
   if (const char* state = std::getenv("XDG_STATE_HOME"); state != nullptr && *state == '/') {

@@ -32,7 +32,7 @@ struct JobOptions {
   int diag_parallel = -1;               // nodes diagnosed at once; -1: 1 when `run` has every node here, else all
   std::string store = "trainguard.db";
   std::string job_id;       // "" = generated
-  std::string run_dir;      // "" = /tmp/trainguard/<job_id>
+  std::string run_dir;      // "" = <DefaultRunDirBase()>/<job_id>
   bool native_stacks = false;
   std::vector<std::string> extra_rules;  // attribution rules merged over the shipped ones
   std::vector<std::string> command;
@@ -57,7 +57,7 @@ struct AgentOptions {
   std::string node_id;      // "" = hostname
   std::string address;      // "" = derived from the controller address
   std::string run_dir;      // "" = <run_dir_base>/<node_id>
-  std::string run_dir_base = "/tmp/trainguard";
+  std::string run_dir_base;  // "" = DefaultRunDirBase()
   int group_rank = -1;      // preferred group rank, -1 = any
   std::string rack;         // "" = $TRAINGUARD_RACK, else none
   double connect_timeout_s = 10;
@@ -140,6 +140,10 @@ int RunJob(const JobOptions& options);
 // directory ($XDG_STATE_HOME/trainguard, else ~/.local/state/trainguard, else
 // /tmp/trainguard-UID), created when needed.
 std::string DefaultStorePath();
+// Where a job's logs and stacks go unless --run-dir says otherwise, below a
+// directory of the job's id: $TMPDIR/trainguard (an absolute $TMPDIR, as a
+// batch system sets per job), else /tmp/trainguard.
+std::string DefaultRunDirBase();
 int AttributeCommand(const AttributeOptions& options);
 int ListCheckpointsCommand(const CkptOptions& options);
 int VerifyCheckpointsCommand(const CkptOptions& options);

@@ -166,7 +166,7 @@ int RunOneHostOfSeveral(const JobOptions& o) {
   a.address = address;
   a.group_rank = o.node_rank;
   a.run_dir_base = !o.run_dir.empty() ? o.run_dir
-                   : "/tmp/trainguard/" + (o.job_id.empty() ? "rdzv-" + std::to_string(port) : o.job_id);
+                   : DefaultRunDirBase() + "/" + (o.job_id.empty() ? "rdzv-" + std::to_string(port) : o.job_id);
   a.connect_timeout_s = static_cast<double>(o.knobs.rendezvous_timeout) / kSecond;
   a.native_stacks = o.native_stacks;
   a.exit_with_job = true;

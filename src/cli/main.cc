@@ -99,7 +99,7 @@ void AddJobOptions(CLI::App* cmd, trainguard::JobOptions* o, bool torchrun) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--store", o->store, kStoreHelp)->capture_default_str();
   cmd->add_option("--job-id", o->job_id, "job id (default: generated)");
-  cmd->add_option("--run-dir", o->run_dir, "logs and stacks (default /tmp/trainguard/JOB)");
+  cmd->add_option("--run-dir", o->run_dir, "logs and stacks (default $TMPDIR/trainguard/JOB, else /tmp/trainguard/JOB)");
   cmd->add_flag("--native-stacks", o->native_stacks, "also capture gdb backtraces of hung ranks");
   cmd->add_option("--rules", o->extra_rules, "extra attribution rule file(s)");
   // The command (SCRIPT|PROGRAM [ARGS...]) is what follows the options, or `--`.
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
                         "the node's rack (top-of-rack switch): diagnosis rounds all-reduce among a rack's "
                         "nodes (default: $TRAINGUARD_RACK)");
   agent_cmd->add_option("--run-dir", agent.run_dir, "logs and stacks of this node");
-  agent_cmd->add_option("--run-dir-base", agent.run_dir_base, "parent of the default run dir");
+  agent_cmd->add_option("--run-dir-base", agent.run_dir_base, "parent of the default run dir (default $TMPDIR/trainguard, else /tmp/trainguard)");
   agent_cmd->add_option("--connect-timeout", agent.connect_timeout_s, "seconds")
       ->capture_default_str();
   agent_cmd->add_flag("--native-stacks", agent.native_stacks, "capture gdb backtraces");

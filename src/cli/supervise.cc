@@ -139,7 +139,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   JobConfig config = MakeConfig(o, job_id);
   // Nodes that share this host must not measure each other.
   if (o.diag_parallel < 0 && pick_local_nodes) config.diag_parallelism = 1;
-  std::string run_dir = o.run_dir.empty() ? "/tmp/trainguard/" + job_id : o.run_dir;
+  std::string run_dir = o.run_dir.empty() ? DefaultRunDirBase() + "/" + job_id : o.run_dir;
   // The job's secret: agents show it when they register, API actions take
   // it as their token. From --secret-file, or new (written to the run dir
   // once the job is recorded). Agents are checked when the secret came from

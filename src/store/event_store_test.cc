@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "store/postgres_test_server.h"
+#include "testing/scratch_dir.h"
 
 namespace trainguard {
 namespace {
@@ -451,8 +452,8 @@ TEST(SqliteEventStoreTest, ProcessesOpeningANewStoreAtOnceAllGetIt) {
 }
 
 TEST(SqliteEventStoreTest, EventsSurviveReopen) {
-  std::string path = testing::TempDir() + "/reopen_" + std::to_string(getpid()) + ".db";
-  unlink(path.c_str());
+  testutil::ScratchDir dir("event_store_reopen");  // the store, its -wal and -shm go with it
+  const std::string path = dir / "store.db";
   {
     auto s = OpenSqliteEventStore(path);
     ASSERT_TRUE(s.ok());
@@ -468,7 +469,6 @@ TEST(SqliteEventStoreTest, EventsSurviveReopen) {
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 1u);
   EXPECT_EQ((*events)[0].kind, "rank_exited");
-  unlink(path.c_str());
 }
 
 TEST(SqliteEventStoreTest, UnwritablePathIsAClearError) {
