@@ -1,22 +1,33 @@
 #!/usr/bin/env python3
-"""What a test run left behind on this machine.
+"""Runs a test command and fails if it left anything behind on this machine.
 
-    leftovers.py snapshot FILE          records what exists now
-    leftovers.py check FILE [--ignore NAME ...]
-                                        lists what exists now and did not then;
-                                        exit 1 if anything
+    leftovers.py [--ignore NAME ...] -- COMMAND [ARG ...]
 
-It compares, before and after the run: entries of /tmp and /dev/shm, live
-processes (pid and start time; kernel threads and zombies aside), mount
-points, network namespaces, network interfaces of this namespace, and
-cgroups (two levels under each hierarchy, v1 or v2). A test that needs any of
-these makes and removes its own; whatever outlives the run is a bug of the
-test or of trainguard's cleanup (docs/testing.md, "Hygiene")."""
+Before COMMAND it records what exists; after it, it lists what exists now
+and did not then: entries of /tmp and /dev/shm, mount points, network
+namespaces, network interfaces of this namespace, cgroups (two levels under
+each hierarchy, v1 or v2), and processes. For processes it becomes a child
+subreaper (prctl PR_SET_CHILD_SUBREAPER): whatever COMMAND started and did
+not end (a daemon that forked away, an orphaned rank) is reparented to it and
+is found as its descendant, while processes of the machine's own are not
+counted. Leftover processes are listed, then killed. Exit status: COMMAND's
+when it failed, else 1 when anything was left, else 0 (docs/testing.md,
+"Hygiene")."""
 
 import argparse
-import json
+import ctypes
 import os
+import signal
+import subprocess
 import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+
+# Machine state that a first use makes once and that stays by design, not a
+# test's: `ip netns add` turns /run/netns into a mount point of its own the
+# first time it runs on a machine (iproute2), and leaves it for the next.
+MACHINE_STATE = {"mounts": {"/run/netns"}}
 
 
 def _entries(path):
@@ -24,26 +35,6 @@ def _entries(path):
         return sorted(os.listdir(path))
     except OSError:
         return []
-
-
-def _processes():
-    """pid -> (start time, command line) of live user-space processes."""
-    found = {}
-    for pid in _entries("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % pid) as f:
-                rest = f.read().rsplit(")", 1)[1].split()
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        state, start = rest[0], rest[19]
-        if not cmd or state in ("Z", "X"):  # a kernel thread, or a process already gone
-            continue
-        found[pid] = (start, cmd)
-    return found
 
 
 def _mounts():
@@ -78,7 +69,6 @@ def snapshot():
     return {
         "tmp": _entries("/tmp"),
         "shm": _entries("/dev/shm"),
-        "processes": _processes(),
         "mounts": _mounts(),
         "netns": _entries("/run/netns"),
         "links": _entries("/sys/class/net"),
@@ -86,74 +76,101 @@ def snapshot():
     }
 
 
-def _ancestors():
-    """This process and the ones above it: they started after the snapshot."""
-    mine, pid = set(), os.getpid()
-    while pid > 1:
-        mine.add(str(pid))
-        try:
-            with open("/proc/%d/stat" % pid) as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            break
-    return mine
-
-
-# Machine state that a first use makes once and that stays by design, not a
-# test's: `ip netns add` turns /run/netns into a mount point of its own the
-# first time it runs on a machine (iproute2), and leaves it for the next.
-MACHINE_STATE = {"mounts": {"/run/netns"}}
-
-
 def left_behind(before, after, ignore=()):
     """{what: [items]} that exist in `after` but not in `before`."""
     out = {}
-    for key in ("tmp", "shm", "mounts", "netns", "links", "cgroups"):
+    for key in before:
         known = set(before[key]) | MACHINE_STATE.get(key, set())
         new = [x for x in after[key] if x not in known and os.path.basename(x) not in ignore]
         if new:
             out[key] = new
-    mine = _ancestors()
-    procs = []
-    for pid, (start, cmd) in sorted(after["processes"].items(), key=lambda p: int(p[0])):
-        was = before["processes"].get(pid)
-        if pid in mine or (was is not None and was[0] == start):
-            continue
-        procs.append("%s %s" % (pid, cmd[:200]))
-    if procs:
-        out["processes"] = procs
     return out
+
+
+def _descendants():
+    """(pid, command line) of this process's live descendants."""
+    parent_of, command = {}, {}
+    for pid in _entries("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if rest[0] in ("Z", "X"):
+            continue
+        parent_of[int(pid)] = int(rest[1])
+        command[int(pid)] = cmd
+    me, found = os.getpid(), []
+    for pid in parent_of:
+        up, seen = parent_of[pid], 0
+        while up > 1 and up != me and seen < 1000:
+            up, seen = parent_of.get(up, 0), seen + 1
+        if up == me and pid != me:
+            found.append((pid, command[pid]))
+    return sorted(found)
+
+
+def _reap():
+    """Collects orphans that ended (they are this subreaper's children)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("snapshot", "check"))
-    parser.add_argument("file")
     parser.add_argument("--ignore", action="append", default=[],
                         help="a /tmp or /dev/shm entry name the caller owns and removes itself")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    if args.action == "snapshot":
-        with open(args.file, "w") as f:
-            json.dump(snapshot(), f)
-        return 0
-    with open(args.file) as f:
-        before = json.load(f)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command to run")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        print("leftovers: cannot become a child subreaper (errno %d)" % ctypes.get_errno(), file=sys.stderr)
+        return 2
+    before = snapshot()
+    child = subprocess.Popen(command)
+    while True:
+        try:
+            rc = child.wait()
+            break
+        except KeyboardInterrupt:  # the command gets the terminal's SIGINT itself
+            continue
     # Processes still exiting (a test's last kill) get a moment, bounded.
-    import time
     deadline = time.monotonic() + 10
     while True:
-        found = left_behind(before, snapshot(), args.ignore)
-        if not found.get("processes") or time.monotonic() > deadline:
+        _reap()
+        procs = _descendants()
+        if not procs or time.monotonic() > deadline:
             break
         time.sleep(0.2)
+    found = left_behind(before, snapshot(), args.ignore)
+    if procs:
+        found["processes"] = ["%d %s" % (pid, cmd[:200]) for pid, cmd in procs]
+        for pid, _ in procs:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        _reap()
     if not found:
         print("leftovers: none (/tmp, /dev/shm, processes, mounts, netns, links, cgroups)")
-        return 0
+        return rc
     print("leftovers: the run left these behind:")
     for key, items in found.items():
         for item in items:
             print("  %-9s %s" % (key, item))
-    return 1
+    return rc or 1
 
 
 if __name__ == "__main__":

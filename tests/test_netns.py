@@ -158,12 +158,17 @@ def test_one_short_flap_is_survived_and_repeated_flapping_evicts_the_node(tmp_pa
     assert [e["node"] for e in job.events("spare_promoted")] == ["node2"]
 
 
+# Serial: the diagnosis round judges each node's measured speed against its
+# peers' (conftest.py, `serial`); other tests' bursts on the shared cores
+# stretch the round past the test's bounds.
+@pytest.mark.serial
 def test_a_throttled_link_fails_exactly_that_nodes_network_test_and_the_spare_takes_over(
         tmp_path, root_with_ip, no_leftovers):
     job = Job(tmp_path, "tbf", [PYTHON, EXAMPLE, "--steps", "150", "--ckpt-every", "10",
                                 "--ckpt-dir", str(tmp_path / "ckpt"), "--step-delay", "0.05"],
               nnodes=3, nproc=1, flags=["--netns", "--spares", "1", "--diagnose", "quick"])
-    wait_for(lambda: job.events("first_step"), 120, "the first step")
+    wait_for(lambda: job.events("first_step") or job.proc.poll() is not None, 120, "the first step")
+    assert job.events("first_step"), job.event_lines()[-4000:]
     preflight = job.events("diagnosis")[0]["detail"]
     assert preflight["purpose"] == "preflight" and not preflight["evicted"], preflight
     figures = [e for e in job.events("diagnostics") if e["node"] == "node1"][0]["detail"]["figures"]
@@ -220,6 +225,7 @@ def test_a_node_whose_own_link_drops_its_packets_shows_its_tcp_retransmissions(t
     assert job.wait(timeout=240) == 0, job.output()[-3000:]
 
 
+@pytest.mark.serial  # its diagnosis round judges nodes against each other, as above
 def test_racks_get_bridges_of_their_own_and_diagnosis_runs_real_collectives(tmp_path, root_with_ip, no_leftovers):
     """The issue's first acceptance case: 4 nodes x 2 ranks and a spare, in
     namespaces, in two racks; the example DDP job runs to completion. Each
@@ -251,6 +257,11 @@ def test_racks_get_bridges_of_their_own_and_diagnosis_runs_real_collectives(tmp_
         for name in ("alltoall_gbps", "rack_allreduce_gbps"):
             assert name in figures and "error" not in figures[name] and figures[name]["value"] > 0, (node, figures)
     stages = [e["detail"]["stage"] for e in job.events("diagnostics")]
-    assert stages == ["suite"] * 4 + ["all-to-all"] * 4 + ["rack all-reduce"] * 4, stages
+    # The nodes' own suite first, each node again where one fell below the
+    # others' median only (a neighbour's burst on the shared cores: the round
+    # says so, diagnosis_confirming), then the collectives once.
+    suites = next((i for i, s in enumerate(stages) if s != "suite"), len(stages))
+    assert suites == 4 or (suites > 4 and job.events("diagnosis_confirming")), stages
+    assert stages[suites:] == ["all-to-all"] * 4 + ["rack all-reduce"] * 4, stages
     verdict = job.events("diagnosis")[0]["detail"]
     assert not verdict["evicted"], verdict
