@@ -140,12 +140,22 @@ def main():
         return 2
     before = snapshot()
     child = subprocess.Popen(command)
-    while True:
+    # As init would: every orphan that ends is collected at once, so that a
+    # test that waits for a killed process to be gone (kill(pid, 0) failing)
+    # does not find it a zombie of ours. The command's own status ends the wait.
+    rc = None
+    while rc is None:
         try:
-            rc = child.wait()
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            rc = child.poll() or 0
             break
         except KeyboardInterrupt:  # the command gets the terminal's SIGINT itself
             continue
+        if pid == child.pid:
+            code = os.waitstatus_to_exitcode(status)
+            rc = 128 - code if code < 0 else code
+            child.returncode = rc
     # Processes still exiting (a test's last kill) get a moment, bounded.
     deadline = time.monotonic() + 10
     while True:

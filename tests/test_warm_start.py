@@ -36,17 +36,25 @@ def wait_ready(job, n, timeout=120):
     assert ready_count(job) >= n, "the job ended before its standbys were ready:\n" + job.output()[-3000:]
 
 
-def standby_pids():
+def standby_pids(tmp_path):
+    """The standbys of the job run in `tmp_path` (its directory is in their
+    working directory or environment): other tests' jobs, running at the same
+    time, have standbys of their own."""
+    token = str(tmp_path).encode()
     pids = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open("/proc/%s/cmdline" % pid, "rb") as f:
-                if b"_standby.main()" in f.read():
-                    pids.append(int(pid))
+                if b"_standby.main()" not in f.read():
+                    continue
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                mine = token in f.read() or os.readlink("/proc/%s/cwd" % pid).encode().startswith(token)
         except OSError:
-            pass
+            continue
+        if mine:
+            pids.append(int(pid))
     return pids
 
 
@@ -132,7 +140,7 @@ def run_with_fault(tmp_path, job_id, fault):
                "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")]
     job = Job(tmp_path, job_id, command, flags=["--max-restarts", "2"], env={"PYTHONPATH": str(site)})
     if fault is hang_imports:
-        wait_for(lambda: len(standby_pids()) >= 4 or job.proc.poll() is not None, 120, "4 standbys started")
+        wait_for(lambda: len(standby_pids(tmp_path)) >= 4 or job.proc.poll() is not None, 120, "4 standbys started")
     else:
         wait_ready(job, 4)
     fault(tmp_path, script)
@@ -143,9 +151,9 @@ def run_with_fault(tmp_path, job_id, fault):
 
 
 def kill_standbys(tmp_path, script):
-    for pid in standby_pids():
+    for pid in standby_pids(tmp_path):
         os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not standby_pids(), 30, "the standbys killed")
+    wait_for(lambda: not standby_pids(tmp_path), 30, "the standbys killed")
 
 
 def hang_imports(tmp_path, script):
