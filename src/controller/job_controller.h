@@ -286,6 +286,8 @@ class JobController {
   void CheckNumeric();
   void ActOnNumeric(const NumericFinding& n);
   void CheckConfirmation();
+  // A divergence of the suspects during their replay, before the suspect step.
+  bool ReplayWentWrongEarlier(const Divergence& d) const;
   void ConfirmationNotReproduced(nlohmann::json detail, std::vector<int> culprits = {});
   void ConfirmationReproduced(nlohmann::json detail);
   // Kept in the store per node (node actions sdc-confirmed / sdc-suspect), with the devices of `ranks`.
@@ -497,6 +499,7 @@ class JobController {
     std::string what;  // "numeric" (NaN/Inf on some ranks) or "disagreement" (two replicas)
     int stage = 0;     // 0: none
     std::int64_t step = -1;
+    std::int64_t last_agreed_step = -1;   // disagreement: the replicas agreed through this step
     std::vector<int> ranks;               // the suspects
     std::map<int, std::uint64_t> values;  // disagreement: the original fingerprints at `step`
     std::vector<std::string> nodes;       // the suspects' nodes

@@ -154,9 +154,31 @@ void JobController::CheckReplicas() {
   }
   for (const Divergence& d : found) {
     if (suspicion_.stage > 0 && d.step >= suspicion_.step) continue;  // the replay's own verdict decides
-    ActOnDivergence(d);
+    if (ReplayWentWrongEarlier(d)) {
+      json values = json::object();
+      for (const auto& [r, v] : d.values) values[std::to_string(r)] = Hex(v);
+      ConfirmationReproduced({{"replay_fingerprints", values}, {"replay_step", d.step}});
+    } else {
+      ActOnDivergence(d);
+    }
     if (state_ != JobState::kRunning) break;
   }
+}
+
+// The suspect step is where the first attempt's disagreement was seen, which
+// can be well after where it began when fingerprints arrive late (a busy
+// host, slow heartbeats). A replay of a deterministic job agrees at every
+// step when nothing computes wrong, so the suspects disagreeing anywhere after
+// their last agreement reproduces the fault: it is the replay's verdict, not a
+// new suspicion (which restarted the replay again with no culprit).
+bool JobController::ReplayWentWrongEarlier(const Divergence& d) const {
+  if (suspicion_.what != "disagreement" || suspicion_.stage == 0 || generation_ <= suspicion_.from_generation) {
+    return false;
+  }
+  std::vector<int> replicas = d.replicas, suspects = suspicion_.ranks;
+  std::sort(replicas.begin(), replicas.end());
+  std::sort(suspects.begin(), suspects.end());
+  return d.diverged.empty() && replicas == suspects && d.step > suspicion_.last_agreed_step;
 }
 
 void JobController::ActOnDivergence(const Divergence& d) {
@@ -186,6 +208,7 @@ void JobController::ActOnDivergence(const Divergence& d) {
     suspicion_.what = "disagreement";
     suspicion_.stage = 1;
     suspicion_.step = d.step;
+    suspicion_.last_agreed_step = d.last_agreed_step;
     suspicion_.ranks = d.replicas;
     suspicion_.values = d.values;
     suspicion_.nodes = NodesOfRanks(d.replicas);
