@@ -105,6 +105,10 @@ def test_the_cpu_throttled_node_and_only_it_fails_against_the_median(tmp_path, h
     assert "failing: node-2" in text.stdout, text.stdout
 
 
+# Serial: four nodes' figures are judged against their median, and only the
+# full disk's node may fail; other tests' bursts swung another node's (seen:
+# a second node flagged on a busy machine).
+@pytest.mark.serial
 def test_the_node_whose_checkpoint_disk_is_full_fails_the_disk_test(tmp_path, full_tmpfs):
     store = str(tmp_path / "tg.db")
     paths = {}
