@@ -251,6 +251,21 @@ class Job:
         with open(self.log) as f:
             return f.read()
 
+    def settled_standbys(self):
+        """Warm standbys the agents made ready, or gave up on, so far. A
+        standby imports the script's modules after the first step: nodes
+        that share this machine's cores measure each other's imports."""
+        return len(re.findall(r"warm standby of local rank \d+ ready|no warm standby for local rank",
+                              self.output()))
+
+    def wait_for_quiet(self, standbys, timeout=180):
+        """Until `standbys` warm standbys have settled: a diagnosis round
+        that judges nodes against each other then measures the nodes, not
+        torch's import on a neighbour sharing the cores."""
+        wait_for(lambda: self.settled_standbys() >= standbys or self.proc.poll() is not None, timeout,
+                 "%d warm standbys" % standbys)
+        assert self.proc.poll() is None, self.output()[-3000:]
+
 
 def api_url(job, timeout=60):
     """The controller's HTTP API address, from the line `run` prints at start."""

@@ -173,6 +173,7 @@ def test_a_throttled_link_fails_exactly_that_nodes_network_test_and_the_spare_ta
     assert preflight["purpose"] == "preflight" and not preflight["evicted"], preflight
     figures = [e for e in job.events("diagnostics") if e["node"] == "node1"][0]["detail"]["figures"]
     assert {f["name"] for f in figures} >= {"net_tx_mbps", "net_rx_mbps", "net_rtt_us"}, figures
+    job.wait_for_quiet(standbys=3)
     # node1's switch port sends it at most 40 Mbit/s; then its rank dies.
     agent = job.agent_pids()["node1"]
     ns = subprocess.run(["ip", "netns", "identify", str(agent)], capture_output=True, text=True).stdout.strip()

@@ -28,6 +28,11 @@ bool Attached();
 // counter the user chooses; the agent watches it advance).
 void Step(std::int64_t step);
 
+// A step counted by trainguard's automatic instrumentation (an optimizer step
+// of a script that does not call Step). Once the script calls Step, these are
+// ignored, and the step that call reports replaces the one just counted.
+void AutomaticStep(std::int64_t step);
+
 // Names the phase the loop is in now ("forward", "allreduce", "checkpoint",
 // ...); at most 63 bytes are kept. Pass "" for none. Phases are timed: the
 // interval a phase ran (ended by the next SetPhase, and split at each Step)

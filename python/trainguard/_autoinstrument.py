@@ -62,7 +62,7 @@ def _on_optimizer_step(optimizer):
         return
     _state["count"] += 1
     if not trainguard._explicit_steps:  # a script that calls trainguard.step() counts its own
-        trainguard._core.step(_state["count"] - 1)
+        trainguard._core.automatic_step(_state["count"] - 1)
         if _state["count"] == 1:
             record_imports()
         trainguard._phases.poll_device()

@@ -218,6 +218,11 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
     s.set_step(snap.step);
     s.set_step_count(snap.step_count);
     s.set_first_step_unix_ms(to_unix_ms(snap.first_step_mono_ns));
+    if (snap.first_step != kNoStep) {
+      s.set_first_step(snap.first_step);
+    } else if (!rank.running && snap.first_step_mono_ns > 0) {  // it ended before a second step settled it
+      s.set_first_step(snap.step - std::max<std::int64_t>(snap.step_count, 1) + 1);
+    }
     s.set_last_step_unix_ms(to_unix_ms(snap.last_step_mono_ns));
     s.set_checkpoint_step(snap.checkpoint_step);
     s.set_checkpoint_blocked_ms(snap.checkpoint_blocked_ns / kMillisecond);

@@ -380,16 +380,21 @@ TEST(ActivityTrackerTest, SamplesARealProcessGroupBusyOrAsleep) {
   auto busy = Spawn({{"/bin/sh", "-c", "while :; do :; done"}, {{"PATH", "/usr/bin:/bin"}}, ""});
   auto idle = Spawn({{"/bin/sh", "-c", "sleep 30"}, {{"PATH", "/usr/bin:/bin"}}, ""});
   ASSERT_TRUE(busy.ok() && idle.ok());
-  // The idle group settles once sh has started its sleep (exec reads files).
+  // The idle group settles once sh's child has become sleep (exec and the
+  // dynamic loader read files) and sleeps in it: state S, not R or D.
+  const std::string sh = std::to_string(idle->pid);
+  auto asleep = [&] {
+    std::ifstream children("/proc/" + sh + "/task/" + sh + "/children");
+    int child = 0;
+    if (!(children >> child)) return false;
+    std::ifstream stat_file("/proc/" + std::to_string(child) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+    const auto open = stat.find('('), close = stat.rfind(')');
+    return open != std::string::npos && close != std::string::npos && close + 2 < stat.size() &&
+           stat.substr(open + 1, close - open - 1) == "sleep" && stat[close + 2] == 'S';
+  };
+  ASSERT_TRUE(testutil::WaitUntil(asleep, 10s, 10ms));
   GroupActivity i0 = SampleGroupActivity(idle->pid);
-  testutil::WaitUntil(
-      [&] {
-        GroupActivity again = SampleGroupActivity(idle->pid);
-        bool settled = again.processes == 2 && again.io_bytes == i0.io_bytes;
-        i0 = again;
-        return settled;
-      },
-      10s, 20ms);
   GroupActivity b0 = SampleGroupActivity(busy->pid);
   // Wait (bounded) until the busy group has used 200 ms of CPU.
   GroupActivity b1 = b0;

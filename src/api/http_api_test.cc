@@ -67,6 +67,7 @@ class HttpApiTest : public testing::Test {
     r->set_step(step);
     r->set_step_count(step + 1);
     r->set_first_step_unix_ms(first_ms);
+    r->set_first_step(0);
     r->set_last_step_unix_ms(last_ms);
     r->set_phase("forward");
     r->set_checkpoint_step(-1);

@@ -29,8 +29,27 @@ struct OpenPhase {
   std::int64_t start_mono_ns = 0;
   std::int64_t after_step = kNoStep;
 };
-std::mutex g_timing_mu;  // one timing writer at a time; guards g_open
+std::mutex g_timing_mu;  // one timing writer at a time; guards g_open and g_first
 OpenPhase g_open;
+
+// Settling the number of the process's first step. A script that reports its
+// own steps does so after its optimizer steps, and the automatic count has by
+// then reported that step under its own number (from 0, or after the step a
+// recognised checkpoint load resumed from): the script's number wins, and the
+// automatic count's first number stands only once a second automatic step
+// shows that nobody else numbers them.
+struct FirstStep {
+  bool settled = false;
+  bool explicit_steps = false;
+  int automatic = 0;                    // automatic steps before settling
+  std::int64_t candidate = kNoStep;     // the automatic count's first number
+};
+FirstStep g_first;
+
+void Settle(StatusPage* page, std::int64_t first) {
+  g_first.settled = true;
+  page->first_step.store(first, std::memory_order_release);
+}
 
 // Ends the open phase at `now` (timing ring). Holds g_timing_mu.
 void CloseOpenPhase(StatusPage* page, std::int64_t now) {
@@ -63,24 +82,36 @@ bool Init() {
 
 bool Attached() { return g_page.load(std::memory_order_acquire) != nullptr; }
 
-void Step(std::int64_t step) {
+namespace {
+
+void RecordStep(std::int64_t step, bool automatic) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page == nullptr) return;
   std::int64_t now = MonotonicNowNanos();
-  {
-    std::lock_guard<std::mutex> lock(g_timing_mu);
-    std::int64_t previous = page->last_step_mono_ns.load(std::memory_order_relaxed);
-    if (previous == 0) previous = page->attach_mono_ns.load(std::memory_order_relaxed);
-    std::int64_t after = page->step.load(std::memory_order_relaxed);
-    bool reopen = g_open.open;
-    OpenPhase phase = g_open;
-    CloseOpenPhase(page, now);
-    TimingAppend(&page->timings, 0, TimingKind::kStep, previous, now - previous, after, step);
-    if (reopen) {  // the phase goes on in the next step
-      g_open = phase;
-      g_open.start_mono_ns = now;
-      g_open.after_step = step;
+  std::lock_guard<std::mutex> lock(g_timing_mu);
+  if (automatic && g_first.explicit_steps) return;  // the script numbers its steps
+  if (!automatic && !g_first.explicit_steps) {
+    g_first.explicit_steps = true;
+    if (g_first.automatic > 0) {
+      // This step's optimizer step was counted automatically a moment ago,
+      // and so were the ones before it since the process began: the first
+      // was this step's number less those.
+      if (!g_first.settled) Settle(page, step - g_first.automatic + 1);
+      page->step.store(step, std::memory_order_release);  // the same step, the script's number
+      return;
     }
+  }
+  std::int64_t previous = page->last_step_mono_ns.load(std::memory_order_relaxed);
+  if (previous == 0) previous = page->attach_mono_ns.load(std::memory_order_relaxed);
+  std::int64_t after = page->step.load(std::memory_order_relaxed);
+  bool reopen = g_open.open;
+  OpenPhase phase = g_open;
+  CloseOpenPhase(page, now);
+  TimingAppend(&page->timings, 0, TimingKind::kStep, previous, now - previous, after, step);
+  if (reopen) {  // the phase goes on in the next step
+    g_open = phase;
+    g_open.start_mono_ns = now;
+    g_open.after_step = step;
   }
   if (page->first_step_mono_ns.load(std::memory_order_relaxed) == 0) {
     page->first_step_mono_ns.store(now, std::memory_order_relaxed);
@@ -94,7 +125,21 @@ void Step(std::int64_t step) {
   page->last_step_mono_ns.store(now, std::memory_order_relaxed);
   page->step_count.fetch_add(1, std::memory_order_relaxed);
   page->step.store(step, std::memory_order_release);
+  if (g_first.settled) return;
+  if (!automatic) {
+    Settle(page, step);
+  } else if (g_first.automatic++ == 0) {
+    g_first.candidate = step;
+  } else {
+    Settle(page, g_first.candidate);
+  }
 }
+
+}  // namespace
+
+void Step(std::int64_t step) { RecordStep(step, false); }
+
+void AutomaticStep(std::int64_t step) { RecordStep(step, true); }
 
 void SetPhase(const char* name) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
@@ -244,7 +289,8 @@ void Shutdown() {
   g_page.store(nullptr, std::memory_order_release);
   {
     std::lock_guard<std::mutex> timing(g_timing_mu);
-    g_open = OpenPhase();  // a page attached later starts with no phase open
+    g_open = OpenPhase();  // a page attached later starts with no phase open, no step
+    g_first = FirstStep();
   }
   // The mapping stays alive: another thread may still be inside Step() with
   // the old pointer. One 4 KiB mapping per process is the price.

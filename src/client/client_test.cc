@@ -98,6 +98,74 @@ TEST(ClientTest, TimesPhasesAndStepsIntoTheRing) {
   unlink(path.c_str());
 }
 
+// The number of the process's first step, as a restarted generation reports
+// it: the script's own number where it reports steps right after the optimizer
+// step that automatic counting saw; the automatic count's once a second step
+// confirms it; never the automatic count's guess while the script may still
+// renumber it.
+class FirstStepTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = testing::TempDir() + "/client_test_first_" + std::to_string(getpid());
+    auto page = MappedStatusPage::Create(path_);
+    ASSERT_TRUE(page.ok()) << page.status().ToString();
+    page_ = std::move(page.value());
+    setenv(client::kStatusPageEnv, path_.c_str(), 1);
+    ASSERT_TRUE(client::Init());
+  }
+  void TearDown() override {
+    client::Shutdown();
+    unsetenv(client::kStatusPageEnv);
+    unlink(path_.c_str());
+  }
+  StatusSnapshot Read() { return ReadStatusPage(*page_.get()); }
+
+  std::string path_;
+  MappedStatusPage page_;
+};
+
+TEST_F(FirstStepTest, TheScriptsOwnNumberReplacesTheAutomaticCountsGuess) {
+  client::AutomaticStep(0);  // a resumed script's first optimizer step, counted from 0
+  EXPECT_EQ(Read().first_step, kNoStep) << "not settled while the script may still number it";
+  EXPECT_GT(Read().first_step_mono_ns, 0);
+  client::Step(11);          // the script: that was step 11 (it resumed from 10)
+  StatusSnapshot s = Read();
+  EXPECT_EQ(s.first_step, 11);
+  EXPECT_EQ(s.step, 11);
+  EXPECT_EQ(s.step_count, 1);
+  client::AutomaticStep(1);  // ignored from now on
+  client::Step(12);
+  s = Read();
+  EXPECT_EQ(s.first_step, 11);
+  EXPECT_EQ(s.step, 12);
+  EXPECT_EQ(s.step_count, 2);
+}
+
+TEST_F(FirstStepTest, AutomaticCountingSettlesAtItsSecondStep) {
+  client::AutomaticStep(41);  // resumed after a recognised checkpoint of step 40
+  EXPECT_EQ(Read().first_step, kNoStep);
+  client::AutomaticStep(42);
+  EXPECT_EQ(Read().first_step, 41);
+  client::Step(50);  // a script that reports only now and then: the first stays
+  EXPECT_EQ(Read().first_step, 41);
+  EXPECT_EQ(Read().step, 50);
+}
+
+TEST_F(FirstStepTest, AScriptThatNumbersItsStepsSettlesAtOnce) {
+  client::Step(7);
+  EXPECT_EQ(Read().first_step, 7);
+  client::Step(8);
+  EXPECT_EQ(Read().first_step, 7);
+}
+
+TEST_F(FirstStepTest, AutomaticStepsBeforeTheScriptsFirstCountBackFromIt) {
+  client::AutomaticStep(0);
+  client::AutomaticStep(1);  // settled: 0
+  client::Step(2);
+  EXPECT_EQ(Read().first_step, 0);
+  EXPECT_EQ(Read().step_count, 2);
+}
+
 TEST(ClientTest, RejectsAPageOfAnotherVersion) {
   std::string path = testing::TempDir() + "/client_test_badpage_" + std::to_string(getpid());
   {

@@ -23,6 +23,7 @@ void InitStatusPage(StatusPage* page) {
   page->numeric_step.store(kNoStep);
   page->spike_step.store(kNoStep);
   page->verified_step.store(kNoStep);
+  page->first_step.store(kNoStep);
   InitJournal(&page->journal);
 }
 
@@ -42,6 +43,7 @@ StatusSnapshot ReadStatusPage(const StatusPage& page) {
   s.pid = page.pid.load(std::memory_order_acquire);
   s.attached = s.pid != 0;
   s.attach_mono_ns = page.attach_mono_ns.load(std::memory_order_relaxed);
+  s.first_step = page.first_step.load(std::memory_order_acquire);
   s.step = page.step.load(std::memory_order_acquire);
   s.step_count = page.step_count.load(std::memory_order_relaxed);
   s.last_step_mono_ns = page.last_step_mono_ns.load(std::memory_order_relaxed);

@@ -107,7 +107,12 @@ struct StatusPage {
   // event: open(), os.open(), io.open_code() of imports), its forked data
   // loader workers' included: the rank's metadata rate.
   std::atomic<std::int64_t> files_opened;
-  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 80];
+  // The number of this process's first training step, kNoStep until it is
+  // settled: the script's own when it reports steps (trainguard.step), else
+  // the automatic count's once a second step confirms it. Stored with release
+  // after first_step_mono_ns (docs/status_page.md).
+  std::atomic<std::int64_t> first_step;
+  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 88];
   OpJournal journal;  // version 2: the journal of communication operations
   char reserved_after_journal[kTimingsOffset - kJournalOffset - sizeof(OpJournal)];
   TimingRing timings;  // version 3: phase and step intervals, a ring
@@ -119,6 +124,7 @@ static_assert(offsetof(StatusPage, numeric_step) == 504);
 static_assert(offsetof(StatusPage, verified_step) == 560);
 static_assert(offsetof(StatusPage, checkpoint_waited_ns) == 568);
 static_assert(offsetof(StatusPage, files_opened) == 576);
+static_assert(offsetof(StatusPage, first_step) == 584);
 static_assert(offsetof(StatusPage, journal) == kJournalOffset);
 static_assert(offsetof(StatusPage, timings) == kTimingsOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
@@ -136,6 +142,7 @@ struct StatusSnapshot {
   std::int64_t step_count = 0;
   std::int64_t last_step_mono_ns = 0;
   std::int64_t first_step_mono_ns = 0;
+  std::int64_t first_step = kNoStep;  // settled, else kNoStep
   std::int64_t checkpoint_step = kNoStep;
   std::int64_t phase_mono_ns = 0;
   std::int64_t checkpoint_blocked_ns = 0;

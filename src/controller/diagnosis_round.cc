@@ -18,6 +18,17 @@ const char* DiagStageName(DiagStage stage) {
   return "?";
 }
 
+std::vector<std::size_t> RingNeighbours(std::size_t ring_size, std::size_t self) {
+  std::vector<std::size_t> out;
+  if (ring_size < 2 || self >= ring_size) return out;
+  for (std::size_t distance : {1, 2}) {
+    for (std::size_t j : {(self + ring_size - distance % ring_size) % ring_size, (self + distance) % ring_size}) {
+      if (j != self && std::find(out.begin(), out.end(), j) == out.end()) out.push_back(j);
+    }
+  }
+  return out;
+}
+
 void DiagnosisRound::StartStage(DiagStage stage, std::vector<std::vector<std::string>> groups) {
   stage_ = stage;
   queue_.clear();

@@ -33,6 +33,13 @@ const char* DiagStageName(DiagStage stage);
 // restart after an incident.
 enum class DiagnosisPurpose { kPreflight, kIncident };
 
+// The nodes a node measures the network against in a round: its neighbours
+// in the round's ring, two on each side (fewer in a smaller ring), nearest
+// first. A node's figure is the best over them, so a healthy node beside a
+// bad link, or beside two, still has a fast pair; a node whose own link is
+// slow is slow with all of them.
+std::vector<std::size_t> RingNeighbours(std::size_t ring_size, std::size_t self);
+
 class DiagnosisRound {
  public:
   // `nodes` in the order they are to be asked; parallelism 0 = all at once.

@@ -127,5 +127,16 @@ TEST(DiagnosisRoundTest, ANodeGoneBeforeItWasAskedIsSkipped) {
   EXPECT_TRUE(round.Done());
 }
 
+TEST(RingNeighboursTest, TwoOnEachSideNearestFirstFewerInASmallRing) {
+  using V = std::vector<std::size_t>;
+  EXPECT_EQ(RingNeighbours(8, 0), (V{7, 1, 6, 2}));
+  EXPECT_EQ(RingNeighbours(8, 5), (V{4, 6, 3, 7}));
+  EXPECT_EQ(RingNeighbours(4, 2), (V{1, 3, 0}));  // the node opposite is two away both ways: once
+  EXPECT_EQ(RingNeighbours(3, 1), (V{0, 2}));
+  EXPECT_EQ(RingNeighbours(2, 0), (V{1}));
+  EXPECT_EQ(RingNeighbours(1, 0), V{});
+  EXPECT_EQ(RingNeighbours(4, 4), V{});  // not in the ring
+}
+
 }  // namespace
 }  // namespace trainguard

@@ -96,11 +96,10 @@ std::vector<std::string> JobController::NetworkPeersOf(const std::string& node_i
   }
   auto self = std::find_if(ring.begin(), ring.end(), [&](const Node* n) { return n->node_id == node_id; });
   if (self == ring.end() || ring.size() < 2) return {};
-  const std::size_t i = static_cast<std::size_t>(self - ring.begin());
   std::vector<std::string> out;
-  for (std::size_t j : {(i + ring.size() - 1) % ring.size(), (i + 1) % ring.size()}) {
+  for (std::size_t j : RingNeighbours(ring.size(), static_cast<std::size_t>(self - ring.begin()))) {
     std::string peer = ring[j]->address + ":" + std::to_string(ring[j]->diag_port);
-    if (j != i && std::find(out.begin(), out.end(), peer) == out.end()) out.push_back(peer);
+    if (std::find(out.begin(), out.end(), peer) == out.end()) out.push_back(peer);
   }
   return out;
 }

@@ -40,7 +40,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
     Emit("checkpoint_committed", node->node_id, status.global_rank(), checkpoint_step_,
          "checkpoint of step " + std::to_string(checkpoint_step_) + " committed");
   }
-  if (!first_step_seen_ && status.first_step_unix_ms() > 0) {
+  if (!first_step_seen_ && status.first_step_unix_ms() > 0 && status.has_first_step()) {
     first_step_seen_ = true;
     RestartPath path;
     path.first_step_wall = status.first_step_unix_ms() * kMillisecond;
@@ -52,9 +52,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
     path.restore_end_ms = status.has_restore_end_ms() ? status.restore_end_ms() : -1;
     path.first_step_ms = status.has_first_step_ms() ? status.first_step_ms() : -1;
     path.warm = status.warm();
-    // The step number of the first step: steps are counted, so this holds
-    // when the loop steps one at a time.
-    const std::int64_t first_step = status.step() - std::max<std::int64_t>(status.step_count(), 1) + 1;
+    const std::int64_t first_step = status.first_step();
     // Only what the rank says it loaded: the step before its first step is
     // no proof (a loop may count from anywhere).
     path.resumed_step = status.has_resumed_step() ? status.resumed_step() : -1;

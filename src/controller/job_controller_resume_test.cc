@@ -24,6 +24,7 @@ class ResumeTest : public JobControllerTest {
       v1::RankStatus a = Rank(node * 2, 12), b = Rank(node * 2 + 1, 12);
       for (v1::RankStatus* r : {&a, &b}) {
         r->set_first_step_unix_ms(clock_.WallNanos() / kMillisecond - 5000);
+        r->set_first_step(1);
         r->set_last_step_unix_ms(clock_.WallNanos() / kMillisecond);
         r->set_checkpoint_step(10);
       }
@@ -173,6 +174,7 @@ TEST_F(ResumeTest, TheAgentsOfTheRunningGenerationComeBackWithTheirRanksAndNothi
     v1::RankStatus x = Rank(node * 2, 15), y = Rank(node * 2 + 1, 15);
     for (v1::RankStatus* r : {&x, &y}) {
       r->set_first_step_unix_ms(clock_.WallNanos() / kMillisecond - 8000);
+      r->set_first_step(1);
       r->set_checkpoint_step(10);
     }
     controller_->OnMessage(10 + node, [&] {

@@ -407,6 +407,7 @@ TEST_F(JobControllerTest, DowntimeOfAnIncidentIsAccounted) {
   clock_.Advance(3 * kSecond);     // the new generation steps 3 s later
   v1::RankStatus first = Rank(0, 21);
   first.set_first_step_unix_ms(clock_.WallNanos() / kMillisecond);
+  first.set_first_step(21);
   Heartbeat(0, 1, {first});
   auto downtime = EventsOf("downtime");
   ASSERT_EQ(downtime.size(), 1u);

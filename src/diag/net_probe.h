@@ -1,5 +1,5 @@
 // The network probe of the diagnostics suite: bandwidth both ways and
-// round-trip time between this node and its neighbours, over plain TCP to
+// round-trip time between this node and its ring neighbours (up to four), over plain TCP to
 // each neighbour's PeerServer (every agent runs one). A node's figure is
 // the best over its neighbours: a slow peer lowers one pair, while a node
 // whose own link is slow is slow with every neighbour, so a bad link is

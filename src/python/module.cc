@@ -62,6 +62,7 @@ py::dict ReadPage(const std::string& path) {
   d["pid"] = snap.pid;
   d["step"] = snap.step;
   d["step_count"] = snap.step_count;
+  d["first_step"] = snap.first_step;
   d["phase"] = snap.phase;
   d["files_opened"] = snap.files_opened;
   py::list groups;
@@ -128,6 +129,7 @@ PYBIND11_MODULE(_core, m) {
         "Attach to the agent's status page and count the files the process opens; False without one.");
   m.def("attached", &client::Attached);
   m.def("step", &client::Step, py::arg("step"));
+  m.def("automatic_step", &client::AutomaticStep, py::arg("step"));
   m.def("set_phase", [](const std::string& name) { client::SetPhase(name.c_str()); },
         py::arg("name"));
   m.def("last_step", &client::LastStep);

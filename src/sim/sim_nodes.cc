@@ -91,6 +91,7 @@ void Simulation::FillRanks(int i, Nanos now, google::protobuf::RepeatedPtrField<
     r->set_progress_age_ms(std::max<Nanos>(0, now - last) / kMillisecond);
     if (stepped) {
       r->set_first_step_unix_ms(Wall(gen_.first) / kMillisecond);
+      r->set_first_step(gen_.first_no);
       r->set_last_step_unix_ms(Wall(last) / kMillisecond);
     }
     r->set_checkpoint_step(committed);
