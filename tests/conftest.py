@@ -2,6 +2,7 @@
 PyTorch DDP on gloo, a real SQLite store. Nothing here sleeps to hope: every
 wait polls a condition with a deadline."""
 
+import glob
 import json
 import os
 import re
@@ -138,10 +139,18 @@ def events(store, job_id):
                  detail=json.loads(d), wall_ns=w) for k, n, r, g, s, m, d, w in rows]
 
 
-def status_page_step(job_id, node, rank):
+def status_page_step(job_id, node, rank, agent_pid=None):
     """Reads a rank's current step straight from its shared-memory status page
-    (layout: docs/status_page.md)."""
-    path = "/dev/shm/trainguard-%s-%s-r%d" % (job_id, node, rank)
+    (layout: docs/status_page.md), trainguard-JOB-NODE-AGENTPID-rRANK: the
+    page of `agent_pid`'s rank, or the one such page there is (another test
+    may run a job of the same id)."""
+    if agent_pid is None:
+        found = glob.glob("/dev/shm/trainguard-%s-%s-[0-9]*-r%d" % (glob.escape(job_id), glob.escape(node), rank))
+        if len(found) != 1:
+            return None
+        path = found[0]
+    else:
+        path = "/dev/shm/trainguard-%s-%s-%d-r%d" % (job_id, node, agent_pid, rank)
     try:
         with open(path, "rb") as f:
             data = f.read(48)
@@ -236,8 +245,7 @@ class Job:
         try:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            self.end()
             raise AssertionError("job %s did not finish in %d s:\n%s\nits events:\n%s" % (
                 self.job_id, timeout, self.output()[-3000:], self.event_lines()[-6000:]))
         self._out.close()
@@ -250,6 +258,22 @@ class Job:
     def output(self):
         with open(self.log) as f:
             return f.read()
+
+    def end(self):
+        """Ends a job a test gives up on: `run`'s fast shutdown (SIGINT), which
+        stops the agents and removes their status pages, then SIGKILL."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGINT)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def page_step(self, node, rank):
+        """Rank `rank`'s step from its status page on `node` (None before it has one)."""
+        agent = self.agent_pids().get(node)
+        return status_page_step(self.job_id, node, rank, agent) if agent else None
 
     def settled_standbys(self):
         """Warm standbys the agents made ready, or gave up on, so far. A

@@ -172,9 +172,7 @@ def test_the_api_and_metrics_follow_a_real_failure_and_actions_need_the_token(tm
         assert code == 200, body
         rc = job.wait(timeout=120)
     finally:
-        if job.proc.poll() is None:
-            os.killpg(job.proc.pid, signal.SIGKILL)
-            job.proc.wait()
+        job.end()
     assert rc != 0
     assert "cancelled through the API from 127.0.0.1: enough for today" in job.output()
     # The stream ended with the job and carried every event once, in order.

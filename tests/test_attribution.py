@@ -127,15 +127,13 @@ def test_report_of_a_job_with_two_failures_accounts_for_the_wall_time(tmp_path, 
     import signal
     import time
 
-    from conftest import status_page_step
-
     started = time.time()
     command = example(tmp_path, "--crash-at-step", "12", "--step-delay", "0.04")
     command[command.index("--steps") + 1] = "70"
     job = Job(tmp_path, "two", command)
     # Second failure: kill -9 of rank 2 once the restarted generation is past step 30.
     wait_for(lambda: len(job.rank_pids(generation=1)) == 4, 90, "the restart")
-    wait_for(lambda: any((status_page_step("two", n, 2) or -1) >= 30 for n in ("node0", "node1")),
+    wait_for(lambda: any((job.page_step(n, 2) or -1) >= 30 for n in ("node0", "node1")),
              90, "step 30 after the restart")
     os.kill(job.rank_pids(generation=1)[2], signal.SIGKILL)
     assert job.wait() == 0, job.output()[-2000:]

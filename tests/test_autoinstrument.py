@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from conftest import PYTHON, Job, status_page_step, wait_for
+from conftest import PYTHON, Job, wait_for
 
 PLAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_ddp.py")
 STEPS = 40
@@ -43,7 +43,7 @@ def test_a_rank_stuck_in_an_unmodified_script_is_detected_named_and_recovered(tm
                                            "--sleep-at-step", "12"),
               flags=["--hang-timeout", str(hang_timeout), "--heartbeat-interval", "0.5"])
     # Rank 3 (node1) stops inside its loop after its optimizer step 11.
-    wait_for(lambda: (status_page_step("plain-hang", "node1", 3) or -1) >= 11, 90, "step 11 of rank 3")
+    wait_for(lambda: (job.page_step("node1", 3) or -1) >= 11, 90, "step 11 of rank 3")
     stuck_since = time.time()
     assert job.wait() == 0, job.output()[-3000:]
     failure = job.events("failure")[0]

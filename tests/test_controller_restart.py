@@ -59,7 +59,8 @@ class Cluster:
             return f.read()
 
     def step(self, node, rank):
-        return status_page_step(self.job_id, node, rank) or -1
+        agent = self.agents[int(node[len("host"):])].pid
+        return status_page_step(self.job_id, node, rank, agent) or -1
 
     def rank_pids(self):
         pids = {}

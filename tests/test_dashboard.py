@@ -137,6 +137,4 @@ def test_the_dashboard_follows_a_failure_and_cordons_a_node(tmp_path, no_leftove
         urllib.request.urlopen(req, timeout=10).read()
         job.wait(timeout=120)
     finally:
-        if job.proc.poll() is None:
-            os.killpg(job.proc.pid, signal.SIGKILL)
-            job.proc.wait()
+        job.end()

@@ -9,7 +9,7 @@ import re
 import subprocess
 import urllib.request
 
-from conftest import BUILD, PYTHON, TRAINGUARD, Job, api_url, status_page_step, wait_for
+from conftest import BUILD, PYTHON, TRAINGUARD, Job, api_url, wait_for
 
 FAKE_NVML = os.path.join(BUILD, "src", "agent", "libfake_nvml.so")
 
@@ -93,7 +93,7 @@ def test_a_node_whose_gpu_reports_new_ecc_errors_is_watched_and_evicted_when_it_
               nnodes=2, nproc=1,
               flags=["--spares", "1", "--hang-timeout", "6", "--heartbeat-interval", "0.5", "--stop-grace", "1"],
               env={"TRAINGUARD_NVML_LIBRARY": FAKE_NVML, "TG_FAKE_NVML_ECC_DIR": str(ecc)})
-    wait_for(lambda: (status_page_step("gpu-watch", "node1", 1) or -1) >= 5 or job.proc.poll() is not None,
+    wait_for(lambda: (job.page_step("node1", 1) or -1) >= 5 or job.proc.poll() is not None,
              120, "step 5 of rank 1")
     (ecc / "node1").write_text("2\n")  # GPU 3 of node1: two uncorrected ECC errors
     said = wait_for(lambda: job.events("gpu_errors") or job.proc.poll() is not None, 60, "the gpu_errors event")

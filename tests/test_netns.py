@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, api_url, status_page_step, wait_for
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, api_url, wait_for
 
 
 # What `run --netns` makes (cli/netns_fabric.cc), a job's 6-hex-digit tag in
@@ -132,7 +132,7 @@ def test_one_short_flap_is_survived_and_repeated_flapping_evicts_the_node(tmp_pa
                                  "--ckpt-dir", str(tmp_path / "ckpt"), "--step-delay", "0.05"],
               nnodes=2, nproc=1, flags=["--netns", "--spares", "1", "--heartbeat-interval", "0.5"])
     wait_for(lambda: job.events("first_step"), 120, "the first step")
-    wait_for(lambda: (status_page_step("flap", "node1", 1) or -1) >= 10, 120, "rank 1 at step 10")
+    wait_for(lambda: (job.page_step("node1", 1) or -1) >= 10, 120, "rank 1 at step 10")
     agent = job.agent_pids()["node1"]
     ns = subprocess.run(["ip", "netns", "identify", str(agent)], capture_output=True, text=True).stdout.strip()
     assert ns.endswith("-node1"), ns
@@ -141,8 +141,8 @@ def test_one_short_flap_is_survived_and_repeated_flapping_evicts_the_node(tmp_pa
     flap(port)
     flapped = wait_for(lambda: job.events("link_flap"), 30, "the flap to be seen")
     assert flapped[0]["node"] == "node1" and flapped[0]["detail"]["link"] == "tg0"
-    step = status_page_step("flap", "node1", 1)
-    wait_for(lambda: (status_page_step("flap", "node1", 1) or -1) >= step + 10, 60, "training to go on")
+    step = job.page_step("node1", 1)
+    wait_for(lambda: (job.page_step("node1", 1) or -1) >= step + 10, 60, "training to go on")
     assert not job.events("failure") and not job.events("node_evicted")
 
     flap(port)
@@ -205,7 +205,7 @@ def test_a_node_whose_own_link_drops_its_packets_shows_its_tcp_retransmissions(t
                                     "--ckpt-dir", str(tmp_path / "ckpt"), "--step-delay", "0.02"],
               nnodes=3, nproc=1, flags=["--netns", "--heartbeat-interval", "0.5"])
     url = api_url(job)
-    wait_for(lambda: (status_page_step("retrans", "node1", 1) or -1) >= 10 or job.proc.poll() is not None, 120,
+    wait_for(lambda: (job.page_step("node1", 1) or -1) >= 10 or job.proc.poll() is not None, 120,
              "rank 1 at step 10")
     assert job.proc.poll() is None, job.output()[-3000:]
     healthy = wait_for(lambda: (lambda r: r if len(r) == 3 else None)(retransmit_ratios(url)), 30,

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, cpu_cgroup, remove_cgroup, status_page_step, wait_for
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, cpu_cgroup, remove_cgroup, wait_for
 
 STEPS = 40
 
@@ -131,7 +131,7 @@ def test_a_throttled_node_is_diagnosed_evicted_and_replaced_by_the_spare(tmp_pat
     run.mkdir()
     job = Job(run, "diag", example(run, "--step-delay", "0.05"), nnodes=3, nproc=1,
               flags=["--spares", "1", "--diagnose", "quick", "--max-restarts", "2", "--rendezvous-timeout", "60"])
-    wait_for(lambda: (status_page_step("diag", "node1", 1) or -1) >= 12, 120, "rank 1 to reach step 12")
+    wait_for(lambda: (job.page_step("node1", 1) or -1) >= 12, 120, "rank 1 to reach step 12")
     preflight = job.events("diagnosis")
     assert preflight and preflight[0]["detail"]["purpose"] == "preflight" and not preflight[0]["detail"]["evicted"]
     job.wait_for_quiet(standbys=3)

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, ROOT, TRAINGUARD, Job, status_page_step, wait_for
+from conftest import PYTHON, ROOT, TRAINGUARD, Job, wait_for
 
 PLAIN = os.path.join(ROOT, "tests", "plain_ddp.py")
 SLOW_FS = os.path.join(ROOT, "tests", "slow_fs.py")
@@ -81,7 +81,7 @@ def job_of(tmp_path, name, mount, *extra, steps=60):
 def test_a_rank_whose_data_read_stalls_is_a_storage_stall_naming_the_mount(tmp_path, no_leftovers, slow_mount):
     mount, control = slow_mount
     job = job_of(tmp_path, "storage-stall", mount)
-    wait_for(lambda: (status_page_step("storage-stall", "node1", 3) or -1) >= 10 or job.proc.poll() is not None,
+    wait_for(lambda: (job.page_step("node1", 3) or -1) >= 10 or job.proc.poll() is not None,
              120, "step 10 of rank 3")
     control.write_text("shard-3\n")  # rank 3's reads wait from now on
     wait_for(lambda: job.events("failure") or job.proc.poll() is not None, 120, "the stall's failure")
@@ -144,7 +144,7 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
     opens_key = ("trainguard_node_storage_file_opens_total", "node0")
 
     def node0_steps():
-        return [status_page_step("storage-healthy", "node0", r) for r in (0, 1)]
+        return [job.page_step("node0", r) or -1 for r in (0, 1)]
 
     wait_for(lambda: min(node0_steps()) >= 5 or job.proc.poll() is not None, 60, "step 5 (imports done)")
     # The counter in /metrics is from the node's last heartbeat: bracket the
@@ -222,7 +222,7 @@ def test_a_rank_whose_object_store_read_stalls_is_a_data_loader_stall_not_a_hang
                                                                                     object_store):
     url, stall, _ = object_store
     job = job_of(tmp_path, "object-stall", url)
-    wait_for(lambda: (status_page_step("object-stall", "node0", 1) or -1) >= 10 or job.proc.poll() is not None,
+    wait_for(lambda: (job.page_step("node0", 1) or -1) >= 10 or job.proc.poll() is not None,
              120, "step 10 of rank 1")
     stall.add("shard-1")  # rank 1's requests get no answer from now on (its socket waits: state S, not D)
     wait_for(lambda: job.events("failure") or job.proc.poll() is not None, 120, "the stall's failure")

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import (EXAMPLE, PYTHON, TRAINGUARD, BUILD, Job, events, free_port, wait_for,
-                      status_page_step, processes_mentioning)
+                      processes_mentioning)
 
 STEPS = 60
 
@@ -105,7 +105,7 @@ def test_kill9_rank_recovers_with_identical_parameters(tmp_path, no_leftovers, r
     job = Job(tmp_path, "kill9", example(tmp_path, "--step-delay", "0.03"))
     pids = wait_for(lambda: len(job.rank_pids()) == 4 and job.rank_pids(), 60, "ranks to start")
     # Which node holds the victim depends on registration order: look at both.
-    wait_for(lambda: any((status_page_step("kill9", n, victim) or -1) >= kill_step
+    wait_for(lambda: any((job.page_step(n, victim) or -1) >= kill_step
                          for n in ("node0", "node1")), 90, "step %d" % kill_step)
     os.kill(pids[victim], signal.SIGKILL)
     assert job.wait() == 0, "seed %d: %s" % (seed, job.output()[-3000:])
@@ -126,7 +126,7 @@ def test_sigstop_rank_is_detected_as_hang_and_recovers(tmp_path, no_leftovers, r
     job = Job(tmp_path, "sigstop", example(tmp_path, "--step-delay", "0.03"),
               flags=["--hang-timeout", str(hang_timeout), "--heartbeat-interval", "0.5"])
     pids = wait_for(lambda: len(job.rank_pids()) == 4 and job.rank_pids(), 60, "ranks to start")
-    wait_for(lambda: any((status_page_step("sigstop", n, 2) or -1) >= 12 for n in ("node0", "node1")),
+    wait_for(lambda: any((job.page_step(n, 2) or -1) >= 12 for n in ("node0", "node1")),
              90, "step 12")
     stopped_at = time.time()
     os.kill(pids[2], signal.SIGSTOP)

@@ -28,7 +28,8 @@ int Agent::MemoryPort() const { return memory_ != nullptr ? memory_->server.port
 
 std::string Agent::MemoryRoot(const v1::Start& start) const {
   if (memory_ == nullptr || start.memory_checkpoints() <= 0) return "";
-  Status s = memory_->store.Open("trainguard-" + start.run_id() + "-" + config_.node_id + "-checkpoints");
+  Status s = memory_->store.Open("trainguard-" + start.run_id() + "-" + config_.node_id + "-" +
+                                 std::to_string(getpid()) + "-checkpoints");
   if (!s.ok()) {
     std::fprintf(stderr, "trainguard agent %s: %s; checkpoints are restored from storage only\n",
                  config_.node_id.c_str(), s.message().c_str());

@@ -84,9 +84,10 @@ void Agent::StartRanks(const v1::Start& start) {
     auto rank = std::make_unique<Rank>();
     rank->local_rank = local;
     rank->global_rank = start.group_rank() * start.nproc_per_node() + local;
-    std::string tag = start.run_id() + "-" + config_.node_id + "-r" +
-                      std::to_string(rank->global_rank);
-    std::string page_path = config_.shm_dir + "/trainguard-" + tag;
+    // The agent's pid in the name: two jobs of the same id on one host
+    // (two stores, two users) must never share a page.
+    std::string page_path =
+        config_.shm_dir + "/" + StatusPageName(start.run_id(), config_.node_id, getpid(), rank->global_rank);
     auto page = MappedStatusPage::Create(page_path);
     std::string rank_gen = "rank" + std::to_string(rank->global_rank) + ".gen" +
                            std::to_string(generation_);

@@ -28,8 +28,12 @@ LiveJob LiveJobOf(const JobSnapshot& job) {
       job.now_wall - newest <= 2 * job.heartbeat_interval) {
     newest = job.now_wall;
   }
-  return {job.now_wall,          job.state, job.restart_count, newest, job.checkpoint_overhead_ms,
-          job.checkpoint_wait_ms, job.data_wait_ms};
+  LiveJob live{job.now_wall,          job.state, job.restart_count, newest, job.checkpoint_overhead_ms,
+               job.checkpoint_wait_ms, job.data_wait_ms};
+  live.generation = job.generation;
+  live.first_step_wall = job.generation_first_step_unix_ms * kMillisecond;
+  live.first_step_no = job.generation_first_step;
+  return live;
 }
 
 json JobJson(const JobSnapshot& job, const JobRecord* record, const DowntimeReport* report) {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <filesystem>
@@ -29,6 +30,7 @@
 #include "cli/root_cause.h"
 #include "common/job_secret.h"
 #include "common/json_text.h"
+#include "common/status_page.h"
 #include "controller/job_controller.h"
 #include "store/event_store.h"
 #include "transport/grpc_transport.h"
@@ -379,7 +381,9 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     if (slurm_nodes) slurm_nodes->Flush(30000);  // the drains asked for are done before the job ends
     launcher->StopAll(static_cast<int>(o.knobs.stop_grace / kMillisecond) + 15000);
     // Agents that were killed (lost nodes) could not remove their ranks'
-    // status pages; every agent of this job is gone now.
+    // status pages; every agent of this job is gone now. A page names its
+    // agent (trainguard-JOB-NODE-AGENTPID-rRANK): pages of agents still
+    // alive belong to another job of the same id on this host and stay.
     std::error_code ec;
     std::string prefix = "trainguard-" + job_id + "-";
     // With every node here (`run`), every page of the job goes, those of
@@ -387,8 +391,9 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     for (const auto& entry : fs::directory_iterator("/dev/shm", ec)) {
       std::string name = entry.path().filename().string();
       bool ours = pick_local_nodes && name.rfind(prefix, 0) == 0;
-      for (const LocalNode& node : local_nodes) ours |= name.rfind(prefix + node.node_id + "-r", 0) == 0;
-      if (ours) fs::remove(entry.path(), ec);
+      for (const LocalNode& node : local_nodes) ours |= name.rfind(prefix + node.node_id + "-", 0) == 0;
+      const long agent = StatusPageAgent(name);
+      if (ours && agent > 0 && kill(static_cast<pid_t>(agent), 0) != 0 && errno == ESRCH) fs::remove(entry.path(), ec);
     }
   }
   server.Shutdown(2000);

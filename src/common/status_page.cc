@@ -12,6 +12,24 @@
 
 namespace trainguard {
 
+std::string StatusPageName(const std::string& job, const std::string& node, long agent_pid, int rank) {
+  return "trainguard-" + job + "-" + node + "-" + std::to_string(agent_pid) + "-r" + std::to_string(rank);
+}
+
+long StatusPageAgent(const std::string& name) {
+  if (name.rfind("trainguard-", 0) != 0) return 0;
+  const std::size_t r = name.rfind("-r");
+  if (r == std::string::npos || r + 2 >= name.size() ||
+      name.find_first_not_of("0123456789", r + 2) != std::string::npos) {
+    return 0;
+  }
+  const std::size_t dash = name.rfind('-', r - 1);
+  if (dash == std::string::npos || dash + 1 >= r) return 0;
+  const std::string pid = name.substr(dash + 1, r - dash - 1);
+  if (pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return std::stol(pid);
+}
+
 void InitStatusPage(StatusPage* page) {
   std::memset(static_cast<void*>(page), 0, sizeof(StatusPage));
   page->magic = kStatusPageMagic;

@@ -130,6 +130,13 @@ static_assert(offsetof(StatusPage, timings) == kTimingsOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 
+// The file name of a rank's page: trainguard-JOB-NODE-AGENTPID-rRANK. The
+// agent's pid keeps two jobs of the same id on one host apart, and tells a
+// page whose agent is gone (killed before it could remove it).
+std::string StatusPageName(const std::string& job, const std::string& node, long agent_pid, int rank);
+// The agent pid in such a name; 0 if `name` is not one.
+long StatusPageAgent(const std::string& name);
+
 // Writes a fresh, empty page into `page` (agent side, before the rank starts).
 void InitStatusPage(StatusPage* page);
 

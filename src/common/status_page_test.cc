@@ -8,6 +8,17 @@
 namespace trainguard {
 namespace {
 
+TEST(StatusPageTest, APagesNameCarriesItsAgentsPid) {
+  EXPECT_EQ(StatusPageName("job-7", "node0", 4242, 3), "trainguard-job-7-node0-4242-r3");
+  EXPECT_EQ(StatusPageAgent("trainguard-job-7-node0-4242-r3"), 4242);
+  EXPECT_EQ(StatusPageAgent(StatusPageName("a-1-r2", "n-5", 17, 12)), 17);  // dashes and digits in the ids
+  EXPECT_EQ(StatusPageAgent("trainguard-job-node0-r3"), 0);         // the old name: no agent in it
+  EXPECT_EQ(StatusPageAgent("trainguard-job-node0-4242-checkpoints"), 0);
+  EXPECT_EQ(StatusPageAgent("trainguard-job-node0-4242-r"), 0);
+  EXPECT_EQ(StatusPageAgent("other-job-node0-4242-r3"), 0);
+  EXPECT_EQ(StatusPageAgent("trainguard-job-node0-99999999999-r3"), 0);  // not a pid
+}
+
 TEST(StatusPageTest, FreshPageHasNoProgress) {
   StatusPage page;
   InitStatusPage(&page);

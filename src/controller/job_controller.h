@@ -441,6 +441,10 @@ class JobController {
   Nanos stop_sent_mono_ = 0;
   Nanos generation_start_wall_ = 0;
   bool first_step_seen_ = false;     // in the current generation
+  // Its first step (wall time, number), for the live downtime report: the
+  // first_step event may still be on its way to the store.
+  Nanos first_step_wall_ = 0;
+  std::int64_t first_step_no_ = -1;
   v1::ControllerMessage spare_standby_;  // PrepareStandby for idle spares; none before the first imports
   // Node memory copies (docs/restart.md): by group rank, the node that
   // held its ranks' copies in the generation before; empty after a resize

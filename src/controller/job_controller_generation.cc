@@ -46,6 +46,8 @@ void JobController::MaybeStartGeneration() {
   }
   generation_ = restart_count_;
   first_step_seen_ = false;
+  first_step_wall_ = 0;
+  first_step_no_ = -1;
   stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
   replicas_.Reset(active_nnodes_ * config_.nproc_per_node);
   numeric_.Reset(active_nnodes_ * config_.nproc_per_node);

@@ -53,6 +53,8 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
     path.first_step_ms = status.has_first_step_ms() ? status.first_step_ms() : -1;
     path.warm = status.warm();
     const std::int64_t first_step = status.first_step();
+    first_step_wall_ = path.first_step_wall;
+    first_step_no_ = first_step;
     // Only what the rank says it loaded: the step before its first step is
     // no proof (a loop may count from anywhere).
     path.resumed_step = status.has_resumed_step() ? status.resumed_step() : -1;

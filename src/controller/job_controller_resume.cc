@@ -53,6 +53,8 @@ Status JobController::Resume() {
       active_nnodes_ = d.value("nnodes", active_nnodes_);
       generation_start_wall_ = e.wall_ns;
       first_step_seen_ = false;
+      first_step_wall_ = 0;
+      first_step_no_ = -1;
       slot_of.clear();
       // The generation's nodes as decided (recorded since the decision is
       // made durable before it is acted on); ranks_started confirms them.
@@ -62,6 +64,8 @@ Status JobController::Resume() {
       }
     } else if (e.kind == "first_step" && e.generation == generation_) {
       first_step_seen_ = true;
+      first_step_wall_ = d.value("first_step_unix_ms", std::int64_t{0}) * kMillisecond;
+      first_step_no_ = d.value("first_step", e.step);
     } else if ((e.kind == "replica_divergence" || e.kind == "numeric_anomaly") && d.contains("resume_at_most")) {
       // A rollback's bound outlives the controller: forgetting it would let
       // the next restart load a checkpoint saved after the fault (docs/sdc.md).

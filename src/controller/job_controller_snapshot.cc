@@ -37,6 +37,8 @@ JobSnapshot JobController::Snapshot() const {
   s.max_restarts = config_.max_restarts;
   s.restart_count = restart_count_;
   s.generation = generation_;
+  s.generation_first_step_unix_ms = first_step_wall_ / kMillisecond;
+  s.generation_first_step = first_step_no_;
   s.max_step = MaxStep();
   s.checkpoint_step = checkpoint_step_;
   s.checkpoint_overhead_ms = CheckpointOverheadMs();

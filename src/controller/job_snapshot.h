@@ -66,6 +66,8 @@ struct JobSnapshot {
   int max_restarts = 0;
   int restart_count = 0;
   std::int64_t generation = -1;
+  std::int64_t generation_first_step_unix_ms = 0;  // the running generation's first step, 0 if none yet
+  std::int64_t generation_first_step = -1;         // its number
   std::int64_t max_step = -1;         // the newest step any rank reported
   std::int64_t checkpoint_step = -1;  // the newest committed checkpoint
   double checkpoint_overhead_ms = 0;  // of the running generation

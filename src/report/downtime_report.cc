@@ -69,6 +69,9 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
       final_data_wait_s = d.value("data_wait_ms", 0.0) / 1000;
     }
   }
+  if (live != nullptr && live->generation >= 0 && live->first_step_wall > 0 && !gens.count(live->generation)) {
+    gens[live->generation] = {live->first_step_wall, live->first_step_no};
+  }
   if (start == 0) return NotFound("no job_created event for job " + job_id);
   if (end == 0 && live != nullptr) {
     end = std::max(live->now_wall, start);

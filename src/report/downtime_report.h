@@ -46,6 +46,11 @@ struct LiveJob {
   double checkpoint_overhead_ms = 0;  // of the running generation
   double checkpoint_wait_ms = 0;
   double data_wait_ms = 0;
+  // The running generation and its first step (0: none yet), as the
+  // controller knows them: its first_step event may not be stored yet.
+  std::int64_t generation = -1;
+  Nanos first_step_wall = 0;
+  std::int64_t first_step_no = -1;
 };
 
 // One line naming storage when it held the job up noticeably: the data

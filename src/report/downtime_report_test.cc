@@ -67,6 +67,29 @@ TEST(DowntimeReportTest, AJobThatHasNotEndedNeedsTheLiveState) {
   EXPECT_EQ(r->incidents[0]["decision"], "restart");
 }
 
+// The controller saw generation 1's first step, and its event is still on
+// its way to the store: the live state closes the restart there, as the
+// stored event will, rather than let it run on to now.
+TEST(DowntimeReportTest, AFirstStepNotStoredYetClosesTheRestartFromTheLiveState) {
+  auto events = OneIncident();
+  events.pop_back();  // generation 1's first_step, not written yet
+  LiveJob live{Wall(30), "RUNNING", 1, Wall(29), 400};
+  auto open = ComputeReport("j", events, &live);
+  ASSERT_TRUE(open.ok());
+  EXPECT_DOUBLE_EQ(open->restart_s, 16);  // none known: restarting until now
+  live.generation = 1;
+  live.first_step_wall = Wall(16);
+  live.first_step_no = 51;
+  auto r = ComputeReport("j", events, &live);
+  ASSERT_TRUE(r.ok());
+  auto stored = ComputeReport("j", OneIncident(), &live);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_DOUBLE_EQ(r->restart_s, 2);
+  EXPECT_DOUBLE_EQ(r->restart_s, stored->restart_s);
+  EXPECT_DOUBLE_EQ(r->productive_s, stored->productive_s);
+  EXPECT_DOUBLE_EQ(r->tail_s, stored->tail_s);
+}
+
 TEST(DowntimeReportTest, TheRecordedEndWinsOverTheLiveState) {
   auto events = OneIncident();
   events.push_back(At(40, "job_succeeded", 1,
