@@ -80,6 +80,8 @@ void Agent::StartRanks(const v1::Start& start) {
   v1::AgentMessage started;
   started.mutable_started()->set_generation(generation_);
   PrepareMemoryCopies(start, started.mutable_started());
+  // Pages an earlier agent of this node left when it was killed.
+  RemoveStalePages(config_.shm_dir, "trainguard-" + start.run_id() + "-" + config_.node_id + "-");
   for (int local = 0; local < start.nproc_per_node(); ++local) {
     auto rank = std::make_unique<Rank>();
     rank->local_rank = local;

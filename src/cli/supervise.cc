@@ -381,20 +381,10 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     if (slurm_nodes) slurm_nodes->Flush(30000);  // the drains asked for are done before the job ends
     launcher->StopAll(static_cast<int>(o.knobs.stop_grace / kMillisecond) + 15000);
     // Agents that were killed (lost nodes) could not remove their ranks'
-    // status pages; every agent of this job is gone now. A page names its
-    // agent (trainguard-JOB-NODE-AGENTPID-rRANK): pages of agents still
-    // alive belong to another job of the same id on this host and stay.
-    std::error_code ec;
-    std::string prefix = "trainguard-" + job_id + "-";
-    // With every node here (`run`), every page of the job goes, those of
-    // nodes that replaced evicted ones included; else only this host's node's.
-    for (const auto& entry : fs::directory_iterator("/dev/shm", ec)) {
-      std::string name = entry.path().filename().string();
-      bool ours = pick_local_nodes && name.rfind(prefix, 0) == 0;
-      for (const LocalNode& node : local_nodes) ours |= name.rfind(prefix + node.node_id + "-", 0) == 0;
-      const long agent = StatusPageAgent(name);
-      if (ours && agent > 0 && kill(static_cast<pid_t>(agent), 0) != 0 && errno == ESRCH) fs::remove(entry.path(), ec);
-    }
+    // status pages; every agent of this job here is gone now. A page in use
+    // is locked by its agent: those of another job of the same id on this
+    // host stay.
+    RemoveStalePages("/dev/shm", "trainguard-" + job_id + "-");
   }
   server.Shutdown(2000);
   // Every event in the store before it is read back; a store that is away

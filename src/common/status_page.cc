@@ -1,6 +1,7 @@
 #include "common/status_page.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <filesystem>
 
 namespace trainguard {
 
@@ -28,6 +30,16 @@ long StatusPageAgent(const std::string& name) {
   const std::string pid = name.substr(dash + 1, r - dash - 1);
   if (pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) return 0;
   return std::stol(pid);
+}
+
+int RemoveStalePages(const std::string& dir, const std::string& prefix) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) == 0 && StatusPageAgent(name) > 0 && RemoveIfStale(entry.path().string())) ++removed;
+  }
+  return removed;
 }
 
 void InitStatusPage(StatusPage* page) {
@@ -118,21 +130,37 @@ StatusSnapshot ReadStatusPage(const StatusPage& page) {
 
 MappedStatusPage::~MappedStatusPage() {
   if (page_ != nullptr) munmap(page_, kStatusPageSize);
+  if (lock_fd_ >= 0) close(lock_fd_);
 }
 
 MappedStatusPage::MappedStatusPage(MappedStatusPage&& other) noexcept
-    : page_(other.page_), path_(std::move(other.path_)) {
+    : page_(other.page_), path_(std::move(other.path_)), lock_fd_(other.lock_fd_) {
   other.page_ = nullptr;
+  other.lock_fd_ = -1;
 }
 
 MappedStatusPage& MappedStatusPage::operator=(MappedStatusPage&& other) noexcept {
   if (this != &other) {
     if (page_ != nullptr) munmap(page_, kStatusPageSize);
+    if (lock_fd_ >= 0) close(lock_fd_);
     page_ = other.page_;
     path_ = std::move(other.path_);
+    lock_fd_ = other.lock_fd_;
     other.page_ = nullptr;
+    other.lock_fd_ = -1;
   }
   return *this;
+}
+
+bool RemoveIfStale(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  // Its creator holds a shared lock for the page's life; the kernel drops
+  // it when that process ends, however it ends, in whatever pid namespace.
+  const bool stale = flock(fd, LOCK_EX | LOCK_NB) == 0;
+  const bool removed = stale && unlink(path.c_str()) == 0;
+  close(fd);
+  return removed;
 }
 
 static StatusOr<StatusPage*> MapFd(int fd, const std::string& path) {
@@ -146,16 +174,23 @@ static StatusOr<StatusPage*> MapFd(int fd, const std::string& path) {
 StatusOr<MappedStatusPage> MappedStatusPage::Create(const std::string& path) {
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return IoError("create status page " + path + ": " + std::strerror(errno));
+  // Held while this object lives: the page is in use (RemoveIfStale).
+  flock(fd, LOCK_SH);
+  const int lock_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
   if (ftruncate(fd, kStatusPageSize) != 0) {
     int err = errno;
     close(fd);
     return IoError("size status page " + path + ": " + std::strerror(err));
   }
   auto mapped = MapFd(fd, path);
-  if (!mapped.ok()) return mapped.status();
+  if (!mapped.ok()) {
+    if (lock_fd >= 0) close(lock_fd);
+    return mapped.status();
+  }
   MappedStatusPage page;
   page.page_ = mapped.value();
   page.path_ = path;
+  page.lock_fd_ = lock_fd;
   InitStatusPage(page.page_);
   return page;
 }

@@ -136,6 +136,13 @@ static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 std::string StatusPageName(const std::string& job, const std::string& node, long agent_pid, int rank);
 // The agent pid in such a name; 0 if `name` is not one.
 long StatusPageAgent(const std::string& name);
+// Removes the page file at `path` if nothing holds it: the process that
+// created it (MappedStatusPage::Create holds a lock while the page lives) is
+// gone. Returns whether it removed it.
+bool RemoveIfStale(const std::string& path);
+// RemoveIfStale on every page in `dir` whose name starts with `prefix`;
+// returns how many went.
+int RemoveStalePages(const std::string& dir, const std::string& prefix);
 
 // Writes a fresh, empty page into `page` (agent side, before the rank starts).
 void InitStatusPage(StatusPage* page);
@@ -198,6 +205,7 @@ class MappedStatusPage {
  private:
   StatusPage* page_ = nullptr;
   std::string path_;
+  int lock_fd_ = -1;  // Create's: a shared flock held while the page is in use
 };
 
 }  // namespace trainguard

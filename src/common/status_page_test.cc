@@ -1,6 +1,11 @@
 #include "common/status_page.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include <string>
 #include <thread>
@@ -17,6 +22,41 @@ TEST(StatusPageTest, APagesNameCarriesItsAgentsPid) {
   EXPECT_EQ(StatusPageAgent("trainguard-job-node0-4242-r"), 0);
   EXPECT_EQ(StatusPageAgent("other-job-node0-4242-r3"), 0);
   EXPECT_EQ(StatusPageAgent("trainguard-job-node0-99999999999-r3"), 0);  // not a pid
+}
+
+TEST(StatusPageTest, OnlyAPageNobodyHoldsIsRemovedAsStale) {
+  const std::string dir = testing::TempDir() + "/stale_pages_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  const std::string held = dir + "/" + StatusPageName("j", "n0", 100, 0);
+  const std::string left = dir + "/" + StatusPageName("j", "n0", 101, 1);
+  const std::string other = dir + "/" + StatusPageName("k", "n0", 102, 0);
+  auto live = MappedStatusPage::Create(held);
+  ASSERT_TRUE(live.ok());
+  {
+    auto gone = MappedStatusPage::Create(left);  // its creator ends: the lock goes with it
+    ASSERT_TRUE(gone.ok());
+    auto also = MappedStatusPage::Create(other);
+    ASSERT_TRUE(also.ok());
+  }
+  // A process that was killed holds nothing either: a child creates a page and dies by SIGKILL.
+  const std::string killed = dir + "/" + StatusPageName("j", "n1", 103, 2);
+  pid_t child = fork();
+  if (child == 0) {
+    auto page = MappedStatusPage::Create(killed);
+    raise(SIGKILL);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(RemoveStalePages(dir, "trainguard-j-"), 2);
+  EXPECT_TRUE(std::filesystem::exists(held));
+  EXPECT_FALSE(std::filesystem::exists(left));
+  EXPECT_FALSE(std::filesystem::exists(killed));
+  EXPECT_TRUE(std::filesystem::exists(other));  // another job's: not asked
+  live = MappedStatusPage();                     // the holder lets go
+  EXPECT_TRUE(RemoveIfStale(held));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(StatusPageTest, FreshPageHasNoProgress) {
