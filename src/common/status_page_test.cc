@@ -10,6 +10,8 @@
 #include <string>
 #include <thread>
 
+#include "testing/scratch_dir.h"
+
 namespace trainguard {
 namespace {
 
@@ -25,8 +27,8 @@ TEST(StatusPageTest, APagesNameCarriesItsAgentsPid) {
 }
 
 TEST(StatusPageTest, OnlyAPageNobodyHoldsIsRemovedAsStale) {
-  const std::string dir = testing::TempDir() + "/stale_pages_" + std::to_string(getpid());
-  std::filesystem::create_directories(dir);
+  testutil::ScratchDir scratch("status_page_test");
+  const std::string dir = scratch.path();
   const std::string held = dir + "/" + StatusPageName("j", "n0", 100, 0);
   const std::string left = dir + "/" + StatusPageName("j", "n0", 101, 1);
   const std::string other = dir + "/" + StatusPageName("k", "n0", 102, 0);
@@ -56,7 +58,6 @@ TEST(StatusPageTest, OnlyAPageNobodyHoldsIsRemovedAsStale) {
   EXPECT_TRUE(std::filesystem::exists(other));  // another job's: not asked
   live = MappedStatusPage();                     // the holder lets go
   EXPECT_TRUE(RemoveIfStale(held));
-  std::filesystem::remove_all(dir);
 }
 
 TEST(StatusPageTest, FreshPageHasNoProgress) {
@@ -95,7 +96,8 @@ TEST(StatusPageTest, ReaderNeverSeesATornPhaseName) {
 
 TEST(StatusPageTest, OpenRejectsMissingAndShortFiles) {
   EXPECT_EQ(MappedStatusPage::Open("/nonexistent/page").status().code(), StatusCode::kIoError);
-  std::string path = testing::TempDir() + "/short_page";
+  testutil::ScratchDir dir("status_page_test");
+  std::string path = dir / "short_page";
   FILE* f = fopen(path.c_str(), "w");
   fputs("x", f);
   fclose(f);

@@ -12,16 +12,18 @@
 #include <future>
 #include <string>
 
+#include "testing/scratch_dir.h"
+
 namespace trainguard {
 namespace {
 
 bool HasTorch() { return std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0; }
 
-CollectivePlan Plan() {
+CollectivePlan Plan(const testutil::ScratchDir& dir) {
   CollectivePlan p;
   p.python = "/usr/bin/python3";
   p.script = TG_PROBE_SCRIPT;
-  p.work_dir = testing::TempDir();
+  p.work_dir = dir.path();
   p.bytes = 1 << 20;
   p.iters = 2;
   p.timeout = 20 * kSecond;
@@ -40,7 +42,8 @@ int FreePort() {
 
 TEST(CollectiveProbeTest, AnAllToAllAmongTheNodesRanksGivesABandwidth) {
   if (!HasTorch()) GTEST_SKIP() << "no PyTorch in /usr/bin/python3";
-  CollectivePlan p = Plan();
+  testutil::ScratchDir dir("collective_probe_test");
+  CollectivePlan p = Plan(dir);
   p.local_ranks = 2;
   auto figures = RunCollectiveProbe(p);
   ASSERT_EQ(figures.size(), 1u);
@@ -53,7 +56,8 @@ TEST(CollectiveProbeTest, TheNodesOfARackAllReduceTogether) {
   if (!HasTorch()) GTEST_SKIP() << "no PyTorch in /usr/bin/python3";
   const std::string master = "127.0.0.1:" + std::to_string(FreePort());
   auto member = [&](int rank) {
-    CollectivePlan p = Plan();
+    testutil::ScratchDir dir("collective_probe_test");
+  CollectivePlan p = Plan(dir);
     p.rack_rank = rank;
     p.rack_size = 2;
     p.rack_master = master;
@@ -72,7 +76,8 @@ TEST(CollectiveProbeTest, TheNodesOfARackAllReduceTogether) {
 
 TEST(CollectiveProbeTest, ARackPeerThatNeverComesIsAnErrorWithinTheTimeout) {
   if (!HasTorch()) GTEST_SKIP() << "no PyTorch in /usr/bin/python3";
-  CollectivePlan p = Plan();
+  testutil::ScratchDir dir("collective_probe_test");
+  CollectivePlan p = Plan(dir);
   p.rack_rank = 1;
   p.rack_size = 2;
   p.rack_master = "127.0.0.1:" + std::to_string(FreePort());
@@ -85,7 +90,8 @@ TEST(CollectiveProbeTest, ARackPeerThatNeverComesIsAnErrorWithinTheTimeout) {
 
 TEST(CollectiveProbeTest, GpuFiguresWhereCudaIsAndAShownReasonWhereItIsNot) {
   if (!HasTorch()) GTEST_SKIP() << "no PyTorch in /usr/bin/python3";
-  CollectivePlan p = Plan();
+  testutil::ScratchDir dir("collective_probe_test");
+  CollectivePlan p = Plan(dir);
   p.gpu = true;
   auto figures = RunCollectiveProbe(p);
   ASSERT_FALSE(figures.empty());
@@ -108,11 +114,12 @@ TEST(CollectiveProbeTest, GpuFiguresWhereCudaIsAndAShownReasonWhereItIsNot) {
 }
 
 TEST(CollectiveProbeTest, AnInterpreterWithoutTorchSkipsTheProbeAndSaysWhy) {
-  CollectivePlan p = Plan();
+  testutil::ScratchDir dir("collective_probe_test");
+  CollectivePlan p = Plan(dir);
   p.python = "/usr/bin/python3";
   p.local_ranks = 2;
   // -I: isolated mode does not help against dist-packages; an empty module path does.
-  std::string fake = testing::TempDir() + "/python-without-torch";
+  std::string fake = dir / "python-without-torch";
   std::ofstream(fake) << "#!/bin/sh\nexec /usr/bin/python3 -S \"$@\"\n";
   chmod(fake.c_str(), 0755);
   p.python = fake;
@@ -124,7 +131,8 @@ TEST(CollectiveProbeTest, AnInterpreterWithoutTorchSkipsTheProbeAndSaysWhy) {
 }
 
 TEST(CollectiveProbeTest, AMissingInterpreterAndAHungProbeAreErrorsNotHangs) {
-  CollectivePlan p = Plan();
+  testutil::ScratchDir dir("collective_probe_test");
+  CollectivePlan p = Plan(dir);
   p.local_ranks = 2;
   p.python = "/nonexistent/python3";
   auto missing = RunCollectiveProbe(p);
@@ -132,7 +140,7 @@ TEST(CollectiveProbeTest, AMissingInterpreterAndAHungProbeAreErrorsNotHangs) {
   EXPECT_NE(missing[0].error.find("cannot run /nonexistent/python3: No such file"), std::string::npos)
       << missing[0].error;
 
-  std::string hang = testing::TempDir() + "/python-that-hangs";
+  std::string hang = dir / "python-that-hangs";
   std::ofstream(hang) << "#!/bin/sh\nsleep 30 & sleep 30\n";
   chmod(hang.c_str(), 0755);
   p.python = hang;

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "diag/judge.h"
+#include "testing/scratch_dir.h"
 
 namespace trainguard {
 namespace {
@@ -21,8 +22,10 @@ std::map<std::string, Figure> ByName(const std::vector<Figure>& figures) {
 }
 
 // A stand-in for a tool: prints `out` for arguments containing `key`, exits `code`.
-std::string Tool(const std::string& name, const std::vector<std::tuple<std::string, std::string, int>>& cases) {
-  std::string path = testing::TempDir() + "/" + name;
+// In a scratch directory of the test's, removed when the test ends.
+std::string Tool(const testutil::ScratchDir& dir, const std::string& name,
+                 const std::vector<std::tuple<std::string, std::string, int>>& cases) {
+  std::string path = dir / name;
   std::ofstream f(path);
   f << "#!/bin/sh\ncase \"$*\" in\n";
   for (const auto& [key, out, code] : cases) {
@@ -96,14 +99,15 @@ TEST(GpuProbeTest, ANodeWithoutNvidiaSmiHasNoGpuFigures) {
 }
 
 TEST(GpuProbeTest, NoDevicesIsNoGpusAndAnUnreachableDriverIsAnError) {
+  testutil::ScratchDir tools_dir("gpu_probe_test");
   GpuTools tools;
   tools.dcgmi = "/nonexistent/dcgmi";
-  tools.nvidia_smi = Tool("smi-none", {{"query-gpu", "No devices were found", 6}});
+  tools.nvidia_smi = Tool(tools_dir, "smi-none", {{"query-gpu", "No devices were found", 6}});
   auto none = MeasureGpus("quick", tools);
   ASSERT_EQ(none.size(), 1u);
   EXPECT_EQ(none[0].value, 0);
   EXPECT_EQ(none[0].error, "");
-  tools.nvidia_smi = Tool("smi-broken", {{"query-gpu", "NVIDIA-SMI has failed because it couldn't communicate "
+  tools.nvidia_smi = Tool(tools_dir, "smi-broken", {{"query-gpu", "NVIDIA-SMI has failed because it couldn't communicate "
                                                        "with the NVIDIA driver.", 9}});
   auto broken = MeasureGpus("quick", tools);
   ASSERT_EQ(broken.size(), 1u);
@@ -111,15 +115,16 @@ TEST(GpuProbeTest, NoDevicesIsNoGpusAndAnUnreachableDriverIsAnError) {
 }
 
 TEST(GpuProbeTest, ASickNodeFailsItsChecksAndAHealthyOneDoesNot) {
+  testutil::ScratchDir tools_dir("gpu_probe_test");
   GpuTools tools;
   tools.kmsg = "/nonexistent";
-  tools.nvidia_smi = Tool("smi-sick", {{"query-gpu", kQueryGpu, 0}, {"remapped", kRemapped, 0}, {"nvlink", kNvlink, 0}});
-  tools.dcgmi = Tool("dcgmi-sick", {{"diag -r 1", R"({"tests": [{"name": "PCIe", "status": "Fail"}]})", 226}});
+  tools.nvidia_smi = Tool(tools_dir, "smi-sick", {{"query-gpu", kQueryGpu, 0}, {"remapped", kRemapped, 0}, {"nvlink", kNvlink, 0}});
+  tools.dcgmi = Tool(tools_dir, "dcgmi-sick", {{"diag -r 1", R"({"tests": [{"name": "PCIe", "status": "Fail"}]})", 226}});
   auto sick = MeasureGpus("quick", tools);
-  tools.nvidia_smi = Tool("smi-healthy", {{"query-gpu", "0, 00000000:18:00.0, 0, No\n1, 00000000:2A:00.0, 0, No", 0},
+  tools.nvidia_smi = Tool(tools_dir, "smi-healthy", {{"query-gpu", "0, 00000000:18:00.0, 0, No\n1, 00000000:2A:00.0, 0, No", 0},
                                           {"remapped", "00000000:18:00.0, No, No\n00000000:2A:00.0, No, No", 0},
                                           {"nvlink", "GPU 0: X (UUID: a)\n Link 0: 26 GB/s\nGPU 1: X (UUID: b)\n Link 0: 26 GB/s", 0}});
-  tools.dcgmi = Tool("dcgmi-healthy", {{"diag -r 1", R"({"tests": [{"name": "PCIe", "status": "Pass"}]})", 0}});
+  tools.dcgmi = Tool(tools_dir, "dcgmi-healthy", {{"diag -r 1", R"({"tests": [{"name": "PCIe", "status": "Pass"}]})", 0}});
   auto healthy = MeasureGpus("quick", tools);
   auto verdicts = JudgeNodes({{"sick", sick}, {"healthy", healthy}});
   EXPECT_TRUE(verdicts[1].healthy) << (verdicts[1].failures.empty() ? "" : verdicts[1].failures[0]);

@@ -14,6 +14,8 @@
 #include <thread>
 #include "testing/wait_until.h"
 
+#include "testing/scratch_dir.h"
+
 namespace trainguard {
 namespace {
 
@@ -49,8 +51,8 @@ TEST(RunProgramTest, AMissingProgramSaysWhy) {
 }
 
 TEST(RunProgramTest, TheDeadlineKillsTheWholeGroup) {
-  const std::string pidfile = testing::TempDir() + "/run_program_child.pid";
-  unlink(pidfile.c_str());
+  testutil::ScratchDir dir("run_program_test");
+  const std::string pidfile = dir / "child.pid";
   ProgramResult r = RunProgram({"/bin/sh", "-c", "sleep 30 & echo $! > " + pidfile + "; sleep 30"},
                                300 * kMillisecond);
   EXPECT_TRUE(r.timed_out);
@@ -60,8 +62,8 @@ TEST(RunProgramTest, TheDeadlineKillsTheWholeGroup) {
 }
 
 TEST(RunProgramTest, TheToolDiesWithTheProcessThatRanIt) {
-  const std::string pidfile = testing::TempDir() + "/run_program_tool.pid";
-  unlink(pidfile.c_str());
+  testutil::ScratchDir dir("run_program_test");
+  const std::string pidfile = dir / "tool.pid";
   pid_t agent = fork();  // stands in for an agent that is killed during a probe
   ASSERT_GE(agent, 0);
   if (agent == 0) {
