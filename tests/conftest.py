@@ -180,10 +180,36 @@ def processes_mentioning(token):
     return found
 
 
+_next_port = []
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nothing listens on, for a server a test starts. Below the
+    kernel's ephemeral range (net.ipv4.ip_local_port_range), so that no
+    outgoing connection of a test running in parallel takes it as its source
+    port between now and the server's bind (seen once: a controller that
+    could not listen, and a test that waited for steps that never came), and
+    in a block of this xdist worker's own, so that two workers never hand out
+    the same one."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    block = 1000
+    base = 10000 + index * block
+    assert base + block <= ephemeral_low, "no room below the ephemeral ports for worker %s" % worker
+    if not _next_port:
+        _next_port.append(0)
+    for _ in range(block):
+        port = base + _next_port[0] % block
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (or still in TIME_WAIT): the next one
+            return port
+    raise AssertionError("no free port in %d-%d" % (base, base + block - 1))
 
 
 def plain_example_checksum(tmp, steps, world=4, nproc=2):

@@ -13,7 +13,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,9 +33,8 @@ def available():
 
 
 def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from conftest import free_port  # below the ephemeral ports, in this worker's block
+    return free_port()
 
 
 def _run(*argv, check=True):

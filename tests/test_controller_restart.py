@@ -74,6 +74,20 @@ class Cluster:
             return db.execute("SELECT id, kind, node, rank, step, message FROM events WHERE job_id=? ORDER BY id",
                               (self.job_id,)).fetchall()
 
+    def wait_for(self, predicate, timeout, what):
+        """conftest's wait_for, with the controllers' and agents' logs and the
+        job's events in the message when it times out."""
+        try:
+            return wait_for(predicate, timeout, what)
+        except AssertionError as e:
+            logs = ""
+            for name in sorted(os.listdir(self.tmp)):
+                if name.endswith(".log"):
+                    logs += "\n--- %s:\n%s" % (name, self.log(name)[-2000:])
+            stored = "\n".join("%s %s" % (row[1], row[5][:160]) for row in self.stored()) \
+                if os.path.exists(self.store) else "(no store)"
+            raise AssertionError("%s%s\n--- events:\n%s" % (e, logs, stored[-4000:])) from None
+
     def kill_all(self):
         for p in self.controllers + self.agents:
             if p.poll() is None:
@@ -92,7 +106,7 @@ def alive(pid):
 def test_kill_9_of_the_controller_and_a_restart_leave_the_ranks_running_and_the_job_completes(tmp_path, no_leftovers):
     c = Cluster(tmp_path, "survivor", steps=200)
     try:
-        wait_for(lambda: c.step("host1", 3) >= 20, 120, "20 steps on every rank")
+        c.wait_for(lambda: c.step("host1", 3) >= 20, 120, "20 steps on every rank")
         pids = c.rank_pids()
         assert sorted(pids) == [0, 1, 2, 3]
         before = c.stored()
@@ -100,7 +114,7 @@ def test_kill_9_of_the_controller_and_a_restart_leave_the_ranks_running_and_the_
         c.controllers[0].wait()
         # Without a controller the ranks train on.
         stepped = c.step("host0", 0)
-        wait_for(lambda: c.step("host0", 0) >= stepped + 10, 60, "steps while the controller is away")
+        c.wait_for(lambda: c.step("host0", 0) >= stepped + 10, 60, "steps while the controller is away")
         assert all(alive(p) for p in pids.values())
         c.restart_controller_and_finish()
     finally:
@@ -110,8 +124,13 @@ def test_kill_9_of_the_controller_and_a_restart_leave_the_ranks_running_and_the_
     assert after[:len(before)] == before
     kinds = [row[1] for row in after]
     for once in ["job_created", "generation_started", "first_step", "controller_restarted", "job_resumed",
-                 "job_succeeded"]:
+                 "job_succeeded", "replica_sets", "layout"]:
         assert kinds.count(once) == 1, (once, kinds)
+    # What the monitors learned before the kill goes on after it: nothing of
+    # it is recorded a second time.
+    for kind in ["checkpoint_verified", "straggler", "torch_checkpoint_dir"]:
+        rows = [row[2:] for row in after if row[1] == kind]
+        assert len(rows) == len(set(rows)), (kind, rows)
     assert kinds.count("ranks_started") == 2 and kinds.count("node_reconnected") == 2, kinds
     assert "failure" not in kinds and "restarting" not in kinds, kinds
     committed = [row[4] for row in after if row[1] == "checkpoint_committed"]
@@ -130,12 +149,12 @@ def test_kill_9_of_the_controller_and_a_restart_leave_the_ranks_running_and_the_
 def test_a_rank_that_dies_while_the_controller_is_away_is_handled_when_it_is_back(tmp_path, no_leftovers):
     c = Cluster(tmp_path, "orphaned", steps=120)
     try:
-        wait_for(lambda: c.step("host1", 3) >= 15, 120, "15 steps on every rank")
+        c.wait_for(lambda: c.step("host1", 3) >= 15, 120, "15 steps on every rank")
         pids = c.rank_pids()
         c.controllers[0].send_signal(signal.SIGKILL)
         c.controllers[0].wait()
         os.kill(pids[3], signal.SIGKILL)
-        wait_for(lambda: not alive(pids[3]), 10, "rank 3 to die")
+        c.wait_for(lambda: not alive(pids[3]), 10, "rank 3 to die")
         c.restart_controller_and_finish()
     finally:
         c.kill_all()
@@ -157,7 +176,7 @@ def test_a_deterministic_bug_stops_at_its_first_repeat_across_a_kill_9_of_the_co
     without the controller's restart, instead of restarting it again."""
     c = Cluster(tmp_path, "determined", steps=200, script_args=["--raise-at-step", "35", "--die-rank", "1"])
     try:
-        wait_for(lambda: [e for e in events(c.store, "determined") if e["kind"] == "decision"], 120,
+        c.wait_for(lambda: [e for e in events(c.store, "determined") if e["kind"] == "decision"], 120,
                  "the first decision")
         c.controllers[0].send_signal(signal.SIGKILL)
         c.controllers[0].wait()

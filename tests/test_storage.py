@@ -299,3 +299,39 @@ def test_a_rank_whose_data_comes_slowly_is_a_data_straggler_and_storage_is_its_c
     assert first["detail"]["signal"] == "data" and first["detail"]["phase"] == "data", first
     assert first["detail"]["cause"].startswith("storage or the data loader"), first
     assert "is a data straggler: rank 2 waits for data" in first["message"], first
+
+
+def test_with_evict_a_data_straggler_is_evicted_for_its_data_never_as_a_network_fault(tmp_path, no_leftovers,
+                                                                                      object_store):
+    """Issue 40: a node whose rank waits for its data was evicted as
+    `straggler-communication`, category network ("its links are slow"),
+    and kept as network history. Rank 2's reads are slow until its node is
+    evicted (its own path to the store was the slow part)."""
+    url, _, delay = object_store
+    delay["shard-2"] = 0.05
+    run = tmp_path / "data-evict"
+    run.mkdir()
+    job = Job(run, "data-evict", [PYTHON, PLAIN, "--steps", "140", "--step-delay", "0.05", "--data-dir", url,
+                                  "--loader-workers", "0", "--ckpt", str(run / "ck.pt"), "--out", str(run / "sum.txt")],
+              nnodes=4, nproc=1,
+              flags=["--straggler-action", "evict", "--spares", "1", "--max-restarts", "2", "--heartbeat-interval",
+                     "0.5"])
+    try:
+        wait_for(lambda: job.events("node_evicted") or job.proc.poll() is not None, 240, "the data straggler's eviction")
+        delay.clear()
+        assert job.wait(timeout=240) == 0, job.output()[-3000:]
+    finally:
+        delay.clear()
+    evictable = [e for e in job.events("straggler") if e["detail"]["evict"]]
+    assert evictable and evictable[0]["detail"]["signal"] == "data", job.event_lines()
+    assert [e["node"] for e in job.events("node_evicted")] == ["node2"], job.event_lines()
+    attribution = job.events("attribution")[0]["detail"]
+    assert attribution["rule"] == "straggler-data" and attribution["category"] == "storage", attribution
+    assert attribution["failure_kind"] == "straggler", attribution
+    assert "links" not in attribution["description"], attribution
+    # Its evidence is the detector's measurement, not the ranks' output.
+    assert [e["line"] for e in attribution["evidence"]] == ["trainguard: " + evictable[0]["message"]], attribution
+    listed = json.loads(subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"], capture_output=True,
+                                       text=True, check=True).stdout)
+    kept = json.dumps({n["node"]: n for n in listed}["node2"])
+    assert "storage" in kept and "network" not in kept, kept

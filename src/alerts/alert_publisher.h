@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "alerts/webhook_sender.h"
-#include "controller/job_controller.h"
+#include "controller/event_listener.h"
 
 namespace trainguard {
 

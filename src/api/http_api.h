@@ -7,16 +7,22 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "controller/job_controller.h"
+#include "report/downtime_report.h"
 #include "store/event_store.h"
 #include "trainguard/status.h"
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace trainguard {
@@ -50,7 +56,49 @@ class HttpApi {
   std::string url() const;
 
  private:
+  // One endpoint: its method and path (a regular expression for the ones
+  // that take a node), the line /api/v1 lists for it ("" for none), and the
+  // member that answers it (http_api_routes.cc).
+  using Handler = void (HttpApi::*)(const httplib::Request&, httplib::Response&);
+  struct Endpoint {
+    const char* method;  // "GET" or "POST"
+    const char* path;
+    const char* listed;
+    Handler handler;
+  };
+  static const std::vector<Endpoint>& Endpoints();
+  // Registers every endpoint of the table, and the dashboard's files.
   void Route();
+
+  void Index(const httplib::Request& req, httplib::Response& res);
+  void Healthz(const httplib::Request& req, httplib::Response& res);
+  void Job(const httplib::Request& req, httplib::Response& res);
+  void Nodes(const httplib::Request& req, httplib::Response& res);
+  void Ranks(const httplib::Request& req, httplib::Response& res);
+  void Downtime(const httplib::Request& req, httplib::Response& res);
+  void Incidents(const httplib::Request& req, httplib::Response& res);
+  void Events(const httplib::Request& req, httplib::Response& res);
+  void EventStream(const httplib::Request& req, httplib::Response& res);
+  void Diagnostics(const httplib::Request& req, httplib::Response& res);
+  void Stragglers(const httplib::Request& req, httplib::Response& res);
+  void Hang(const httplib::Request& req, httplib::Response& res);
+  void Timings(const httplib::Request& req, httplib::Response& res);
+  void Trace(const httplib::Request& req, httplib::Response& res);
+  void HeatmapPicture(const httplib::Request& req, httplib::Response& res);
+  void Metrics(const httplib::Request& req, httplib::Response& res);
+  void CancelJob(const httplib::Request& req, httplib::Response& res);
+  void Cordon(const httplib::Request& req, httplib::Response& res);
+  void Uncordon(const httplib::Request& req, httplib::Response& res);
+
+  // The job's row in the store (nullopt: not there or the store is away).
+  std::optional<JobRecord> JobRow();
+  // The downtime report up to now (or to the job's end).
+  StatusOr<DowntimeReport> LiveReport(const JobSnapshot& snap);
+  // Whether the request carries the job's secret; answers 401/403 if not.
+  bool Authorized(const httplib::Request& req, httplib::Response& res);
+  // Steps A:B of ?steps=, by default the newest 20; false (400 answered) if bad.
+  bool StepRange(const httplib::Request& req, httplib::Response& res, std::int64_t* from, std::int64_t* to);
+  void NodeAction(const httplib::Request& req, httplib::Response& res, bool cordon);
 
   JobController* controller_ = nullptr;
   EventStore* const store_;

@@ -97,6 +97,9 @@ std::vector<MetricFamily> JobMetrics(const JobSnapshot& job, const DowntimeRepor
   single("trainguard_store_backpressure_waits_total", "counter",
          "Times the controller waited because the store's write queue was full",
          static_cast<double>(job.store_backpressure_waits));
+  single("trainguard_store_writes_over_limit_total", "counter",
+         "Writes queued beyond the write queue's limit after a bounded wait (the store was away; kept in memory)",
+         static_cast<double>(job.store_over_limit));
   single("trainguard_store_timing_batches_dropped_total", "counter",
          "Step-timing batches dropped because the store's bulk queue was full",
          static_cast<double>(job.store_timings_dropped));

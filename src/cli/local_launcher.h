@@ -26,7 +26,7 @@
 
 #include "agent/process.h"
 #include "cli/netns_fabric.h"
-#include "controller/job_controller.h"
+#include "controller/node_provider.h"
 
 namespace trainguard {
 

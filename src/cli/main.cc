@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "cli/torchrun_options.h"
+#include "controller/event_kind.h"
 #include "controller/job_knobs.h"
 
 namespace {
@@ -214,6 +215,10 @@ int main(int argc, char** argv) {
       "knobs", "print every knob of a job (flag, default, accepted values) as docs/reference.md has them");
   CLI::App* events_cmd = app.add_subcommand("events", "show a job's event log");
   AddStoredJobOptions(events_cmd, &events);
+  bool event_kinds = false;
+  events_cmd->add_flag("--kinds", event_kinds,
+                       "print every kind of event (when it is recorded, what its detail holds) as docs/events.md "
+                       "has them, and no job's log");
 
   trainguard::CkptOptions ckpt;
   CLI::App* ckpt_cmd = app.add_subcommand("ckpt", "inspect checkpoints");
@@ -423,6 +428,10 @@ int main(int argc, char** argv) {
   if (agent_cmd->parsed()) return trainguard::RunAgent(agent);
   if (knobs_cmd->parsed()) {
     std::fputs(trainguard::KnobsMarkdown().c_str(), stdout);
+    return 0;
+  }
+  if (events_cmd->parsed() && event_kinds) {
+    std::fputs(trainguard::EventKindsMarkdown().c_str(), stdout);
     return 0;
   }
   if (events_cmd->parsed()) return trainguard::ShowEvents(events);

@@ -5,7 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "controller/job_controller.h"
+#include "controller/agent_link.h"
+#include "controller/node_provider.h"
 
 namespace trainguard {
 

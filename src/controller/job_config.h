@@ -11,6 +11,20 @@
 
 namespace trainguard {
 
+// The node diagnostics a job orders: none, or the suite's mode.
+enum class DiagnoseMode { kOff, kQuick, kFull };
+// "off", "quick", "full": the flag's words, the RunDiagnostics order's mode.
+constexpr const char* DiagnoseModeName(DiagnoseMode m) {
+  return m == DiagnoseMode::kQuick ? "quick" : m == DiagnoseMode::kFull ? "full" : "off";
+}
+
+// What a straggler node gets: an event, or also its eviction.
+enum class StragglerAction { kReport, kEvict };
+// "report", "evict".
+constexpr const char* StragglerActionName(StragglerAction a) {
+  return a == StragglerAction::kEvict ? "evict" : "report";
+}
+
 // Worst-case detection times that follow from these are in docs/detection.md.
 struct JobConfig {
   std::string job_id;
@@ -78,10 +92,10 @@ struct JobConfig {
   // to it.
   double min_confidence = 0.5;
   // Node diagnostics the controller orders (controller/diagnosis_round.h):
-  // "off", or the suite's mode ("quick", "full"), run on every node before
-  // the first start and after every failure with all ranks stopped; nodes
-  // that fail are evicted and cordoned.
-  std::string diagnose = "off";
+  // off, or the suite's mode (quick, full), run on every node before the
+  // first start and after every failure with all ranks stopped; nodes that
+  // fail are evicted and cordoned.
+  DiagnoseMode diagnose = DiagnoseMode::kOff;
   std::vector<std::string> diag_paths;  // ROLE=DIR for the disk probes; none: each agent's run dir
   int diag_parallelism = 0;             // nodes diagnosed at once, 0 = all (1 when nodes share a host)
   Nanos diag_timeout = 60 * kSecond;    // a node that has not answered by then fails
@@ -92,10 +106,10 @@ struct JobConfig {
   // Hardware incidents of a node count against it (evicting it on vague
   // failures) for this long, unless an operator cleared it since.
   Nanos suspicion_window = 7 * 24 * 3600 * kSecond;
-  // Stragglers (controller/straggler_detector.h): "report" records them;
-  // "evict" also takes a node out (diagnose, evict, spare) once it has been
+  // Stragglers (controller/straggler_detector.h): kReport records them;
+  // kEvict also takes a node out (diagnose, evict, spare) once it has been
   // slow for straggler.windows_to_evict windows.
-  std::string straggler_action = "report";
+  StragglerAction straggler_action = StragglerAction::kReport;
   StragglerPolicy straggler;
   // Each node's clock offset is probed this often (controller/clock_sync.h).
   Nanos clock_probe_interval = 2 * kSecond;

@@ -50,27 +50,6 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
       gpu_series_(config_.job_id, config_.gpu_series_interval),
       stragglers_(config_.straggler) {}
 
-DetectorVerdict HostDownVerdict(const std::string& node_id) {
-  DetectorVerdict v;
-  v.rule_id = "slurm-node-down";
-  v.category = "node_failure";
-  v.description = "Slurm reports the node down, failed or not responding, or the node's slurmd does not answer: "
-                  "its host is down or cut off";
-  v.evict_nodes = {node_id};
-  return v;
-}
-
-DetectorVerdict AgentExitedVerdict() {
-  DetectorVerdict v;
-  v.rule_id = "agent-exited";
-  v.category = "other";
-  v.hardware = false;
-  v.persistence = "transient";
-  v.description = "trainguard's agent process ended while its host stayed up: a fault of the agent process, not of "
-                  "the node";
-  return v;
-}
-
 JobController::~JobController() {
   explain_.reset();  // their work reads the members below: it ends first
   blame_.reset();
@@ -80,7 +59,48 @@ bool JobController::FlushStore(std::chrono::milliseconds timeout) { return write
 
 StatusOr<NodeHealth> JobController::HealthOf(const std::string& node_id) {
   if (auto pending = writer_->PendingHealth(node_id)) return *pending;
+  if (auto read = health_.Get(node_id)) return *read;
+  return Unavailable("the store's node health has not been read yet");
+}
+
+StatusOr<NodeHealth> JobController::StoredHealthOf(const std::string& node_id) {
+  if (auto pending = writer_->PendingHealth(node_id)) return *pending;
   return store_->GetNodeHealth(node_id);
+}
+
+void JobController::ReadHealthOffLock() {
+  if (health_reading_) return;
+  health_reading_ = true;
+  explain_->Run([this]() -> OffLockRunner::Apply {
+    const Nanos at = clock_->MonotonicNanos();
+    auto rows = store_->ListNodeHealth();
+    if (!rows.ok()) {
+      ++store_read_errors_;
+      return [this] { health_reading_ = false; };
+    }
+    auto indexed = std::make_shared<NodeHealthCache::Rows>(NodeHealthCache::Index(std::move(rows.value())));
+    return [this, indexed, at] {
+      health_reading_ = false;
+      health_.Replace(std::move(*indexed), at);
+    };
+  });
+}
+
+void JobController::ReadSdcHistoryOffLock(const std::vector<std::string>& nodes) {
+  explain_->Run([this, nodes]() -> OffLockRunner::Apply {
+    std::map<std::string, int> confirmed;
+    for (const auto& n : nodes) {
+      auto actions = store_->NodeActions(n);
+      if (!actions.ok()) {
+        ++store_read_errors_;
+        continue;
+      }
+      for (const auto& a : *actions) confirmed[n] += a.action == "sdc-confirmed";
+    }
+    return [this, confirmed] {
+      for (const auto& [n, count] : confirmed) health_.SetSdcConfirmed(n, count);
+    };
+  });
 }
 
 void JobController::SetNodeProvider(NodeProvider* provider) {
@@ -100,10 +120,12 @@ void JobController::SetOffLockThreads(int threads) {
   TakeOffLockResults();
   explain_ = std::make_unique<OffLockRunner>(threads);
   blame_ = std::make_unique<OffLockRunner>(std::min(threads, 1));
+  health_reading_ = false;  // what the old runners did is not taken
 }
 
 Status JobController::Start() {
-  std::lock_guard<std::mutex> lock(mu_);
+  // The store's part, off the lock (agents a listening server accepted
+  // already wait on it): the job's row, and what the store says of nodes.
   std::string command;
   for (const auto& a : config_.argv) command += (command.empty() ? "" : " ") + a;
   json cfg = {{"nnodes", config_.nnodes},
@@ -116,14 +138,23 @@ Status JobController::Start() {
               {"hang_timeout_auto", config_.hang_timeout_auto},
               {"hang_timeout_floor_ms", config_.hang_timeout_floor / kMillisecond},
               {"startup_timeout_ms", config_.startup_timeout / kMillisecond},
-              {"straggler_action", config_.straggler_action},
+              {"straggler_action", StragglerActionName(config_.straggler_action)},
               {"argv", config_.argv}};
   if (!config_.api_url.empty()) cfg["api_url"] = config_.api_url;
   cfg["knobs"] = json::parse(KnobsJson(config_));  // every knob, from its table (job_knobs.h)
+  const Nanos health_read = clock_->MonotonicNanos();
+  auto health = store_->ListNodeHealth();
   TG_RETURN_IF_ERROR(store_->CreateJob(
       {config_.job_id, clock_->WallNanos(), ValidUtf8(command), cfg.dump(-1, ' ', false, kReplaceBadUtf8), "STARTING", ""}));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (health.ok()) {
+    health_.Replace(NodeHealthCache::Index(std::move(health.value())), health_read);
+  } else {
+    ++store_read_errors_;  // read again at the next tick; until then no node is known cordoned
+  }
+  next_health_read_mono_ = health_read + kHealthRefresh;
   waiting_since_mono_ = clock_->MonotonicNanos();
-  Emit("job_created", "", -1, -1,
+  Emit(EventKind::kJobCreated, "", -1, -1,
        "job " + config_.job_id + ": " + std::to_string(config_.nnodes) + " node(s) x " +
            std::to_string(config_.nproc_per_node) + " rank(s): " + command,
        cfg.dump(-1, ' ', false, kReplaceBadUtf8));
@@ -265,7 +296,7 @@ void JobController::Finish(JobState final_state, const std::string& summary) {
       last_step_wall = std::max<Nanos>(last_step_wall, view.status.last_step_unix_ms() * kMillisecond);
     }
   }
-  Emit(final_state == JobState::kSucceeded ? "job_succeeded" : "job_failed", "", -1, MaxStep(),
+  Emit(final_state == JobState::kSucceeded ? EventKind::kJobSucceeded : EventKind::kJobFailed, "", -1, MaxStep(),
        summary, json{{"restart_count", restart_count_}, {"last_step_unix_ms", last_step_wall / kMillisecond},
                      {"checkpoint_overhead_ms", CheckpointOverheadMs()},
                      {"checkpoint_wait_ms", CheckpointWaitMs()},
@@ -285,20 +316,20 @@ void JobController::SetState(JobState s, const std::string& why) {
   if (s == state_) return;
   JobState old = state_;
   state_ = s;
-  Emit("state", "", -1, -1, std::string(JobStateName(old)) + " -> " + JobStateName(s) + ": " + why,
+  Emit(EventKind::kState, "", -1, -1, std::string(JobStateName(old)) + " -> " + JobStateName(s) + ": " + why,
        json{{"from", JobStateName(old)}, {"to", JobStateName(s)}}.dump(-1, ' ', false, kReplaceBadUtf8));
   if (s != JobState::kSucceeded && s != JobState::kFailed) {
     writer_->UpdateJob(config_.job_id, JobStateName(s), "");
   }
 }
 
-StoreWriter::Ticket JobController::Emit(const std::string& kind, const std::string& node, int rank,
+StoreWriter::Ticket JobController::Emit(EventKind kind, const std::string& node, int rank,
                          std::int64_t step, const std::string& message,
                          const std::string& detail_json) {
   Event e;
   e.job_id = config_.job_id;
   e.wall_ns = clock_->WallNanos();
-  e.kind = kind;
+  e.kind = EventKindName(kind);
   e.node = node;
   e.rank = rank;
   e.generation = generation_;

@@ -26,11 +26,15 @@
 // Store I/O. Writes (events, incidents, cordons, job state, diagnostics,
 // timings) never run under the controller's mutex: they are enqueued, in
 // order, on a StoreWriter (store/store_writer.h) whose thread writes them and
-// retries them while the store is away. Only the generation_started event
-// is waited for, briefly (kDurableStartWait), before its Start is sent
-// (docs/events.md, "what is durable when"). Reads that remain (a
-// registering node's cordon, other jobs' incidents when an incident is
-// decided) see the writer's queued cordons first.
+// retries them while the store is away; a full queue holds a caller up for
+// at most StoreWriter::Options::backpressure_wait. Only the
+// generation_started event is waited for, briefly (kDurableStartWait),
+// before its Start is sent (docs/events.md, "what is durable when"). Reads
+// run off the lock: the job's record before Start/Resume take it, the
+// nodes' health into a cache (node_health_cache.h) at the start, every
+// kHealthRefresh and with each incident's blame, other jobs' incidents with
+// the blame; decisions under the lock read the cache, behind the writer's
+// queued cordons.
 //
 // Thread safety: all public methods may be called from any thread; one mutex
 // serializes them. AgentLink::Send and NodeProvider::ReplaceNode are called
@@ -59,8 +63,11 @@
 
 #include "attribution/attribution.h"
 #include "common/clock.h"
+#include "controller/agent_link.h"
 #include "controller/clock_sync.h"
 #include "controller/downtime.h"
+#include "controller/event_kind.h"
+#include "controller/event_listener.h"
 #include "controller/diagnosis_round.h"
 #include "controller/fleet_history.h"
 #include "controller/finding.h"
@@ -70,6 +77,8 @@
 #include "controller/job_view.h"
 #include "controller/gpu_series.h"
 #include "controller/link_monitor.h"
+#include "controller/node_health_cache.h"
+#include "controller/node_provider.h"
 #include "controller/recovery_policy.h"
 #include "controller/numeric_check.h"
 #include "controller/replica_check.h"
@@ -86,70 +95,6 @@ class OffLockRunner;
 
 enum class JobState { kStarting, kRunning, kStopping, kDiagnosing, kRestarting, kSucceeded, kFailed };
 const char* JobStateName(JobState s);
-
-// One connected agent, as the controller sees it. Send must not block.
-class AgentLink {
- public:
-  virtual ~AgentLink() = default;
-  virtual void Send(const v1::ControllerMessage& msg) = 0;
-  // Ends the session; the transport reports OnDisconnect afterwards.
-  virtual void Close() = 0;
-  // When the transport last received anything from the agent, on the
-  // controller's monotonic clock, stamped on arrival: however long the
-  // message then waits for the controller, the node was alive then. 0:
-  // the transport does not say (the controller's own receipt counts).
-  virtual Nanos LastHeardMono() const { return 0; }
-};
-
-// What a scheduler backend knows of a lost node: one sentence for people
-// ("the agent of node X exited ... while its host stayed up", "Slurm
-// reports node X DOWN"), and the verdict it supports — from the backend's
-// structured knowledge (an exit status, Slurm's node state), never from the
-// sentence. Empty when nothing is known.
-struct LossExplanation {
-  std::string sentence;
-  std::optional<DetectorVerdict> verdict;
-};
-
-// The verdicts of the backends: the host is down or cut off (node_failure,
-// hardware, persistent: evict the node) and the agent process ended while its
-// host stayed up (other, software, transient: restart; no suspicion on the
-// node).
-DetectorVerdict HostDownVerdict(const std::string& node_id);
-DetectorVerdict AgentExitedVerdict();
-
-// Scheduler backend: what is done about a node that was lost.
-class NodeProvider {
- public:
-  virtual ~NodeProvider() = default;
-  // `node_id` was lost: kills what is left of it and brings a replacement
-  // that will register, under the same or another node id. Must not block.
-  virtual void ReplaceNode(const std::string& node_id, const std::string& reason) = 0;
-  // `node_id` is bad and cordoned: kills what is left of it, for good. A
-  // backend may bring a new node under another id (the cordoned one would be
-  // refused). Must not block. Returns whether a node is on its way to take
-  // the evicted one's place. By default, what ReplaceNode does (true).
-  virtual bool EvictNode(const std::string& node_id, const std::string& reason) {
-    ReplaceNode(node_id, reason);
-    return true;
-  }
-  // What the backend knows of why the node's agent went away (nothing by
-  // default). Called before ReplaceNode, off the controller's lock, on a
-  // thread of its OffLockRunner (off_lock_runner.h): it may take seconds
-  // (ask the scheduler), but must be bounded.
-  virtual LossExplanation ExplainLoss(const std::string& node_id) {
-    (void)node_id;
-    return {};
-  }
-};
-
-// Told of every event as the controller records it (alerts). Called with
-// the controller's mutex held: must not block or call back into it.
-class EventListener {
- public:
-  virtual ~EventListener() = default;
-  virtual void OnEvent(const Event& event) = 0;
-};
 
 class JobController {
  public:
@@ -295,6 +240,8 @@ class JobController {
                  const std::vector<std::string>& devices);
   std::map<int, std::string> DevicesOf(const std::vector<int>& ranks) const;
   std::vector<std::string> SuspectDevices(const std::vector<std::string>& nodes, const std::vector<int>& only) const;
+  // Confirmed corruptions of the node in earlier jobs, as read for the
+  // suspicion's nodes (ReadSdcHistoryOffLock; 0 when not read yet).
   int SdcHistory(const std::string& node) const;
   void ReturnNode(const std::string& node, const std::string& why);
   std::vector<std::string> NodesOfRanks(const std::vector<int>& ranks) const;
@@ -385,16 +332,25 @@ class JobController {
   void SetState(JobState s, const std::string& why);
   void RecordDowntime(const RestartPath& path);
   // Records an event (in order, through the writer) and tells the listener.
-  StoreWriter::Ticket Emit(const std::string& kind, const std::string& node, int rank, std::int64_t step,
+  StoreWriter::Ticket Emit(EventKind kind, const std::string& node, int rank, std::int64_t step,
                            const std::string& message, const std::string& detail_json = "{}");
-  // A node's health: a cordon still queued in the writer, else the store's.
+  // A node's health under the lock: a cordon still queued in the writer,
+  // else the store's as last read (health_); Unavailable before any read.
   StatusOr<NodeHealth> HealthOf(const std::string& node_id);
+  // The same off the lock, from the store itself (the blame's fleet reading).
+  StatusOr<NodeHealth> StoredHealthOf(const std::string& node_id);
+  // Reads every node's health off the lock into health_ (one at a time).
+  void ReadHealthOffLock();
+  // Reads the suspects' confirmed SDC history off the lock into health_.
+  void ReadSdcHistoryOffLock(const std::vector<std::string>& nodes);
   std::int64_t MaxStep() const;
   // Checkpoint time of the current generation, the slowest rank's.
   double CheckpointOverheadMs() const;
   // Of it, the longest any rank's saves waited for the previous save's write.
   double CheckpointWaitMs() const;
 
+  // How often the store's node health is read again (off the lock).
+  static constexpr Nanos kHealthRefresh = 5 * kSecond;
   // How long a new generation's Start waits for its generation_started event
   // to be in the store (then it goes anyway, and the event follows).
   static constexpr std::chrono::milliseconds kDurableStartWait{200};
@@ -418,6 +374,9 @@ class JobController {
   std::string awaiting_explanation_;               // the lost node the open incident waits to hear of
   Nanos awaiting_since_mono_ = 0;
   EventListener* listener_ = nullptr;  // guarded by mu_
+  NodeHealthCache health_;               // the store's node health as last read (guarded by mu_)
+  bool health_reading_ = false;          // a read of it is under way
+  Nanos next_health_read_mono_ = 0;
 
   mutable std::mutex mu_;
   std::atomic<bool> tick_waiting_{false};  // Tick wants mu_: OnMessage lets it go first
@@ -499,8 +458,12 @@ class JobController {
   Nanos next_replica_check_mono_ = 0;
   // A suspicion being confirmed by replaying its step: stage 1 on the same
   // nodes, stage 2 with the suspect node(s) moved out (evicted).
+  enum class SdcWhat { kNone, kNumeric, kDisagreement };  // NaN/Inf on some ranks; two replicas differ
+  static const char* SdcWhatName(SdcWhat w) {
+    return w == SdcWhat::kNumeric ? "numeric" : w == SdcWhat::kDisagreement ? "disagreement" : "";
+  }
   struct SdcSuspicion {
-    std::string what;  // "numeric" (NaN/Inf on some ranks) or "disagreement" (two replicas)
+    SdcWhat what = SdcWhat::kNone;
     int stage = 0;     // 0: none
     std::int64_t step = -1;
     std::int64_t last_agreed_step = -1;   // disagreement: the replicas agreed through this step

@@ -35,11 +35,11 @@ void JobController::StartDiagnosis(DiagnosisPurpose why) {
   for (const Node* n : asked) ids.push_back(n->node_id);
   diagnosis_.emplace(++diagnosis_rounds_, purpose, ids, config_.diag_parallelism, config_.diag_timeout);
   SetState(JobState::kDiagnosing, purpose + ": diagnosing " + std::to_string(ids.size()) + " node(s)");
-  Emit("diagnosis_started", "", -1, -1,
-       "diagnosis round " + std::to_string(diagnosis_rounds_) + " (" + purpose + "): " + config_.diagnose +
+  Emit(EventKind::kDiagnosisStarted, "", -1, -1,
+       "diagnosis round " + std::to_string(diagnosis_rounds_) + " (" + purpose + "): " + DiagnoseModeName(config_.diagnose) +
            " suite on " + std::to_string(ids.size()) + " node(s), " +
            (config_.diag_parallelism > 0 ? std::to_string(config_.diag_parallelism) + " at a time" : "all at once"),
-       json{{"round", diagnosis_rounds_}, {"purpose", purpose}, {"nodes", ids}, {"mode", config_.diagnose}}
+       json{{"round", diagnosis_rounds_}, {"purpose", purpose}, {"nodes", ids}, {"mode", DiagnoseModeName(config_.diagnose)}}
            .dump(-1, ' ', false, kReplaceBadUtf8));
   SendDiagnosisOrders();
   MaybeFinishDiagnosis();
@@ -56,7 +56,7 @@ void JobController::SendDiagnosisOrders() {
     v1::ControllerMessage msg;
     v1::RunDiagnostics* order = msg.mutable_run_diagnostics();
     order->set_round(diagnosis_->id());
-    order->set_mode(config_.diagnose);
+    order->set_mode(DiagnoseModeName(config_.diagnose));
     switch (diagnosis_->stage()) {
       case DiagStage::kSuite:
         for (const auto& p : config_.diag_paths) order->add_paths(p);
@@ -166,7 +166,7 @@ void JobController::HandleDiagnostics(Node* node, const v1::DiagnosticsResult& r
     diagnosis_->NodeGone(node->node_id, "its diagnostics are unreadable: " + figures.status().message());
   } else {
     writer_->RecordDiagnostics(
-        {node->node_id, clock_->WallNanos(), config_.diagnose, config_.job_id, result.figures_json()});
+        {node->node_id, clock_->WallNanos(), DiagnoseModeName(config_.diagnose), config_.job_id, result.figures_json()});
     json d = {{"round", result.round()}, {"wall_ms", result.wall_ms()},
               {"stage", DiagStageName(diagnosis_->stage())},
               {"figures", json::parse(result.figures_json(), nullptr, false)}};
@@ -176,7 +176,7 @@ void JobController::HandleDiagnostics(Node* node, const v1::DiagnosticsResult& r
       std::snprintf(value, sizeof(value), "%.3g", f.value);
       summary += (summary.empty() ? "" : ", ") + f.name + " " + (f.error.empty() ? value : "error");
     }
-    Emit("diagnostics", node->node_id, -1, -1,
+    Emit(EventKind::kDiagnostics, node->node_id, -1, -1,
          "node " + node->node_id + " diagnostics" +
              (diagnosis_->stage() == DiagStage::kSuite ? std::string() : std::string(" (") + DiagStageName(diagnosis_->stage()) + ")") +
              " in " + std::to_string(result.wall_ms()) + " ms: " + summary,
@@ -193,7 +193,7 @@ void JobController::MaybeFinishDiagnosis() {
   if (!again.empty()) {
     std::string names;
     for (const auto& n : again) names += (names.empty() ? "" : ", ") + n;
-    Emit("diagnosis_confirming", "", -1, -1,
+    Emit(EventKind::kDiagnosisConfirming, "", -1, -1,
          "diagnosis round " + std::to_string(diagnosis_->id()) +
              ": below the nodes' median: measuring again before deciding (" + names + ")",
          json{{"round", diagnosis_->id()}, {"nodes", again}}.dump(-1, ' ', false, kReplaceBadUtf8));
@@ -229,7 +229,7 @@ void JobController::MaybeFinishDiagnosis() {
   }
   std::string failed_text;
   for (const auto& n : failing) failed_text += (failed_text.empty() ? "" : ", ") + n;
-  Emit("diagnosis", "", -1, -1,
+  Emit(EventKind::kDiagnosis, "", -1, -1,
        "diagnosis round " + std::to_string(round.id()) + " (" + round.purpose() + "): " +
            (failing.empty() ? std::string("every node passed") : "failing: " + failed_text),
        json{{"round", round.id()}, {"purpose", round.purpose()}, {"nodes", nodes}, {"evicted", failing}}

@@ -28,7 +28,7 @@ void JobController::MaybeStartGeneration() {
   }
   if (!empty.empty() && !MayStartWithout(empty)) return;
   waiting_said_.clear();
-  if (state_ == JobState::kStarting && config_.diagnose != "off" && !preflight_done_) {
+  if (state_ == JobState::kStarting && config_.diagnose != DiagnoseMode::kOff && !preflight_done_) {
     StartDiagnosis(DiagnosisPurpose::kPreflight);
     return;
   }
@@ -36,7 +36,7 @@ void JobController::MaybeStartGeneration() {
   const int previous_nnodes = active_nnodes_;
   active_nnodes_ = static_cast<int>(slots.size());
   if (previous_nnodes > 0 && active_nnodes_ != previous_nnodes) {
-    Emit("world_resized", "", -1, -1,
+    Emit(EventKind::kWorldResized, "", -1, -1,
          "the job goes on with " + std::to_string(active_nnodes_) + " of " + std::to_string(config_.nnodes) +
              " nodes (was " + std::to_string(previous_nnodes) + "): world size " +
              std::to_string(active_nnodes_ * config_.nproc_per_node),
@@ -69,7 +69,7 @@ void JobController::MaybeStartGeneration() {
   // The decision is in the store before it is acted on: a controller killed
   // after this point resumes this generation, not the one before it.
   StoreWriter::Ticket decided =
-      Emit("generation_started", "", -1, -1,
+      Emit(EventKind::kGenerationStarted, "", -1, -1,
            "started generation " + std::to_string(generation_) + " (restart " + std::to_string(restart_count_) + "/" +
                std::to_string(config_.max_restarts) + "), master " + master->address + ":" +
                std::to_string(master->free_port),
@@ -135,7 +135,7 @@ void JobController::FillStart(v1::Start* start) const {
     if (!dirs.empty()) (*start->mutable_env())["TRAINGUARD_TORCH_CHECKPOINT_DIRS"] = dirs;
   }
   // A replay confirming a disagreement needs every replica's fingerprint at its step.
-  if (suspicion_.stage > 0 && suspicion_.what == "disagreement") {
+  if (suspicion_.stage > 0 && suspicion_.what == SdcWhat::kDisagreement) {
     (*start->mutable_env())["TRAINGUARD_FINGERPRINT_AT"] = std::to_string(suspicion_.step);
   }
 }
@@ -162,7 +162,7 @@ void JobController::Restart(const Verdict& verdict, bool diagnosed) {
     const std::string incident = "incident " + std::to_string(incident_ ? incident_->number : incident_count_);
     for (const auto& id : verdict.evict_nodes) Evict(id, incident + ": " + verdict.why, verdict.evidence_json);
     EvictCordonedNodes();
-    if (config_.diagnose != "off") {
+    if (config_.diagnose != DiagnoseMode::kOff) {
       pending_verdict_ = verdict;
       StartDiagnosis(DiagnosisPurpose::kIncident);
       return;
@@ -171,7 +171,7 @@ void JobController::Restart(const Verdict& verdict, bool diagnosed) {
   ++restart_count_;
   waiting_since_mono_ = clock_->MonotonicNanos();
   SetState(JobState::kRestarting, "restart " + std::to_string(restart_count_));
-  Emit("restarting", "", -1, -1,
+  Emit(EventKind::kRestarting, "", -1, -1,
        "restarting all ranks (restart " + std::to_string(restart_count_) + "/" +
            std::to_string(config_.max_restarts) + ")");
   MaybeStartGeneration();

@@ -43,6 +43,7 @@ void JobController::Fail(const Finding& f) {
   inc.hang_roots = f.roots;
   inc.hang_evidence = f.culprit_evidence;
   for (const auto& line : f.lines) inc.AddLine(line);
+  inc.finding_lines = inc.lines.size();
   if (f.rank >= 0 && f.kind == FindingKind::kRankFailed) inc.exit_times[f.rank] = f.fault_wall;
   for (const auto& n : nodes_) {
     for (const auto& [r, view] : n.ranks) {
@@ -68,7 +69,7 @@ void JobController::Fail(const Finding& f) {
   d["checkpoint_overhead_ms"] = CheckpointOverheadMs();
   d["checkpoint_wait_ms"] = CheckpointWaitMs();
   d["data_wait_ms"] = data_wait_.TotalUs() / 1000;
-  Emit("failure", f.node, f.rank, inc.failure_step,
+  Emit(EventKind::kFailure, f.node, f.rank, inc.failure_step,
        "incident " + std::to_string(inc.number) + ": " + kind + ": " + description, d.dump(-1, ' ', false, kReplaceBadUtf8));
 
   SetState(JobState::kStopping, "stopping all ranks after " + kind);
@@ -108,7 +109,7 @@ void JobController::MaybeAllStopped() {
   Nanos now_wall = clock_->WallNanos();
   if (incident_) {
     incident_->stopped_wall = now_wall;
-    Emit("stopped", "", -1, -1,
+    Emit(EventKind::kStopped, "", -1, -1,
          "all ranks of generation " + std::to_string(generation_) + " stopped " +
              Seconds(now_wall - incident_->detected_wall) + " after detection",
          json{{"shutdown_ms", (now_wall - incident_->detected_wall) / kMillisecond}}.dump(-1, ' ', false, kReplaceBadUtf8));
@@ -140,7 +141,16 @@ void JobController::BlameOffLock() {
       return it == rank_nodes.end() ? std::string() : it->second;
     });
     FleetFinding fleet = ReadFleet(b);
-    return [this, snapshot, b, fleet] {
+    // The cordons as they are now: the restart evicts nodes an operator
+    // cordoned during the job (EvictCordonedNodes).
+    const Nanos health_read = clock_->MonotonicNanos();
+    auto health = store_->ListNodeHealth();
+    if (!health.ok()) ++store_read_errors_;
+    auto rows = std::make_shared<NodeHealthCache::Rows>(
+        health.ok() ? NodeHealthCache::Index(std::move(health.value())) : NodeHealthCache::Rows{});
+    const bool read = health.ok();
+    return [this, snapshot, b, fleet, rows, read, health_read] {
+      if (read) health_.Replace(std::move(*rows), health_read);
       if (!incident_ || incident_->number != snapshot->number || blaming_ != snapshot->number) return;  // ended meanwhile
       blaming_ = 0;
       std::vector<LogLine> later = std::move(incident_->lines);
@@ -188,7 +198,7 @@ Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
                         {"category", e.category}, {"role", e.role}, {"line", e.line}});
   }
   std::vector<std::string> nodes(b.culprit_nodes.begin(), b.culprit_nodes.end());
-  json d = {{"incident", inc.number},         {"failure_kind", inc.kind},
+  json d = {{"incident", inc.number},         {"failure_kind", FindingKindName(inc.kind)},
             {"category", a.category},         {"rule", a.rule_id},
             {"description", a.description},   {"hardware", a.hardware},
             {"persistence", a.persistence},   {"confidence", a.confidence},
@@ -200,12 +210,12 @@ Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
             {"fleet", json::parse(fleet.EvidenceJson())},
             {"first_in_time", b.first_in_time},
             {"culprit_evidence", b.culprit_evidence}};
-  Emit("attribution", b.culprit_node, b.culprit_rank, b.step,
+  Emit(EventKind::kAttribution, b.culprit_node, b.culprit_rank, b.step,
        "incident " + std::to_string(inc.number) + ": " + a.category + " (" +
            (a.hardware ? "hardware" : "software") + ", " + a.persistence + ", confidence " +
            std::to_string(a.confidence).substr(0, 4) + "), culprit " + b.CulpritText(),
        d.dump(-1, ' ', false, kReplaceBadUtf8));
-  Emit("decision", b.culprit_node, b.culprit_rank, b.step,
+  Emit(EventKind::kDecision, b.culprit_node, b.culprit_rank, b.step,
        std::string("incident ") + std::to_string(inc.number) + ": " + decision_name + ": " + v.why,
        json{{"incident", inc.number},
             {"decision", decision_name},
@@ -231,7 +241,7 @@ FleetFinding JobController::ReadFleet(const Blame& b) {
   q.since = clock_->WallNanos() - config_.suspicion_window;
   std::map<std::string, std::string> watched;
   for (const auto& n : b.culprit_nodes) {
-    auto health = HealthOf(n);
+    auto health = StoredHealthOf(n);
     if (health.ok() && health->status == "ok") q.node_since[n] = std::max(q.since, health->wall_ns);
     if (health.ok() && health->status == "watch" && health->wall_ns >= q.since) watched[n] = health->reason;
   }
@@ -262,7 +272,7 @@ FleetFinding JobController::ReadFleet(const Blame& b) {
 void JobController::RecordDowntime(const RestartPath& path) {
   if (!incident_) return;
   DowntimeRecord r = DescribeDowntime(*incident_, path);
-  Emit("downtime", "", -1, incident_->failure_step, r.line, r.json);
+  Emit(EventKind::kDowntime, "", -1, incident_->failure_step, r.line, r.json);
   incident_.reset();
 }
 

@@ -46,7 +46,7 @@ void JobController::PromoteSpares() {
     Node* spare = idle[next++];
     spare->group_rank = g;
     taken[g] = 1;
-    Emit("spare_promoted", spare->node_id, -1, -1,
+    Emit(EventKind::kSparePromoted, spare->node_id, -1, -1,
          "spare node " + spare->node_id + " takes group rank " + std::to_string(g),
          json{{"group_rank", g}, {"idle_spares_left", IdleSpares()}}.dump(-1, ' ', false, kReplaceBadUtf8));
   }
@@ -87,7 +87,7 @@ bool JobController::MayStartWithout(const std::vector<int>& empty) {
   }
   if (why != waiting_said_) {
     waiting_said_ = why;
-    Emit("waiting_for_nodes", "", -1, -1, why,
+    Emit(EventKind::kWaitingForNodes, "", -1, -1, why,
          json{{"empty_group_ranks", empty}, {"present", present}, {"min_nnodes", MinNodes()},
               {"max_nnodes", config_.nnodes}, {"idle_spares", IdleSpares()}}
              .dump(-1, ' ', false, kReplaceBadUtf8));
@@ -111,7 +111,7 @@ void JobController::RenumberGroupRanks(std::vector<Node*>* slots) {
   given_up_slots_.clear();
   for (int g = static_cast<int>(kept.size()); g < config_.nnodes; ++g) given_up_slots_.insert(g);
   if (!moved.empty()) {
-    Emit("group_ranks_renumbered", "", -1, -1,
+    Emit(EventKind::kGroupRanksRenumbered, "", -1, -1,
          "group ranks renumbered for " + std::to_string(kept.size()) + " node(s): " + moved.dump(),
          json{{"moved", moved}}.dump(-1, ' ', false, kReplaceBadUtf8));
   }
@@ -124,7 +124,7 @@ void JobController::Evict(const std::string& node_id, const std::string& why, co
   const std::string by = "controller of job " + config_.job_id;
   json e = json::parse(evidence, nullptr, false);
   if (e.is_discarded() || !e.is_object()) e = json::object();
-  Emit("node_evicted", node_id, -1, -1, "node " + node_id + " evicted and cordoned: " + why,
+  Emit(EventKind::kNodeEvicted, node_id, -1, -1, "node " + node_id + " evicted and cordoned: " + why,
        json{{"reason", why}, {"by", by}, {"group_rank", node->group_rank}, {"evidence", e}}.dump(-1, ' ', false, kReplaceBadUtf8));
   const Nanos now = clock_->WallNanos();
   writer_->RecordNodeAction({node_id, now, "evict", by, why, config_.job_id, e.dump(-1, ' ', false, kReplaceBadUtf8)});
@@ -152,26 +152,18 @@ void JobController::RemoveFromJob(Node* node, const std::string& why) {
 }
 
 void JobController::EvictCordonedNodes() {
-  // One read of the store's cordons, not one per node: this runs at every
-  // restart, under the lock (12,500 reads at 12,500 nodes).
-  std::set<std::string> in_store;
-  auto all = store_->ListNodeHealth();
-  if (all.ok()) {
-    for (const auto& h : *all) {
-      if (h.status == "cordoned") in_store.insert(h.node);
-    }
-  } else {
-    ++store_read_errors_;
-  }
+  // From the store's cordons as the incident's blame read them (off the
+  // lock) and the controller's own queued ones: no store read here, at every
+  // restart, under the lock.
   std::vector<std::string> cordoned;
   for (const auto& n : nodes_) {
     if (n.conn == 0 || n.group_rank < 0) continue;
-    auto pending = writer_->PendingHealth(n.node_id);  // queued, not yet in the store
-    if (pending ? pending->status == "cordoned" : in_store.count(n.node_id) > 0) cordoned.push_back(n.node_id);
+    auto health = HealthOf(n.node_id);
+    if (health.ok() && health->status == "cordoned") cordoned.push_back(n.node_id);
   }
   for (const auto& id : cordoned) {
     Node* node = NodeById(id);
-    Emit("node_evicted", id, -1, -1, "node " + id + " leaves the job: it was cordoned during the job",
+    Emit(EventKind::kNodeEvicted, id, -1, -1, "node " + id + " leaves the job: it was cordoned during the job",
          json{{"reason", "cordoned during the job"}, {"group_rank", node->group_rank}}.dump(-1, ' ', false, kReplaceBadUtf8));
     RemoveFromJob(node, "cordoned");
   }
@@ -183,7 +175,7 @@ void JobController::ObserveLinks(Node* node, const v1::NodeMetrics& metrics) {
   for (const LinkObservation& o : link_monitor_.Update(node->node_id, links, clock_->MonotonicNanos())) {
     Emit(o.kind, o.node, -1, -1, o.message,
          json{{"link", o.link}, {"flaps_in_window", o.flaps_in_window}}.dump(-1, ' ', false, kReplaceBadUtf8));
-    if (o.kind != "link_flapping") continue;
+    if (o.kind != EventKind::kLinkFlapping) continue;
     if (node->group_rank < 0) {  // an idle spare: out before it takes a place
       Evict(node->node_id, o.message, json{{"link", o.link}, {"flaps_in_window", o.flaps_in_window}}.dump());
       return;  // `node` may no longer hold a session

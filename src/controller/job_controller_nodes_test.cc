@@ -117,6 +117,25 @@ TEST_F(JobControllerTest, AnIdleSpareThatGoesAwayIsNoFailure) {
   EXPECT_FALSE(Register(3)->closed);  // its place as a spare is free again
 }
 
+// Cordons are read off the controller's lock (at the start, every few
+// seconds, with each incident's blame): one an operator makes while the job
+// runs refuses the node from the next read on.
+TEST_F(JobControllerTest, ACordonMadeDuringTheJobRefusesTheNodeFromTheNextReadOn) {
+  Make(3, 1, 3);
+  Register(0);
+  ASSERT_EQ(controller_->state(), JobState::kStarting);
+  ASSERT_TRUE(store_.SetNodeHealth({"node2", "cordoned", "operator: bad fan", "", 1}).ok());
+  clock_.Advance(6 * kSecond);
+  controller_->Tick();  // reads the store's node health again (inline here)
+  controller_->Tick();  // and takes what it read
+  FakeAgentLink* refused = Register(2);
+  EXPECT_TRUE(refused->closed);
+  ASSERT_NE(refused->Last(Kind::kWelcome), nullptr);
+  EXPECT_NE(refused->Last(Kind::kWelcome)->welcome().error().find("node node2 is cordoned (operator: bad fan)"),
+            std::string::npos);
+  EXPECT_FALSE(Register(1)->closed);
+}
+
 TEST_F(JobControllerTest, ANodeCordonedDuringTheJobLeavesItAtTheRestart) {
   config_.spares = 1;
   Make(2, 1, 3);
@@ -134,7 +153,7 @@ TEST_F(JobControllerTest, ANodeCordonedDuringTheJobLeavesItAtTheRestart) {
 }
 
 TEST_F(JobControllerTest, PreflightDiagnosesOneNodeAtATimeAndKeepsASlowNodeOut) {
-  config_.diagnose = "quick";
+  config_.diagnose = DiagnoseMode::kQuick;
   config_.diag_parallelism = 1;
   config_.spares = 1;
   Make(3, 1);
@@ -174,7 +193,7 @@ TEST_F(JobControllerTest, PreflightDiagnosesOneNodeAtATimeAndKeepsASlowNodeOut) 
 }
 
 TEST_F(JobControllerTest, AfterAFailureTheDiagnosedBadNodeIsEvictedAndASpareTakesItsPlace) {
-  config_.diagnose = "quick";
+  config_.diagnose = DiagnoseMode::kQuick;
   config_.spares = 1;
   Make(3, 1, 3);
   FakeAgentLink* n[4];
@@ -207,7 +226,7 @@ TEST_F(JobControllerTest, AfterAFailureTheDiagnosedBadNodeIsEvictedAndASpareTake
 }
 
 TEST_F(JobControllerTest, ANodeThatDoesNotAnswerItsDiagnosticsInTimeIsEvicted) {
-  config_.diagnose = "quick";
+  config_.diagnose = DiagnoseMode::kQuick;
   config_.diag_timeout = 30 * kSecond;
   Make(2, 1);
   FakeAgentLink* a = Register(0);
@@ -354,7 +373,7 @@ TEST_F(JobControllerTest, BelowItsMinimumAnElasticJobWaitsThenFailsSayingWhy) {
   EXPECT_NE(controller_->summary().find("(at least 2 needed)"), std::string::npos) << controller_->summary();
 }
 TEST_F(JobControllerTest, AfterItsOwnProbesEachNodeRunsAnAllToAllThenEachRackAnAllReduce) {
-  config_.diagnose = "quick";
+  config_.diagnose = DiagnoseMode::kQuick;
   config_.diag_parallelism = 1;  // nodes share a host: one node, then one rack, at a time
   Make(4, 2);  // the job runs `python3 train.py`
   FakeAgentLink* n[4];
@@ -391,7 +410,7 @@ TEST_F(JobControllerTest, AfterItsOwnProbesEachNodeRunsAnAllToAllThenEachRackAnA
 }
 
 TEST_F(JobControllerTest, AnAllToAllThatDeliversWrongDataEvictsItsNode) {
-  config_.diagnose = "quick";
+  config_.diagnose = DiagnoseMode::kQuick;
   Make(3, 2);
   FakeAgentLink* n[3];
   for (int i = 0; i < 3; ++i) n[i] = Register(i);
@@ -407,7 +426,7 @@ TEST_F(JobControllerTest, AnAllToAllThatDeliversWrongDataEvictsItsNode) {
 }
 
 TEST_F(JobControllerTest, ANodeWithGpusGetsItsOwnStageForTheirComputeAndCopies) {
-  config_.diagnose = "quick";
+  config_.diagnose = DiagnoseMode::kQuick;
   Make(2, 1);
   FakeAgentLink* n[2];
   for (int i = 0; i < 2; ++i) n[i] = Register(i);

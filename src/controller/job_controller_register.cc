@@ -34,7 +34,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     welcome.mutable_welcome()->set_error(why);
     link->Send(welcome);
     link->Close();
-    Emit("agent_refused", reg.node_id(), -1, -1, "agent " + reg.node_id() + " refused: " + why);
+    Emit(EventKind::kAgentRefused, reg.node_id(), -1, -1, "agent " + reg.node_id() + " refused: " + why);
     std::fprintf(stderr, "trainguard: agent %s (%s) refused: %s\n", reg.node_id().c_str(), reg.hostname().c_str(),
                  why.c_str());
   };
@@ -154,7 +154,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
         break;
       }
     }
-    Emit("node_reassigned", bumped->node_id, -1, -1,
+    Emit(EventKind::kNodeReassigned, bumped->node_id, -1, -1,
          "node " + bumped->node_id + " gives group rank " + std::to_string(wanted) + " to " + reg.node_id() +
              ", which asked for it, and is now " +
              (bumped->group_rank < 0 ? std::string("an idle spare") : "group rank " + std::to_string(bumped->group_rank)),
@@ -185,13 +185,13 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   link->Send(welcome);
   json d = {{"hostname", reg.hostname()}, {"address", reg.address()},
             {"agent_pid", reg.pid()},     {"group_rank", node->group_rank}, {"spare", spare}};
-  Emit("node_registered", node->node_id, -1, -1,
+  Emit(EventKind::kNodeRegistered, node->node_id, -1, -1,
        "node " + node->node_id + " (" + reg.hostname() + ", " + reg.address() + ") registered " +
            (spare ? std::string("as an idle spare") : "as group rank " + std::to_string(node->group_rank)),
        d.dump(-1, ' ', false, kReplaceBadUtf8));
   auto health = HealthOf(node->node_id);
   if (health.ok() && health->status == "suspect") {
-    Emit("node_suspect", node->node_id, -1, -1,
+    Emit(EventKind::kNodeSuspect, node->node_id, -1, -1,
          "warning: node " + node->node_id + " is marked suspect since job " + health->job_id +
              ": " + health->reason,
          json{{"reason", health->reason}, {"marked_by_job", health->job_id}}.dump(-1, ' ', false, kReplaceBadUtf8));

@@ -37,7 +37,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
   }
   if (status.checkpoint_step() > checkpoint_step_) {
     checkpoint_step_ = status.checkpoint_step();
-    Emit("checkpoint_committed", node->node_id, status.global_rank(), checkpoint_step_,
+    Emit(EventKind::kCheckpointCommitted, node->node_id, status.global_rank(), checkpoint_step_,
          "checkpoint of step " + std::to_string(checkpoint_step_) + " committed");
   }
   if (!first_step_seen_ && status.first_step_unix_ms() > 0 && status.has_first_step()) {
@@ -63,7 +63,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
                 {"since_launch_ms", (path.first_step_wall - generation_start_wall_) / kMillisecond},
                 {"warm", status.warm()}};
     if (path.resumed_step >= 0) detail["resumed_step"] = path.resumed_step;
-    Emit("first_step", node->node_id, status.global_rank(), status.step(),
+    Emit(EventKind::kFirstStep, node->node_id, status.global_rank(), status.step(),
          "generation " + std::to_string(generation_) + " made its first step " +
              Seconds(path.first_step_wall - generation_start_wall_) + " after launch" +
              (status.warm() ? " (warm)" : ""),
@@ -91,7 +91,7 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
     if (!grew.empty()) {
       std::string what;
       for (const auto& g : grew) what += (what.empty() ? "" : "; ") + g;
-      Emit("gpu_errors", node->node_id, -1, -1, "node " + node->node_id + ": " + what,
+      Emit(EventKind::kGpuErrors, node->node_id, -1, -1, "node " + node->node_id + ": " + what,
            json{{"increases", grew}}.dump(-1, ' ', false, kReplaceBadUtf8));
       writer_->RecordNodeAction({node->node_id, clock_->WallNanos(), "gpu-errors", "controller of job " + config_.job_id,
                                  what, config_.job_id, json{{"increases", grew}}.dump(-1, ' ', false, kReplaceBadUtf8)});
@@ -155,7 +155,7 @@ void JobController::HandleStarted(Node* node, const v1::RanksStarted& started, v
   for (int i = 0; i < started.ranks_size(); ++i) {
     UpdateRank(node, started.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);
   }
-  Emit("ranks_started", node->node_id, -1, -1,
+  Emit(EventKind::kRanksStarted, node->node_id, -1, -1,
        "node " + node->node_id + " started " + std::to_string(started.ranks_size()) +
            " rank(s) of generation " + std::to_string(generation_) + how,
        detail.dump(-1, ' ', false, kReplaceBadUtf8));
@@ -176,7 +176,7 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   bool ok = r.exit_code() == 0 && r.term_signal() == 0;
   std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node->node_id + " " +
                      DescribeExit(r) + AtStep(r.step());
-  Emit("rank_exited", node->node_id, r.global_rank(), r.step(), what, d.dump(-1, ' ', false, kReplaceBadUtf8));
+  Emit(EventKind::kRankExited, node->node_id, r.global_rank(), r.step(), what, d.dump(-1, ' ', false, kReplaceBadUtf8));
   if (exited.generation() == generation_ && incident_) incident_->rank_steps[r.global_rank()] = r.step();
   if (!ok && exited.generation() == generation_ && incident_ && exited.exit_unix_ms() > 0) {
     incident_->exit_times[r.global_rank()] = exited.exit_unix_ms() * kMillisecond;
@@ -227,7 +227,7 @@ void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
     }
     json d = {{"proc_state", s.proc_state()}, {"python", s.python()}, {"native", s.native()}};
     std::string where = s.python().empty() ? "no Python stack captured" : "Python stack captured";
-    Emit("stacks", node->node_id, s.global_rank(), -1,
+    Emit(EventKind::kStacks, node->node_id, s.global_rank(), -1,
          "stacks of rank " + std::to_string(s.global_rank()) + " (process state " +
              (s.proc_state().empty() ? "?" : s.proc_state()) + "): " + where,
          d.dump(-1, ' ', false, kReplaceBadUtf8));
@@ -255,7 +255,7 @@ void JobController::HandleLogAlert(Node* node, const v1::LogAlert& alert) {
                               : "the kernel log of " + node->node_id;
   json d = {{"rule", alert.rule_id()}, {"severity", alert.severity()}, {"line", alert.line()},
             {"generation", alert.generation()}};
-  Emit("log_alert", node->node_id, rank, step,
+  Emit(EventKind::kLogAlert, node->node_id, rank, step,
        alert.severity() + ": " + who + ": " + alert.line() + " (rule " + alert.rule_id() + ")",
        d.dump(-1, ' ', false, kReplaceBadUtf8));
   if (alert.severity() == "warning") {
@@ -290,7 +290,7 @@ void JobController::OnDisconnect(std::uint64_t conn) {
   if (diagnosis_) diagnosis_->NodeGone(node->node_id, "its agent went away during the diagnostics");
   if (node->group_rank < 0) {  // an idle spare (or an evicted node) went away: no rank of the job is hit
     std::string id = node->node_id;
-    Emit("spare_lost", id, -1, -1, "idle node " + id + " went away (connection to its agent closed)");
+    Emit(EventKind::kSpareLost, id, -1, -1, "idle node " + id + " went away (connection to its agent closed)");
     nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.node_id == id; }));
     return;
   }
@@ -307,7 +307,7 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
     link->Close();
   }
   node->group_rank = -1;  // its slot is free for a replacement
-  Emit("node_lost", id, -1, -1, "node " + id + " lost: " + why,
+  Emit(EventKind::kNodeLost, id, -1, -1, "node " + id + " lost: " + why,
        json{{"reason", why}, {"group_rank", group_rank}}.dump(-1, ' ', false, kReplaceBadUtf8));
   // What the scheduler backend knows of the loss (an agent process that
   // exited while its host stayed up, Slurm's node state) outweighs the bare

@@ -26,9 +26,19 @@ std::optional<JobState> JobStateFromName(const std::string& name) {
 }  // namespace
 
 Status JobController::Resume() {
-  std::lock_guard<std::mutex> lock(mu_);
+  // The store's part, off the lock: the job's record, and what the store
+  // says of nodes.
   auto events = store_->Events(config_.job_id);
   if (!events.ok()) return events.status();
+  const Nanos health_read = clock_->MonotonicNanos();
+  auto health = store_->ListNodeHealth();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (health.ok()) {
+    health_.Replace(NodeHealthCache::Index(std::move(health.value())), health_read);
+  } else {
+    ++store_read_errors_;
+  }
+  next_health_read_mono_ = health_read + kHealthRefresh;
   if (events->empty() || events->front().kind != "job_created") {
     return NotFound("job " + config_.job_id + " is not in the store: nothing to resume");
   }
@@ -36,78 +46,145 @@ Status JobController::Resume() {
   Nanos last_wall = 0;
   std::map<std::string, int> slot_of;  // the running generation's nodes, by their registrations
   std::map<std::string, int> registered_as;
+  // What the SDC monitor learned of the running generation.
+  json replica_sets = json::array();
+  std::map<std::string, json> named_stragglers;  // unit -> its straggler event's detail, until cleared
+  std::int64_t replicas_agreed = -1;
   for (const Event& e : *events) {
     last_wall = std::max(last_wall, e.wall_ns);
-    json d = json::parse(e.detail_json, nullptr, false);
-    if (!d.is_object()) d = json::object();
-    if (e.kind == "state") {
-      if (auto s = JobStateFromName(d.value("to", ""))) last = *s;
-    } else if (e.kind == "generation_started") {
-      // Recorded before the agents are told to start, and followed by the
-      // state change to RUNNING: a controller killed between the two left
-      // a generation whose ranks may run. It is taken back as running (its
-      // nodes come back with their ranks), not restarted once more.
-      last = JobState::kRunning;
-      generation_ = e.generation;
-      restart_count_ = d.value("restart_count", restart_count_);
-      active_nnodes_ = d.value("nnodes", active_nnodes_);
-      generation_start_wall_ = e.wall_ns;
-      first_step_seen_ = false;
-      first_step_wall_ = 0;
-      first_step_no_ = -1;
-      slot_of.clear();
-      // The generation's nodes as decided (recorded since the decision is
-      // made durable before it is acted on); ranks_started confirms them.
-      const json group_ranks = d.value("group_ranks", json::object());
-      for (const auto& [node, slot] : group_ranks.items()) {
-        if (slot.is_number_integer()) slot_of[node] = slot.get<int>();
+    const std::optional<EventKind> kind = EventKindFromName(e.kind);
+    if (!kind) continue;  // a newer controller's kind: nothing of it to rebuild
+    // Each kind's part of the job's status; the others are history only.
+    json d;
+    auto detail = [&]() -> const json& {
+      if (d.is_null()) {
+        d = json::parse(e.detail_json, nullptr, false);
+        if (!d.is_object()) d = json::object();
       }
-    } else if (e.kind == "first_step" && e.generation == generation_) {
-      first_step_seen_ = true;
-      first_step_wall_ = d.value("first_step_unix_ms", std::int64_t{0}) * kMillisecond;
-      first_step_no_ = d.value("first_step", e.step);
-    } else if ((e.kind == "replica_divergence" || e.kind == "numeric_anomaly") && d.contains("resume_at_most")) {
-      // A rollback's bound outlives the controller: forgetting it would let
-      // the next restart load a checkpoint saved after the fault (docs/sdc.md).
-      resume_at_most_ = d.value("resume_at_most", resume_at_most_);
-      resume_at_most_why_ = d.value("resume_why", resume_at_most_why_);
-      bad_through_ = d.value("bad_through", bad_through_);
-      bound_generation_ = e.generation;
-    } else if (e.kind == "resume_bound_cleared") {
-      resume_at_most_ = -1;
-      resume_at_most_why_.clear();
-      bad_through_ = -1;
-    } else if (e.kind == "torch_checkpoint_dir" && d.contains("dir")) {
-      if (torch_checkpoint_dirs_.size() < 16) torch_checkpoint_dirs_.insert(d.value("dir", ""));
-    } else if (e.kind == "checkpoint_committed") {
-      checkpoint_step_ = std::max(checkpoint_step_, e.step);
-    } else if (e.kind == "failure") {
-      incident_count_ = std::max(incident_count_ + 1, d.value("incident", 0));
-    } else if (e.kind == "decision" && d.contains("policy")) {
-      // The policy's memory as of its last decision (recovery_policy.h).
-      if (auto memory = PolicyMemory::FromJson(d["policy"].dump()); memory.ok()) {
-        policy_.Restore(std::move(memory.value()));
-      } else {
-        std::fprintf(stderr, "trainguard: warning: %s (event %lld); the policy starts without it\n",
-                     memory.status().message().c_str(), static_cast<long long>(e.id));
+      return d;
+    };
+    switch (*kind) {
+      case EventKind::kState:
+        if (auto s = JobStateFromName(detail().value("to", ""))) last = *s;
+        break;
+      case EventKind::kGenerationStarted: {
+        // Recorded before the agents are told to start, and followed by the
+        // state change to RUNNING: a controller killed between the two left
+        // a generation whose ranks may run. It is taken back as running (its
+        // nodes come back with their ranks), not restarted once more.
+        last = JobState::kRunning;
+        generation_ = e.generation;
+        restart_count_ = detail().value("restart_count", restart_count_);
+        active_nnodes_ = detail().value("nnodes", active_nnodes_);
+        generation_start_wall_ = e.wall_ns;
+        replica_sets = json::array();
+        named_stragglers.clear();
+        first_step_seen_ = false;
+        first_step_wall_ = 0;
+        first_step_no_ = -1;
+        slot_of.clear();
+        // The generation's nodes as decided (recorded since the decision is
+        // made durable before it is acted on); ranks_started confirms them.
+        const json group_ranks = detail().value("group_ranks", json::object());
+        for (const auto& [node, slot] : group_ranks.items()) {
+          if (slot.is_number_integer()) slot_of[node] = slot.get<int>();
+        }
+        break;
       }
-    } else if (e.kind == "layout") {
-      layout_generation_ = d.value("generation", layout_generation_);
-    } else if (e.kind == "diagnosis" || e.kind == "diagnosis_started") {
-      preflight_done_ = true;
-    } else if (e.kind == "node_registered" || e.kind == "node_reconnected" || e.kind == "spare_promoted" ||
-               e.kind == "node_reassigned") {
-      if (d.contains("group_rank")) registered_as[e.node] = d.value("group_rank", -1);
-    } else if (e.kind == "ranks_started" && e.generation == generation_) {
-      // The group rank is in the event since controller restarts exist;
-      // before, it is the one the node registered with (or moved to).
-      int slot = d.value("group_rank", registered_as.count(e.node) ? registered_as[e.node] : -1);
-      if (slot >= 0) slot_of[e.node] = slot;
-    } else if (e.kind == "group_ranks_renumbered") {
-      const json moved = d.value("moved", json::object());  // items() does not keep a temporary alive
-      for (const auto& [node, ranks] : moved.items()) {
-        if (ranks.is_array() && ranks.size() == 2) registered_as[node] = ranks[1].get<int>();
+      case EventKind::kReplicaSets:
+        if (e.generation == generation_) {
+          replica_sets = detail().value("sets", json::array());
+          replicas_agreed = detail().value("agreed_through", std::int64_t{-1});
+        }
+        break;
+      case EventKind::kStraggler:
+      case EventKind::kStragglerCleared:
+        if (e.generation == generation_ && detail().value("unit", json()).is_string()) {
+          const std::string unit = d["unit"].get<std::string>();
+          if (*kind == EventKind::kStraggler) {
+            named_stragglers[unit] = d;
+          } else {
+            named_stragglers.erase(unit);
+          }
+        }
+        break;
+      case EventKind::kCheckpointVerified:
+        verified_commit_ = std::max(verified_commit_, e.step);
+        break;
+      case EventKind::kFirstStep:
+        if (e.generation == generation_) {
+          first_step_seen_ = true;
+          first_step_wall_ = detail().value("first_step_unix_ms", std::int64_t{0}) * kMillisecond;
+          first_step_no_ = detail().value("first_step", e.step);
+        }
+        break;
+      case EventKind::kReplicaDivergence:
+      case EventKind::kNumericAnomaly:
+        // A rollback's bound outlives the controller: forgetting it would let
+        // the next restart load a checkpoint saved after the fault (docs/sdc.md).
+        if (detail().contains("resume_at_most")) {
+          resume_at_most_ = d.value("resume_at_most", resume_at_most_);
+          resume_at_most_why_ = d.value("resume_why", resume_at_most_why_);
+          bad_through_ = d.value("bad_through", bad_through_);
+          bound_generation_ = e.generation;
+        }
+        break;
+      case EventKind::kResumeBoundCleared:
+        resume_at_most_ = -1;
+        resume_at_most_why_.clear();
+        bad_through_ = -1;
+        break;
+      case EventKind::kTorchCheckpointDir:
+        if (detail().contains("dir") && torch_checkpoint_dirs_.size() < 16) {
+          torch_checkpoint_dirs_.insert(d.value("dir", ""));
+        }
+        break;
+      case EventKind::kCheckpointCommitted:
+        checkpoint_step_ = std::max(checkpoint_step_, e.step);
+        break;
+      case EventKind::kFailure:
+        incident_count_ = std::max(incident_count_ + 1, detail().value("incident", 0));
+        break;
+      case EventKind::kDecision:
+        // The policy's memory as of its last decision (recovery_policy.h).
+        if (!detail().contains("policy")) break;
+        if (auto memory = PolicyMemory::FromJson(d["policy"].dump()); memory.ok()) {
+          policy_.Restore(std::move(memory.value()));
+        } else {
+          std::fprintf(stderr, "trainguard: warning: %s (event %lld); the policy starts without it\n",
+                       memory.status().message().c_str(), static_cast<long long>(e.id));
+        }
+        break;
+      case EventKind::kLayout:
+        layout_generation_ = detail().value("generation", layout_generation_);
+        break;
+      case EventKind::kDiagnosis:
+      case EventKind::kDiagnosisStarted:
+        preflight_done_ = true;
+        break;
+      case EventKind::kNodeRegistered:
+      case EventKind::kNodeReconnected:
+      case EventKind::kSparePromoted:
+      case EventKind::kNodeReassigned:
+        if (detail().contains("group_rank")) registered_as[e.node] = d.value("group_rank", -1);
+        break;
+      case EventKind::kRanksStarted:
+        if (e.generation == generation_) {
+          // The group rank is in the event since controller restarts exist;
+          // before, it is the one the node registered with (or moved to).
+          int slot = detail().value("group_rank", registered_as.count(e.node) ? registered_as[e.node] : -1);
+          if (slot >= 0) slot_of[e.node] = slot;
+        }
+        break;
+      case EventKind::kGroupRanksRenumbered: {
+        const json moved = detail().value("moved", json::object());  // items() does not keep a temporary alive
+        for (const auto& [node, ranks] : moved.items()) {
+          if (ranks.is_array() && ranks.size() == 2) registered_as[node] = ranks[1].get<int>();
+        }
+        break;
       }
+      default:
+        break;  // history only
     }
   }
   if (last == JobState::kSucceeded || last == JobState::kFailed) {
@@ -125,7 +202,23 @@ Status JobController::Resume() {
     resuming_ = true;
     resume_deadline_mono_ = now + config_.reconnect_window;
     stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
+    for (const auto& [unit, d] : named_stragglers) {
+      stragglers_.RestoreReported(unit, StragglerSignalFromName(d.value("signal", "")),
+                                  d.value("first_step", std::int64_t{0}), d.value("evict", false));
+    }
     replicas_.Reset(active_nnodes_ * config_.nproc_per_node);
+    if (!replica_sets.empty()) {
+      std::vector<std::vector<int>> sets;
+      try {
+        sets = replica_sets.get<std::vector<std::vector<int>>>();
+      } catch (const json::exception&) {
+        sets.clear();
+      }
+      if (!replicas_.Restore(sets, replicas_agreed)) {
+        std::fprintf(stderr, "trainguard: warning: the recorded replica sets %s do not fit generation %lld; "
+                     "they are learned again\n", replica_sets.dump().c_str(), static_cast<long long>(generation_));
+      }
+    }
     numeric_.Reset(active_nnodes_ * config_.nproc_per_node);
     gen_commits_.clear();
     for (const auto& [node_id, slot] : slot_of) {
@@ -148,7 +241,7 @@ Status JobController::Resume() {
     plan = std::string("it was ") + JobStateName(last) + ": generation " + std::to_string(generation_) +
            " is stopped and the job restarts when its nodes are back";
   }
-  Emit("controller_restarted", "", -1, -1,
+  Emit(EventKind::kControllerRestarted, "", -1, -1,
        "the controller restarted (its job was " + std::string(JobStateName(last)) + ", last event " +
            std::to_string((clock_->WallNanos() - last_wall) / kMillisecond) + " ms ago): " + plan,
        json{{"previous_state", JobStateName(last)},
@@ -206,7 +299,7 @@ bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLi
   welcome->mutable_welcome()->set_resumed(true);
   if (rules_ != nullptr) welcome->mutable_welcome()->set_scan_rules(scan_rules_json_);
   link->Send(*welcome);
-  Emit("node_reconnected", node.node_id, -1, -1,
+  Emit(EventKind::kNodeReconnected, node.node_id, -1, -1,
        "node " + node.node_id + " (" + reg.hostname() + ", " + reg.address() + ") reconnected with its " +
            std::to_string(reg.resume_ranks_size()) + " rank(s) of generation " + std::to_string(generation_),
        json{{"hostname", reg.hostname()}, {"address", reg.address()}, {"agent_pid", reg.pid()},
@@ -218,7 +311,7 @@ bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLi
   for (const auto& n : nodes_) all_back &= n.group_rank < 0 || n.conn != 0;
   if (all_back) {
     resuming_ = false;
-    Emit("job_resumed", "", -1, -1,
+    Emit(EventKind::kJobResumed, "", -1, -1,
          "every node of generation " + std::to_string(generation_) + " is back: the job goes on without a restart",
          json{{"generation", generation_}}.dump(-1, ' ', false, kReplaceBadUtf8));
   }

@@ -63,6 +63,91 @@ class ResumeTest : public JobControllerTest {
   }
 };
 
+// What the SDC monitor learned continues across a controller restart: the
+// replica sets are not learned (nor recorded) again, and a divergence right
+// after the restart is found without two new steps to learn from.
+TEST_F(ResumeTest, TheReplicaSetsLearnedBeforeARestartAreKeptNotLearnedAgain) {
+  RunGeneration0();
+  auto beat = [&](int node, std::int64_t step, std::uint64_t bad) {
+    clock_.Advance(300 * kMillisecond);
+    v1::AgentMessage m;
+    m.mutable_heartbeat()->set_generation(0);
+    for (int local : {0, 1}) {
+      v1::RankStatus* r = m.mutable_heartbeat()->add_ranks();
+      *r = Rank(node * 2 + local, step);
+      v1::Fingerprint* f = r->add_fingerprints();
+      f->set_step(step);
+      f->set_value(static_cast<std::uint64_t>(step) + (node == 1 && local == 1 ? bad : 0));
+    }
+    controller_->OnMessage(conn_base_ + static_cast<std::uint64_t>(node), m);
+  };
+  for (std::int64_t step : {4, 8, 12}) {
+    beat(0, step, 0);
+    beat(1, step, 0);
+  }
+  ASSERT_EQ(EventsOf("replica_sets").size(), 1u);
+  EXPECT_EQ(Detail("replica_sets")["agreed_through"], 8);  // learned from steps 4 and 8
+  ASSERT_TRUE(Restart().ok());
+  Reconnect(0, 0, 14);
+  Reconnect(1, 0, 14);
+  ASSERT_EQ(EventsOf("job_resumed").size(), 1u);
+  conn_base_ = 10;
+  // Node 1's second rank (3) differs at the first step after the restart.
+  beat(0, 16, 0);
+  beat(1, 16, 99);
+  EXPECT_EQ(EventsOf("replica_sets").size(), 1u) << "learned again";
+  auto found = EventsOf("replica_divergence");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].step, 16);
+  EXPECT_EQ(found[0].rank, 3);
+}
+
+// A straggler named before a controller restart is not named again after it
+// (nor recorded twice), and is still evicted once slow long enough.
+TEST_F(ResumeTest, AStragglerNamedBeforeARestartIsNotNamedAgain) {
+  config_.straggler_action = StragglerAction::kEvict;
+  config_.straggler.windows_to_evict = 8;
+  Make(4, 1, 1, /*attribute=*/true);
+  for (int i = 0; i < 4; ++i) Register(i);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  std::int64_t step = 0;
+  for (; EventsOf("straggler").empty() && step < 200; step += 10) {
+    for (int node = 0; node < 4; ++node) Timings(node, 0, 1, step, step + 10, 1.3, 2);
+  }
+  ASSERT_EQ(EventsOf("straggler").size(), 1u);
+  EXPECT_EQ(Detail("straggler")["unit"], "node2");
+  controller_.reset();
+  links_.clear();
+  clock_.Advance(3 * kSecond);
+  controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, rules_.get());
+  controller_->SetOffLockThreads(0);
+  ASSERT_TRUE(controller_->Resume().ok());
+  for (int i = 0; i < 4; ++i) {
+    auto link = std::make_shared<FakeAgentLink>();
+    links_.push_back(link);
+    controller_->OnConnect(10 + i, link);
+    v1::AgentMessage m;
+    v1::Register* r = m.mutable_register_();
+    r->set_protocol_version(kProtocolVersion);
+    r->set_node_id("node" + std::to_string(i));
+    r->set_address("10.0.0." + std::to_string(i));
+    r->set_resume_generation(0);
+    r->set_resume_group_rank(i);
+    *r->add_resume_ranks() = Rank(i, step);
+    controller_->OnMessage(10 + i, m);
+  }
+  ASSERT_EQ(EventsOf("job_resumed").size(), 1u);
+  conn_base_ = 10;
+  for (; controller_->state() == JobState::kRunning && step < 400; step += 10) {
+    for (int node = 0; node < 4; ++node) Timings(node, 0, 1, step, step + 10, 1.3, 2);
+  }
+  auto named = EventsOf("straggler");
+  ASSERT_EQ(named.size(), 2u) << "named again after the restart";
+  EXPECT_TRUE(Detail("straggler", 1)["evict"].get<bool>());
+  EXPECT_EQ(named[1].node, "node2");
+  EXPECT_EQ(controller_->state(), JobState::kStopping);
+}
+
 // The policy's memory is part of the job's status: a deterministic failure
 // that a controller restart separates from its repeat is still stopped there.
 TEST_F(ResumeTest, ADeterministicFailureStopsAtItsFirstRepeatAcrossAControllerRestart) {

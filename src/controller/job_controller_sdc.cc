@@ -103,7 +103,7 @@ void JobController::MaybeClearResumeBound() {
       gen_commits_.back() < bad_through_) {
     return;
   }
-  Emit("resume_bound_cleared", "", -1, gen_commits_.back(),
+  Emit(EventKind::kResumeBoundCleared, "", -1, gen_commits_.back(),
        "checkpoint of step " + std::to_string(gen_commits_.back()) + " committed after the rollback, past step " +
            std::to_string(bad_through_) + " that the bad state reached: restarts resume from the newest again",
        json{{"resume_at_most", resume_at_most_}, {"bad_through", bad_through_}, {"committed", gen_commits_.back()}}
@@ -118,7 +118,7 @@ void JobController::ObserveTorchCheckpointDirs(const v1::RankStatus& status) {
     if (dir.empty() || dir.size() > 4096 || dir.find('\n') != std::string::npos) continue;
     if (torch_checkpoint_dirs_.size() >= 16 && !torch_checkpoint_dirs_.count(dir)) continue;  // bounded
     if (torch_checkpoint_dirs_.insert(dir).second) {
-      Emit("torch_checkpoint_dir", "", status.global_rank(), -1,
+      Emit(EventKind::kTorchCheckpointDir, "", status.global_rank(), -1,
            "the script writes its own torch.save checkpoints to " + dir + " (set aside on a rollback)",
            json{{"dir", dir}}.dump(-1, ' ', false, kReplaceBadUtf8));
     }
@@ -147,10 +147,11 @@ void JobController::CheckReplicas() {
   std::vector<Divergence> found = replicas_.Evaluate();
   if (!learned && !replicas_.replica_sets().empty()) {
     json sets = replicas_.replica_sets();
-    Emit("replica_sets", "", -1, -1,
+    Emit(EventKind::kReplicaSets, "", -1, -1,
          "parameter fingerprints: " + std::to_string(replicas_.replica_sets().size()) +
              " set(s) of replicas agree (" + sets.dump() + "), compared from now on",
-         json{{"generation", generation_}, {"sets", sets}}.dump(-1, ' ', false, kReplaceBadUtf8));
+         json{{"generation", generation_}, {"sets", sets}, {"agreed_through", replicas_.AgreedThrough()}}
+             .dump(-1, ' ', false, kReplaceBadUtf8));
   }
   for (const Divergence& d : found) {
     if (suspicion_.stage > 0 && d.step >= suspicion_.step) continue;  // the replay's own verdict decides
@@ -172,7 +173,7 @@ void JobController::CheckReplicas() {
 // their last agreement reproduces the fault: it is the replay's verdict, not a
 // new suspicion (which restarted the replay again with no culprit).
 bool JobController::ReplayWentWrongEarlier(const Divergence& d) const {
-  if (suspicion_.what != "disagreement" || suspicion_.stage == 0 || generation_ <= suspicion_.from_generation) {
+  if (suspicion_.what != SdcWhat::kDisagreement || suspicion_.stage == 0 || generation_ <= suspicion_.from_generation) {
     return false;
   }
   std::vector<int> replicas = d.replicas, suspects = suspicion_.ranks;
@@ -205,13 +206,14 @@ void JobController::ActOnDivergence(const Divergence& d) {
   if (two) {
     // No majority: the next generation replays the step on the same nodes (docs/sdc.md, "Confirmation").
     suspicion_ = SdcSuspicion{};
-    suspicion_.what = "disagreement";
+    suspicion_.what = SdcWhat::kDisagreement;
     suspicion_.stage = 1;
     suspicion_.step = d.step;
     suspicion_.last_agreed_step = d.last_agreed_step;
     suspicion_.ranks = d.replicas;
     suspicion_.values = d.values;
     suspicion_.nodes = NodesOfRanks(d.replicas);
+    ReadSdcHistoryOffLock(suspicion_.nodes);  // which of them to move out if it reproduces (SdcHistory)
     suspicion_.devices = DevicesOf(d.replicas);
     suspicion_.from_generation = generation_;
     detail["replay"] = {{"step", d.step}, {"on", "the same nodes"}};
@@ -241,7 +243,7 @@ void JobController::ActOnDivergence(const Divergence& d) {
     for (const auto& [r, device] : DevicesOf(d.diverged)) devices.push_back(device);
     RecordSdc(nodes, detail, true, devices);
   }  // a strict majority of replicas is the confirmation
-  Emit("replica_divergence", f.node, f.rank, d.step, message, f.detail_json);
+  Emit(EventKind::kReplicaDivergence, f.node, f.rank, d.step, message, f.detail_json);
   Fail(f);
 }
 
@@ -267,7 +269,7 @@ void JobController::AnnounceVerified() {
   }
   json detail = {{"step", commit}, {"verified_through", through}, {"clean_through", clean}, {"generation", generation_}};
   detail["replicas_agreed_through"] = replicas == ReplicaCheck::kNoReplicas ? json(nullptr) : json(replicas);
-  Emit("checkpoint_verified", "", -1, commit,
+  Emit(EventKind::kCheckpointVerified, "", -1, commit,
        "checkpoint of step " + std::to_string(commit) + " verified: " +
            (replicas == ReplicaCheck::kNoReplicas ? std::string("no replicas to compare")
                                                   : "the replicas agreed through step " + std::to_string(replicas)) +
@@ -297,13 +299,13 @@ void JobController::ActOnNumeric(const NumericFinding& n) {
   const std::string where = n.all ? "on every rank that computes a loss (" + std::to_string(n.observers) + ")"
                                   : "on rank " + List(ranks) + " only (of " + std::to_string(n.observers) + ")";
   if (n.spike) {  // reported, never acted on: a spike may be the data's
-    Emit("numeric_spike", nodes.empty() ? "" : nodes.front(), ranks.empty() ? -1 : ranks.front(), n.step,
+    Emit(EventKind::kNumericSpike, nodes.empty() ? "" : nodes.front(), ranks.empty() ? -1 : ranks.front(), n.step,
          what + " at step " + std::to_string(n.step) + " " + where, detail.dump(-1, ' ', false, kReplaceBadUtf8));
     return;
   }
-  if (suspicion_.stage > 0 && suspicion_.what == "numeric" && generation_ > suspicion_.from_generation &&
+  if (suspicion_.stage > 0 && suspicion_.what == SdcWhat::kNumeric && generation_ > suspicion_.from_generation &&
       n.step == suspicion_.step && ranks == suspicion_.ranks) {
-    Emit("numeric_anomaly", nodes.empty() ? "" : nodes.front(), ranks.front(), n.step,
+    Emit(EventKind::kNumericAnomaly, nodes.empty() ? "" : nodes.front(), ranks.front(), n.step,
          what + " at step " + std::to_string(n.step) + " " + where + " again, on replay",
          detail.dump(-1, ' ', false, kReplaceBadUtf8));
     ConfirmationReproduced(detail);
@@ -332,7 +334,7 @@ void JobController::ActOnNumeric(const NumericFinding& n) {
   } else {
     f.description = message + ": its device (or its share of the data) is suspect; replaying from before it to tell";
     suspicion_ = SdcSuspicion{};
-    suspicion_.what = "numeric";
+    suspicion_.what = SdcWhat::kNumeric;
     suspicion_.stage = 1;
     suspicion_.step = n.step;
     suspicion_.ranks = ranks;
@@ -350,13 +352,13 @@ void JobController::ActOnNumeric(const NumericFinding& n) {
   f.lines.push_back({f.rank, f.node, "trainguard: " + f.description});
   f.detail_json = detail.dump(-1, ' ', false, kReplaceBadUtf8);
   f.verdict = v;
-  Emit("numeric_anomaly", f.node, f.rank, n.step, f.description, f.detail_json);
+  Emit(EventKind::kNumericAnomaly, f.node, f.rank, n.step, f.description, f.detail_json);
   Fail(f);
 }
 
 void JobController::CheckConfirmation() {
   if (suspicion_.stage == 0 || generation_ <= suspicion_.from_generation || state_ != JobState::kRunning) return;
-  if (suspicion_.what == "numeric") {
+  if (suspicion_.what == SdcWhat::kNumeric) {
     if (numeric_.PassedClean(suspicion_.step, clock_->MonotonicNanos())) ConfirmationNotReproduced({});
     return;
   }
@@ -394,13 +396,13 @@ void JobController::CheckConfirmation() {
 // The suspicion's step replayed cleanly: a transient fault (or, after a suspect was moved away, the moved
 // node's persistent one).
 void JobController::ConfirmationNotReproduced(json detail, std::vector<int> culprits) {
-  if (suspicion_.what == "numeric") culprits = suspicion_.ranks;
+  if (suspicion_.what == SdcWhat::kNumeric) culprits = suspicion_.ranks;
   const bool moved = suspicion_.stage == 2;
   std::vector<std::string> nodes = moved ? suspicion_.moved : NodesOfRanks(culprits);
   if (!moved && culprits.empty()) nodes.clear();
   detail["step"] = suspicion_.step;
   detail["suspects"] = suspicion_.ranks;
-  detail["what"] = suspicion_.what;
+  detail["what"] = SdcWhatName(suspicion_.what);
   detail["culprit_ranks"] = culprits;
   detail["nodes"] = nodes;
   detail["result"] = moved ? "confirmed" : "not reproduced";
@@ -413,7 +415,7 @@ void JobController::ConfirmationNotReproduced(json detail, std::vector<int> culp
                   (culprits.empty() ? std::string(" (which replica was wrong cannot be told)")
                                     : " of rank " + List(culprits) + (nodes.empty() ? "" : " on " + nodes.front()));
   RecordSdc(nodes, detail, moved, SuspectDevices(nodes, moved ? std::vector<int>{} : culprits));
-  Emit("sdc_confirmation", nodes.empty() ? "" : nodes.front(), culprits.empty() ? -1 : culprits.front(),
+  Emit(EventKind::kSdcConfirmation, nodes.empty() ? "" : nodes.front(), culprits.empty() ? -1 : culprits.front(),
        suspicion_.step, message, detail.dump(-1, ' ', false, kReplaceBadUtf8));
   suspicion_ = SdcSuspicion{};
 }
@@ -424,11 +426,11 @@ void JobController::ConfirmationNotReproduced(json detail, std::vector<int> culp
 void JobController::ConfirmationReproduced(json detail) {
   detail["step"] = suspicion_.step;
   detail["suspects"] = suspicion_.ranks;
-  detail["what"] = suspicion_.what;
+  detail["what"] = SdcWhatName(suspicion_.what);
   detail["result"] = "reproduced";
   detail["persistence"] = "persistent";
   Finding f;
-  f.kind = suspicion_.what == "numeric" ? FindingKind::kNumericAnomaly : FindingKind::kReplicaDivergence;
+  f.kind = suspicion_.what == SdcWhat::kNumeric ? FindingKind::kNumericAnomaly : FindingKind::kReplicaDivergence;
   f.rank_step = suspicion_.step;
   f.fault_wall = clock_->WallNanos();
   DetectorVerdict v;
@@ -440,20 +442,20 @@ void JobController::ConfirmationReproduced(json detail) {
     for (const auto& n : nodes) {
       if (SdcHistory(n) > 0) move = n;
     }
-    if (suspicion_.what == "numeric") move = nodes.empty() ? "" : nodes.front();
+    if (suspicion_.what == SdcWhat::kNumeric) move = nodes.empty() ? "" : nodes.front();
     suspicion_.stage = 2;
-    suspicion_.moved = suspicion_.what == "numeric" ? nodes : std::vector<std::string>{move};
+    suspicion_.moved = suspicion_.what == SdcWhat::kNumeric ? nodes : std::vector<std::string>{move};
     suspicion_.from_generation = generation_;
     detail["moved"] = suspicion_.moved;
     f.description = "step " + std::to_string(suspicion_.step) + " went wrong again on replay on the same nodes: " +
                     "moving node " + Join(suspicion_.moved) + " out to tell its device from the " +
-                    (suspicion_.what == "numeric" ? "data" : "other replica");
+                    (suspicion_.what == SdcWhat::kNumeric ? "data" : "other replica");
     v.rule_id = "sdc-replay-reproduced";
     v.category = "gpu_hardware";
     v.hardware = true;
     v.evict_nodes = suspicion_.moved;
     v.description = "the suspect step's fault reproduced on replay; the suspect node is moved out to tell which";
-  } else if (suspicion_.what == "numeric") {
+  } else if (suspicion_.what == SdcWhat::kNumeric) {
     // The NaN followed the rank to other nodes: the data's, not a device's. The moved nodes go back.
     for (const auto& n : suspicion_.moved) ReturnNode(n, "the NaN at step " + std::to_string(suspicion_.step) +
                                                                  " followed its rank to another node: not this node's");
@@ -486,7 +488,7 @@ void JobController::ConfirmationReproduced(json detail) {
     v.evict_nodes = others;
     v.description = "confirmed by replay: the replica that disagreed on other hardware too computed wrong";
     RecordSdc(others, detail, true, SuspectDevices(others, {}));
-    Emit("sdc_confirmation", others.empty() ? "" : others.front(), -1, suspicion_.step, "confirmed: " + f.description,
+    Emit(EventKind::kSdcConfirmation, others.empty() ? "" : others.front(), -1, suspicion_.step, "confirmed: " + f.description,
          detail.dump(-1, ' ', false, kReplaceBadUtf8));
     suspicion_ = SdcSuspicion{};
   }
@@ -509,20 +511,14 @@ void JobController::RecordSdc(const std::vector<std::string>& nodes, json eviden
   }
 }
 
-int JobController::SdcHistory(const std::string& node) const {
-  auto actions = store_->NodeActions(node);
-  if (!actions.ok()) return 0;
-  int n = 0;
-  for (const auto& a : *actions) n += a.action == "sdc-confirmed";
-  return n;
-}
+int JobController::SdcHistory(const std::string& node) const { return health_.SdcConfirmed(node); }
 
 void JobController::ReturnNode(const std::string& node, const std::string& why) {
   const Nanos now = clock_->WallNanos();
   const std::string by = "controller of job " + config_.job_id;
   writer_->RecordNodeAction({node, now, "uncordon", by, why, config_.job_id, "{}"});
   writer_->SetNodeHealth({node, "ok", "returned: " + why, config_.job_id, now});
-  Emit("node_returned", node, -1, -1, "node " + node + " uncordoned: " + why,
+  Emit(EventKind::kNodeReturned, node, -1, -1, "node " + node + " uncordoned: " + why,
        json{{"reason", why}, {"by", by}}.dump(-1, ' ', false, kReplaceBadUtf8));
 }
 

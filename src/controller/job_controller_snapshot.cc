@@ -52,6 +52,7 @@ JobSnapshot JobController::Snapshot() const {
   s.store_retries = w.retries;
   s.store_given_up = w.given_up;
   s.store_backpressure_waits = w.backpressure_waits;
+  s.store_over_limit = w.over_limit;
   s.store_timings_dropped = w.bulk_dropped;
   s.store_unavailable = w.failing;
   s.store_oldest_queued_s = w.oldest_queued_s;

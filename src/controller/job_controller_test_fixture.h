@@ -106,7 +106,7 @@ class JobControllerTest : public testing::Test {
     v1::AgentMessage m;
     m.mutable_heartbeat()->set_generation(gen);
     for (auto& r : ranks) *m.mutable_heartbeat()->add_ranks() = r;
-    controller_->OnMessage(node + 1, m);
+    controller_->OnMessage(conn_base_ + static_cast<std::uint64_t>(node), m);
   }
 
   void Exit(int node, std::int64_t gen, int rank, int code, int sig = 0, std::int64_t step = 7,
@@ -120,14 +120,14 @@ class JobControllerTest : public testing::Test {
     e->mutable_rank()->set_term_signal(sig);
     e->add_log_tail(last_line);
     e->set_exit_unix_ms((exit_wall > 0 ? exit_wall : clock_.WallNanos()) / kMillisecond);
-    controller_->OnMessage(node + 1, m);
+    controller_->OnMessage(conn_base_ + static_cast<std::uint64_t>(node), m);
   }
 
   void Stopped(int node, std::int64_t gen) {
     v1::AgentMessage m;
     m.mutable_stopped()->set_generation(gen);
     m.mutable_stopped()->set_free_port(50000 + node);
-    controller_->OnMessage(node + 1, m);
+    controller_->OnMessage(conn_base_ + static_cast<std::uint64_t>(node), m);
   }
 
   // Node `node` sends the timings of `steps` for its ranks: forward takes
@@ -140,6 +140,7 @@ class JobControllerTest : public testing::Test {
     t->add_names("forward");
     t->add_names("backward");
     t->add_names("all_reduce");
+    t->add_names("data");
     for (std::int64_t step = from; step < to; ++step) {
       for (int local = 0; local < nproc; ++local) {
         v1::StepTiming* st = t->add_steps();
@@ -168,9 +169,16 @@ class JobControllerTest : public testing::Test {
         c->set_seq(step + 1);
         c->set_peer(-1);
         c->set_numel(1000);
+        if (data_rank_ >= 0) {  // every rank reads its batch: 1 ms, data_rank_ data_wait_us_
+          auto* d = st->add_intervals();
+          d->set_name(3);
+          d->set_kind(1);
+          d->set_start_us(3 * fwd + 1000);
+          d->set_duration_us(node * nproc + local == data_rank_ ? data_wait_us_ : 1000);
+        }
       }
     }
-    controller_->OnMessage(node + 1, m);
+    controller_->OnMessage(conn_base_ + static_cast<std::uint64_t>(node), m);
   }
 
   // Polls `done` (which may drive the controller) every millisecond of real
@@ -203,6 +211,9 @@ class JobControllerTest : public testing::Test {
   JobConfig config_;
   std::string rules_override_;  // a --rules file merged over the shipped rules
   int slow_rank_ = -1;          // Timings: this global rank is slowed as well
+  std::uint64_t conn_base_ = 1;  // Heartbeat, Exit, Stopped, Timings: node i's connection is conn_base_ + i
+  int data_rank_ = -1;          // Timings: every rank has a "data" phase, this one of data_wait_us_
+  std::int64_t data_wait_us_ = 1000;
   int off_lock_threads_ = 0;    // Make: the controller's OffLockRunner threads
   EventStore* write_store_ = nullptr;  // Make: where the controller writes (null: store_)
   std::unique_ptr<RuleSet> rules_;

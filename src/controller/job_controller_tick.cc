@@ -39,6 +39,10 @@ void JobController::Tick() {
   if (state_ != JobState::kRunning && state_ != JobState::kStopping) next_silence_check_mono_ = 0;
   ProbeClocks();
   WriteGpuSeries();
+  if (now >= next_health_read_mono_) {  // cordons an operator made meanwhile, off the lock
+    next_health_read_mono_ = now + kHealthRefresh;
+    ReadHealthOffLock();
+  }
   CheckResumeDeadline();
   switch (state_) {
     case JobState::kRunning:
@@ -107,7 +111,7 @@ void JobController::NoteWatchGap(Nanos now) {
   last_tick_mono_ = now;
   if (config_.watch_gap_grace <= 0 || gap <= config_.watch_gap_grace) return;
   silence_from_mono_ = now;
-  Emit("controller_stalled", "", -1, -1,
+  Emit(EventKind::kControllerStalled, "", -1, -1,
        "the controller did not run for " + Seconds(gap) +
            " (its process was frozen, starved or held up): every node's silence is counted afresh",
        json{{"gap_ms", gap / kMillisecond}}.dump(-1, ' ', false, kReplaceBadUtf8));

@@ -98,7 +98,7 @@ void JobController::HandleTimings(Node* node, const v1::Timings& t) {
 
   std::int64_t& said = timings_dropped_[node->node_id];
   if (t.dropped() > said) {
-    Emit("timings_dropped", node->node_id, -1, -1,
+    Emit(EventKind::kTimingsDropped, node->node_id, -1, -1,
          "node " + node->node_id + ": " + std::to_string(t.dropped()) +
              " timing records were lost this generation (its ranks wrote faster than the agent read)",
          json{{"dropped", t.dropped()}, {"generation", t.generation()}}.dump());
@@ -145,7 +145,7 @@ void JobController::RecordLayout(bool final_try) {
   for (const RankWait& r : loc.ranks) {
     if (r.rank >= 0) ranks.push_back({{"rank", r.rank}, {"node", r.node}, {"coords", r.coords}, {"name", loc.Name(r.rank)}});
   }
-  Emit("layout", "", -1, -1,
+  Emit(EventKind::kLayout, "", -1, -1,
        "parallel layout of generation " + std::to_string(generation_) + ": " + (dims.empty() ? "one group" : dims) +
            " over " + std::to_string(loc.world_size) + " ranks",
        json{{"generation", generation_}, {"world_size", loc.world_size}, {"layout", layout}, {"ranks", ranks}}
@@ -185,7 +185,7 @@ void JobController::ActOnStraggler(const StragglerFinding& original) {
   // nodes': its GPUs' clocks, its CPUs; a data straggler's is its loader
   // or its storage.
   std::string cause;
-  if (f.signal == "compute" && !f.node.empty()) {
+  if (f.signal == StragglerSignal::kCompute && !f.node.empty()) {
     std::map<std::string, std::vector<v1::GpuHealth>> gpus;
     std::map<std::string, NodeCpu> cpus;
     for (const Node& n : nodes_) {
@@ -197,7 +197,7 @@ void JobController::ActOnStraggler(const StragglerFinding& original) {
     const std::string cpu = CpuSlowCause(f.node, cpus);
     cause += (cause.empty() || cpu.empty() ? "" : "; ") + cpu;
     if (!cause.empty()) f.message += "; cause: " + f.node + " " + cause;
-  } else if (f.signal == "communication" && !f.node.empty()) {
+  } else if (f.signal == StragglerSignal::kCommunication && !f.node.empty()) {
     std::map<std::string, NodeNet> nets;
     for (const Node& n : nodes_) {
       if (n.group_rank < 0) continue;
@@ -206,19 +206,19 @@ void JobController::ActOnStraggler(const StragglerFinding& original) {
     }
     cause = NetworkSlowCause(f.node, nets);
     if (!cause.empty()) f.message += "; cause: " + f.node + " " + cause;
-  } else if (f.signal == "data") {
+  } else if (f.signal == StragglerSignal::kData) {
     cause = "storage or the data loader: rank " + std::to_string(f.rank) + " waits for its data";
   }
-  json d = {{"cause", cause},{"signal", f.signal},         {"phase", f.phase},          {"slowdown", f.slowdown},
+  json d = {{"cause", cause}, {"unit", f.unit}, {"signal", StragglerSignalName(f.signal)},         {"phase", f.phase},          {"slowdown", f.slowdown},
             {"steps", f.steps},           {"first_step", f.first_step}, {"last_step", f.last_step},
             {"value_us", f.value_us},     {"centre_us", f.centre_us},   {"evict", f.evict},
             {"last_to_enter", f.last_to_enter},
-            {"action", config_.straggler_action}};
-  Emit(f.kind, f.node, f.rank, f.last_step, f.message, d.dump(-1, ' ', false, kReplaceBadUtf8));
-  if (f.kind != "straggler" || !f.evict || config_.straggler_action != "evict") return;
+            {"action", StragglerActionName(config_.straggler_action)}};
+  Emit(StragglerEventKind(f.kind), f.node, f.rank, f.last_step, f.message, d.dump(-1, ' ', false, kReplaceBadUtf8));
+  if (f.kind != StragglerKind::kStraggler || !f.evict || config_.straggler_action != StragglerAction::kEvict) return;
   Node* node = NodeById(f.node);
   if (node == nullptr || node->group_rank < 0 || state_ != JobState::kRunning) return;
-  Fail(StragglerFailure(f, clock_->WallNanos(), d.dump(-1, ' ', false, kReplaceBadUtf8)));
+  Fail(StragglerFailure(f, cause, clock_->WallNanos(), d.dump(-1, ' ', false, kReplaceBadUtf8)));
 }
 
 }  // namespace trainguard

@@ -34,7 +34,7 @@ TEST_F(JobControllerTest, StepTimingsAreStoredOnTheControllersClock) {
 }
 
 TEST_F(JobControllerTest, AStragglerIsReportedAndWithEvictTakenOutOfTheJob) {
-  config_.straggler_action = "evict";
+  config_.straggler_action = StragglerAction::kEvict;
   Make(4, 2, 3, true);
   std::vector<FakeAgentLink*> links;
   for (int i = 0; i < 4; ++i) links.push_back(Register(i));
@@ -66,7 +66,7 @@ class StragglerEvictionTest : public JobControllerTest, public testing::WithPara
 
 TEST_P(StragglerEvictionTest, TheSlowNodeIsEvictedAndNoRuleFileChangesThat) {
   const int nnodes = GetParam();
-  config_.straggler_action = "evict";
+  config_.straggler_action = StragglerAction::kEvict;
   config_.spares = 1;
   rules_override_ = R"({"format": "trainguard-attribution-rules", "version": 1, "rules": [
     {"id": "straggler-compute", "category": "user_code", "priority": 100, "role": "cause", "persistence": "persistent",
@@ -96,6 +96,46 @@ TEST_P(StragglerEvictionTest, TheSlowNodeIsEvictedAndNoRuleFileChangesThat) {
   EXPECT_EQ(Stored().GetNodeHealth(slow)->status, "cordoned");
   EXPECT_EQ(EventsOf("spare_promoted").size(), 1u);
   EXPECT_EQ(controller_->state(), JobState::kRunning);  // restarted with the spare
+}
+
+// A node whose rank waits for its data is a data straggler, and evicted as
+// one: its cause is its data loader or its storage, never its links.
+TEST_F(JobControllerTest, ADataStragglerIsEvictedForItsDataNeverAsANetworkFault) {
+  config_.straggler_action = StragglerAction::kEvict;
+  Make(4, 2, 3, true);
+  for (int i = 0; i < 4; ++i) Register(i);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  data_rank_ = 5;  // node2's second rank waits 25 ms a step for its batch
+  data_wait_us_ = 25000;
+  const StragglerPolicy p;
+  for (std::int64_t step = 0; step < (p.windows_to_evict + 2) * p.window_steps; step += 10) {
+    for (int node = 0; node < 4; ++node) Timings(node, 0, 2, step, step + 10);
+    if (controller_->state() != JobState::kRunning) break;
+  }
+  ASSERT_EQ(controller_->state(), JobState::kStopping);
+  EXPECT_EQ(Detail("straggler")["signal"], "data");
+  EXPECT_EQ(EventsOf("straggler")[0].node, "node2");
+  for (int node = 0; node < 4; ++node) Stopped(node, 0);
+  const auto a = Detail("attribution");
+  EXPECT_EQ(a["rule"], "straggler-data");
+  // The failure's kind by name in every record of it (it was a number in two).
+  EXPECT_EQ(Detail("failure")["failure_kind"], "straggler");
+  EXPECT_EQ(a["failure_kind"], "straggler");
+  const auto incidents = Stored().IncidentsOnNode("node2").value();
+  ASSERT_EQ(incidents.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(incidents[0].detail_json)["failure_kind"], "straggler");
+  EXPECT_EQ(incidents[0].category, "storage");
+  EXPECT_EQ(a["category"], "storage");
+  EXPECT_EQ(a["hardware"], false);
+  EXPECT_EQ(a["description"].get<std::string>().find("links"), std::string::npos) << a["description"];
+  EXPECT_NE(a["description"].get<std::string>().find("data loader"), std::string::npos) << a["description"];
+  EXPECT_EQ(Detail("decision")["decision"], "evict_node");
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node2"});
+  EXPECT_EQ(Stored().GetNodeHealth("node2")->status, "cordoned");
+  const auto actions = Stored().NodeActions("node2").value();  // the node's history, as `trainguard nodes` shows it
+  ASSERT_FALSE(actions.empty());
+  EXPECT_EQ(actions.back().evidence_json.find("network"), std::string::npos) << actions.back().evidence_json;
+  EXPECT_NE(actions.back().evidence_json.find("storage"), std::string::npos) << actions.back().evidence_json;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, StragglerEvictionTest, testing::Values(1, 2, 3, 8));

@@ -82,6 +82,25 @@ Knob Choice(std::string name, std::string flags, std::string help, std::string J
   return k;
 }
 
+// A choice kept as an enum: `values` in the order shown, named by `name_of`.
+template <typename E>
+Knob Choice(std::string name, std::string flags, std::string help, E JobConfig::*member, std::vector<E> values,
+            const char* (*name_of)(E)) {
+  Knob k;
+  k.name = std::move(name);
+  k.flags = std::move(flags);
+  k.kind = KnobKind::kChoice;
+  k.help = std::move(help);
+  for (E v : values) k.choices.push_back(name_of(v));
+  k.get = [member, name_of](const JobConfig& c) { return std::string(name_of(c.*member)); };
+  k.put = [member, values, name_of](JobConfig* c, const std::string& v) {
+    for (E e : values) {
+      if (v == name_of(e)) c->*member = e;
+    }
+  };
+  return k;
+}
+
 std::vector<Knob> MakeKnobs() {
   std::vector<Knob> t;
   // Restarts.
@@ -150,7 +169,8 @@ std::vector<Knob> MakeKnobs() {
   t.push_back(Choice("diagnose", "--diagnose",
                      "node diagnostics before the first start and after every failure (ranks stopped): "
                      "off, quick or full; failing nodes are evicted and cordoned (docs/nodes.md)",
-                     &JobConfig::diagnose, {"off", "quick", "full"}));
+                     &JobConfig::diagnose, {DiagnoseMode::kOff, DiagnoseMode::kQuick, DiagnoseMode::kFull},
+                     DiagnoseModeName));
   t.push_back(Duration("diag_timeout", "--diag-timeout", "seconds a node gets to answer its diagnostics",
                        &JobConfig::diag_timeout, 0, true));
   t.push_back(Count("link_flaps_to_evict", "--link-flaps-to-evict",
@@ -167,7 +187,8 @@ std::vector<Knob> MakeKnobs() {
   t.push_back(Choice("straggler_action", "--straggler-action",
                      "what a straggler node gets: report (an event) or evict (taken out like a failed node, a "
                      "spare takes its place) once it has been slow for --straggler-evict-windows windows",
-                     &JobConfig::straggler_action, {"report", "evict"}));
+                     &JobConfig::straggler_action, {StragglerAction::kReport, StragglerAction::kEvict},
+                     StragglerActionName));
   {
     Knob k;
     k.name = "straggler_threshold";

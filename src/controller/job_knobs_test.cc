@@ -48,7 +48,7 @@ TEST(JobKnobsTest, ValuesSetTheConfigMembers) {
   ASSERT_TRUE(SetKnob(Named("straggler_evict_windows"), "7", &c).ok());
   EXPECT_EQ(c.straggler.windows_to_evict, 7);
   ASSERT_TRUE(SetKnob(Named("diagnose"), "quick", &c).ok());
-  EXPECT_EQ(c.diagnose, "quick");
+  EXPECT_EQ(c.diagnose, DiagnoseMode::kQuick);
   ASSERT_TRUE(SetKnob(Named("max_restarts"), "0", &c).ok());
   EXPECT_EQ(c.max_restarts, 0);
   ASSERT_TRUE(SetKnob(Named("no_instrument"), "true", &c).ok());

@@ -89,6 +89,7 @@ struct JobSnapshot {
   std::int64_t store_retries = 0;
   std::int64_t store_given_up = 0;
   std::int64_t store_backpressure_waits = 0;
+  std::int64_t store_over_limit = 0;  // writes queued beyond the queue's limit (the store away long)
   std::int64_t store_timings_dropped = 0;
   bool store_unavailable = false;
   double store_oldest_queued_s = 0;

@@ -28,15 +28,15 @@ std::vector<LinkObservation> LinkMonitor::Update(const std::string& node, const 
     }
     moved += bytes_now - bytes_then;
     errors += bad(l) - bad(p);
-    if (p.up() && !l.up()) out.push_back({"link_down", node, l.name(), 0, "node " + node + ": link " + l.name() + " is down"});
-    if (!p.up() && l.up()) out.push_back({"link_up", node, l.name(), 0, "node " + node + ": link " + l.name() + " is up again"});
+    if (p.up() && !l.up()) out.push_back({EventKind::kLinkDown, node, l.name(), 0, "node " + node + ": link " + l.name() + " is down"});
+    if (!p.up() && l.up()) out.push_back({EventKind::kLinkUp, node, l.name(), 0, "node " + node + ": link " + l.name() + " is up again"});
     // Transitions alternate from the state of the last reading: from up, the
     // first is a loss (off, on, off, ...); from down, the first is a return.
     const int flaps = static_cast<int>(p.up() ? (changes + 1) / 2 : changes / 2);
     for (int i = 0; i < flaps; ++i) s.flaps.push_back(now);
     while (!s.flaps.empty() && now - s.flaps.front() > policy_.flap_window) s.flaps.pop_front();
     if (flaps > 0) {
-      out.push_back({"link_flap", node, l.name(), static_cast<int>(s.flaps.size()),
+      out.push_back({EventKind::kLinkFlap, node, l.name(), static_cast<int>(s.flaps.size()),
                      "node " + node + ": link " + l.name() + " lost its carrier " + std::to_string(flaps) +
                          " time(s) (" + std::to_string(s.flaps.size()) + " in the last " +
                          std::to_string(policy_.flap_window / kSecond) + " s)"});
@@ -44,7 +44,7 @@ std::vector<LinkObservation> LinkMonitor::Update(const std::string& node, const 
     if (!s.flapping_reported && policy_.flaps_to_evict > 0 &&
         static_cast<int>(s.flaps.size()) >= policy_.flaps_to_evict) {
       s.flapping_reported = true;
-      out.push_back({"link_flapping", node, l.name(), static_cast<int>(s.flaps.size()),
+      out.push_back({EventKind::kLinkFlapping, node, l.name(), static_cast<int>(s.flaps.size()),
                      "node " + node + " link " + l.name() + " flapped " + std::to_string(s.flaps.size()) +
                          " times in " + std::to_string(policy_.flap_window / kSecond) + " s (carrier changes)"});
     }
@@ -60,7 +60,7 @@ std::vector<LinkObservation> LinkMonitor::Update(const std::string& node, const 
         s.silent_reported = true;
         char rate[32];
         std::snprintf(rate, sizeof(rate), "%.0f", peers);
-        out.push_back({"link_silent", node, "", 0,
+        out.push_back({EventKind::kLinkSilent, node, "", 0,
                        "node " + node + " moved no bytes for " + std::to_string((now - s.quiet_since) / kSecond) +
                            " s while its peers moved a median " + rate + " B/s"});
       }

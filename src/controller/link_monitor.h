@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "controller/event_kind.h"
 #include "controller/finding.h"
 #include "proto/protocol.h"
 
@@ -33,7 +34,7 @@ struct LinkPolicy {
 };
 
 struct LinkObservation {
-  std::string kind;     // "link_flap", "link_down", "link_up", "link_flapping", "link_silent"
+  EventKind kind = EventKind::kLinkFlap;  // link_flap, link_down, link_up, link_flapping or link_silent
   std::string node;
   std::string link;     // "" for node-wide observations
   int flaps_in_window = 0;

@@ -17,7 +17,7 @@ v1::LinkStats Link(const std::string& name, bool up, std::int64_t carrier_change
 
 std::vector<std::string> Kinds(const std::vector<LinkObservation>& obs) {
   std::vector<std::string> out;
-  for (const auto& o : obs) out.push_back(o.kind);
+  for (const auto& o : obs) out.push_back(EventKindName(o.kind));
   return out;
 }
 

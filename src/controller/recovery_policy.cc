@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "controller/describe.h"
@@ -20,8 +21,36 @@ bool IsHardwareCategory(const std::string& c) {
   return c == "gpu_hardware" || c == "network" || c == "node_failure" || c == "storage";
 }
 
+namespace {
+
+// "category|rule|rank|step", the form before signatures were objects. The
+// rule may hold '|': rank and step are the last two fields.
+std::optional<IncidentSignature> FromOldForm(const std::string& s) {
+  const std::size_t step_at = s.rfind('|');
+  if (step_at == std::string::npos || step_at == 0) return std::nullopt;
+  const std::size_t rank_at = s.rfind('|', step_at - 1);
+  const std::size_t rule_at = s.find('|');
+  if (rank_at == std::string::npos || rule_at >= rank_at) return std::nullopt;
+  IncidentSignature sig;
+  sig.category = s.substr(0, rule_at);
+  sig.rule = s.substr(rule_at + 1, rank_at - rule_at - 1);
+  char* end = nullptr;
+  const std::string rank = s.substr(rank_at + 1, step_at - rank_at - 1);
+  sig.rank = static_cast<int>(std::strtol(rank.c_str(), &end, 10));
+  if (rank.empty() || *end != '\0') return std::nullopt;
+  sig.step = std::strtoll(s.c_str() + step_at + 1, &end, 10);
+  if (step_at + 1 == s.size() || *end != '\0') return std::nullopt;
+  return sig;
+}
+
+}  // namespace
+
 std::string PolicyMemory::ToJson() const {
-  return nlohmann::json{{"signatures", signatures},
+  nlohmann::json sigs = nlohmann::json::array();
+  for (const auto& sig : signatures) {
+    sigs.push_back({{"category", sig.category}, {"rule", sig.rule}, {"rank", sig.rank}, {"step", sig.step}});
+  }
+  return nlohmann::json{{"signatures", sigs},
                         {"best_failure_step", best_failure_step},
                         {"best_checkpoint_step", best_checkpoint_step},
                         {"no_progress_incidents", no_progress_incidents}}
@@ -35,8 +64,19 @@ StatusOr<PolicyMemory> PolicyMemory::FromJson(const std::string& json_text) {
   const auto& sigs = j.value("signatures", nlohmann::json::array());
   if (!sigs.is_array()) return InvalidArgument("policy memory: 'signatures' is not an array");
   for (const auto& s : sigs) {
-    if (!s.is_string()) return InvalidArgument("policy memory: a signature is not a string");
-    m.signatures.push_back(s.get<std::string>());
+    if (s.is_string()) {
+      auto old = FromOldForm(s.get<std::string>());
+      if (!old) return InvalidArgument("policy memory: signature '" + s.get<std::string>() + "' is not category|rule|rank|step");
+      m.signatures.push_back(*old);
+      continue;
+    }
+    if (!s.is_object() || !s.value("category", nlohmann::json()).is_string() ||
+        !s.value("rule", nlohmann::json()).is_string() || !s.value("rank", nlohmann::json()).is_number_integer() ||
+        !s.value("step", nlohmann::json()).is_number_integer()) {
+      return InvalidArgument("policy memory: a signature is not {category, rule, rank, step}: " + s.dump());
+    }
+    m.signatures.push_back({s["category"].get<std::string>(), s["rule"].get<std::string>(), s["rank"].get<int>(),
+                            s["step"].get<std::int64_t>()});
   }
   if (!j.value("best_failure_step", nlohmann::json(-1)).is_number_integer() ||
       !j.value("best_checkpoint_step", nlohmann::json(-1)).is_number_integer() ||
@@ -167,7 +207,10 @@ Attribution FromVerdict(const DetectorVerdict& v, const Incident& inc) {
   a.culprit_nodes = v.evict_nodes;
   if (inc.first_rank >= 0) a.culprit_ranks = {inc.first_rank};
   a.confidence = 1.0;  // measured, not read from text
-  for (const auto& l : inc.lines) a.evidence.push_back({l.rank, l.node, v.rule_id, v.category, "cause", l.text});
+  for (std::size_t i = 0; i < inc.finding_lines && i < inc.lines.size(); ++i) {
+    const LogLine& l = inc.lines[i];
+    a.evidence.push_back({l.rank, l.node, v.rule_id, v.category, "cause", l.text});
+  }
   a.summary = v.category + ": " + v.description;
   return a;
 }
@@ -230,9 +273,8 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
   for (const auto& [node, count] : fleet.hardware_on_node) suspect_history = suspect_history || count > 0;
   suspect_history = suspect_history || !fleet.watched_nodes.empty();
   v.history = fleet.Summary();
-  std::string signature = a.category + "|" + a.rule_id + "|" + std::to_string(b.culprit_rank) +
-                          "|" + std::to_string(b.step);
-  std::vector<std::string>& signatures = memory_.signatures;
+  const IncidentSignature signature{a.category, a.rule_id, b.culprit_rank, b.step};
+  std::vector<IncidentSignature>& signatures = memory_.signatures;
   bool repeat = std::count(signatures.begin(), signatures.end(), signature) > 0;
   // Related to the incident before: the same culprit rank, or the same
   // cause (category and rule) at about the same step, unless that is a
@@ -243,15 +285,10 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
   // stopped a 100,000-GPU job within hours) and must not count as one.
   bool related = false;
   if (!signatures.empty()) {
-    const std::string& last = signatures.back();
-    const std::string cause = a.category + "|" + a.rule_id + "|";
-    const std::size_t step_at = last.rfind('|');
-    const std::size_t rank_at = last.rfind('|', step_at - 1);
-    const std::string last_rank = last.substr(rank_at + 1, step_at - rank_at - 1);
-    const std::int64_t last_step = std::strtoll(last.c_str() + step_at + 1, nullptr, 10);
-    related = (b.culprit_rank >= 0 && last_rank == std::to_string(b.culprit_rank)) ||
-              (!IsHardwareCategory(a.category) && last.compare(0, cause.size(), cause) == 0 &&
-               std::llabs(b.step - last_step) <= kSameStepWindow);
+    const IncidentSignature& last = signatures.back();
+    related = (b.culprit_rank >= 0 && last.rank == b.culprit_rank) ||
+              (!IsHardwareCategory(a.category) && last.category == a.category && last.rule == a.rule_id &&
+               std::llabs(b.step - last.step) <= kSameStepWindow);
   }
   signatures.push_back(signature);
   // Progress is judged from the second incident on: did the job get further

@@ -55,14 +55,26 @@ struct Verdict {
 // detail.policy) and loaded back by a restarted controller, so that a
 // deterministic failure is stopped at its first repeat across a controller
 // restart too.
+// What identifies an incident for the policy: its cause and where it struck.
+struct IncidentSignature {
+  std::string category;
+  std::string rule;
+  int rank = -1;           // the culprit rank, -1 if none
+  std::int64_t step = -1;  // the step it failed at
+  bool operator==(const IncidentSignature&) const = default;
+};
+
 struct PolicyMemory {
-  std::vector<std::string> signatures;   // category|rule|rank|step of each incident
+  std::vector<IncidentSignature> signatures;  // of each incident, in order
   std::int64_t best_failure_step = -1;   // highest step any incident failed at
   std::int64_t best_checkpoint_step = -1;  // newest checkpoint any incident had
   int no_progress_incidents = 0;
-  // {"signatures": [...], "best_failure_step": N, "best_checkpoint_step": N, "no_progress_incidents": N}
+  // {"signatures": [{"category": C, "rule": R, "rank": N, "step": N}, ...],
+  //  "best_failure_step": N, "best_checkpoint_step": N, "no_progress_incidents": N}
   std::string ToJson() const;
   // The inverse of ToJson; InvalidArgument naming the field on a bad record.
+  // Signatures recorded before they were objects ("category|rule|rank|step")
+  // are read too: a job recorded by an older controller resumes.
   static StatusOr<PolicyMemory> FromJson(const std::string& json_text);
 };
 

@@ -141,6 +141,27 @@ Incident FailedAt(std::int64_t step) {
   return inc;
 }
 
+TEST(BlameTest, ADetectorsVerdictRestsOnItsOwnMeasurementNotOnTheRanksOutput) {
+  Incident inc;
+  inc.number = 1;
+  inc.kind = FindingKind::kStraggler;
+  inc.first_rank = 3;
+  inc.first_node = "node1";
+  inc.AddLine({3, "node1", "trainguard: node node1 is a communication straggler"});
+  inc.finding_lines = inc.lines.size();
+  for (int step = 40; step < 60; ++step) inc.AddLine({0, "node0", "step " + std::to_string(step) + " loss 0.012"});
+  DetectorVerdict v;
+  v.rule_id = "straggler-communication";
+  v.category = "network";
+  v.evict_nodes = {"node1"};
+  inc.verdict = v;
+  Blame b = AssignBlame(nullptr, inc, NodeOf);
+  ASSERT_EQ(b.attribution.evidence.size(), 1u);
+  EXPECT_EQ(b.attribution.evidence[0].line, "trainguard: node node1 is a communication straggler");
+  EXPECT_EQ(b.attribution.evidence[0].category, "network");
+  EXPECT_EQ(b.culprit_nodes, std::set<std::string>{"node1"});
+}
+
 TEST(RecoveryPolicyTest, ADeterministicFailureIsRestartedOnceThenStopped) {
   RecoveryPolicy policy(3);
   Blame b = Attributed("user_code", "python_exception", "stop", 1, 12);
@@ -306,6 +327,32 @@ TEST(RecoveryPolicyTest, ARecommendationBelowTheMinimumConfidenceRestartsAndSays
   Blame vague = Attributed("other", "", "restart", 3, 7);
   vague.attribution.confidence = 0.2;
   EXPECT_EQ(policy.Decide(vague, FailedAt(7), HardwareHistory({{"node1", 2}})).decision, Decision::kEvict);
+}
+
+TEST(PolicyMemoryTest, SignaturesRoundTripAsObjectsAndTheOldTextFormIsStillRead) {
+  RecoveryPolicy policy(3);
+  policy.Decide(Attributed("user_code", "a|rule|with|bars", "stop", 1, 12), FailedAt(12), {});
+  const std::string text = policy.memory().ToJson();
+  EXPECT_NE(text.find("\"rule\":\"a|rule|with|bars\""), std::string::npos) << text;
+  auto back = PolicyMemory::FromJson(text);
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->signatures.size(), 1u);
+  EXPECT_EQ(back->signatures[0], (IncidentSignature{"user_code", "a|rule|with|bars", 1, 12}));
+  // A controller that restarts on a job an older one recorded: the repeat is still a repeat.
+  auto old = PolicyMemory::FromJson(R"({"signatures": ["user_code|a|rule|with|bars|1|12"], "best_failure_step": 12,
+                                        "best_checkpoint_step": -1, "no_progress_incidents": 0})");
+  ASSERT_TRUE(old.ok()) << old.status().message();
+  EXPECT_EQ(old->signatures, back->signatures);
+  RecoveryPolicy resumed(3);
+  resumed.Restore(*old);
+  EXPECT_EQ(resumed.Decide(Attributed("user_code", "a|rule|with|bars", "stop", 1, 12), FailedAt(12), {}).decision,
+            Decision::kStop);
+  for (const char* bad : {R"({"signatures": ["no bars"]})", R"({"signatures": ["c|r|x|12"]})",
+                          R"({"signatures": [{"category": "c", "rule": "r", "rank": "1", "step": 2}]})"}) {
+    auto m = PolicyMemory::FromJson(bad);
+    ASSERT_FALSE(m.ok()) << bad;
+    EXPECT_NE(m.status().message().find("signature"), std::string::npos) << m.status().message();
+  }
 }
 
 }  // namespace

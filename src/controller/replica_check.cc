@@ -66,6 +66,20 @@ void ReplicaCheck::Learn() {
   }
 }
 
+bool ReplicaCheck::Restore(const std::vector<std::vector<int>>& sets, std::int64_t agreed_through) {
+  if (sets.empty()) return false;
+  for (const auto& set : sets) {
+    if (set.size() < 2) return false;
+    for (int r : set) {
+      if (r < 0 || r >= world_size_) return false;
+    }
+  }
+  sets_ = sets;
+  checks_.clear();
+  for (const auto& g : sets_) checks_.push_back(Set{g, agreed_through, agreed_through, false});
+  return true;
+}
+
 std::int64_t ReplicaCheck::AgreedThrough() const {
   if (checks_.empty()) return !any_ || learn_steps_ >= kLearnSteps ? kNoReplicas : kUnknown;
   std::int64_t through = kNoReplicas;

@@ -41,6 +41,12 @@ class ReplicaCheck {
   void Add(int rank, std::int64_t step, std::uint64_t value);
   // The divergences found since the last call (each set reports once).
   std::vector<Divergence> Evaluate();
+  // A restarted controller's (or a new leader's): the sets its predecessor
+  // learned (the replica_sets event), agreed through `agreed_through`; they
+  // are compared from the next step on, not learned again. False, and
+  // nothing changed, when a set has fewer than two ranks or one outside the
+  // world.
+  bool Restore(const std::vector<std::vector<int>>& sets, std::int64_t agreed_through);
   // The replica sets learned so far.
   const std::vector<std::vector<int>>& replica_sets() const { return sets_; }
   // Through which step the replicas are known to agree: the lowest of the

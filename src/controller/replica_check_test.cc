@@ -32,6 +32,22 @@ TEST(ReplicaCheckTest, TwoReplicasDisagreeWithoutACulprit) {
   EXPECT_EQ(found[0].last_agreed_step, 8);
 }
 
+TEST(ReplicaCheckTest, RestoredSetsAreComparedFromTheNextStepWithoutLearningAgain) {
+  ReplicaCheck c(4);
+  EXPECT_FALSE(c.Restore({{0, 4}}, 16)) << "rank 4 is outside the world";
+  EXPECT_FALSE(c.Restore({{0}}, 16)) << "one rank is no set";
+  EXPECT_TRUE(c.replica_sets().empty());
+  ASSERT_TRUE(c.Restore({{0, 2}, {1, 3}}, 16));
+  EXPECT_EQ(c.AgreedThrough(), 16);
+  // One step after the restore is compared at once: no two steps to learn from.
+  for (int r = 0; r < 4; ++r) c.Add(r, 24, static_cast<std::uint64_t>(240 + r % 2 + (r == 3) * 100));
+  auto found = c.Evaluate();
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].replicas, (std::vector<int>{1, 3}));
+  EXPECT_EQ(found[0].last_agreed_step, 16);
+  EXPECT_EQ(c.replica_sets(), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+}
+
 TEST(ReplicaCheckTest, ShardsThatNeverAgreeAreNeverCompared) {
   ReplicaCheck c(4);  // FSDP-like: every rank holds other bytes
   for (std::int64_t s = 1; s <= 20; ++s) {

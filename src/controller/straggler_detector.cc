@@ -121,6 +121,15 @@ void StragglerDetector::Reset(int world_size) {
   stepped_below_ = INT64_MIN;
 }
 
+void StragglerDetector::RestoreReported(const std::string& unit, StragglerSignal signal, std::int64_t first_step,
+                                        bool evict_said) {
+  Streak& s = streaks_[unit];
+  s.reported = true;
+  s.evict_said = s.evict_said || evict_said;
+  s.signal = signal;
+  s.first_step = first_step;
+}
+
 std::set<std::string> StragglerDetector::Stragglers() const {
   std::set<std::string> out;
   for (const auto& [key, s] : streaks_) {
@@ -246,10 +255,11 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pa
     }
     if (Median(xs) - Median(cs) < policy_.min_step_share * step_centre) continue;  // slower, but it costs nothing
     StragglerFinding f;
-    f.kind = "straggler";
+    f.kind = StragglerKind::kStraggler;
+    f.unit = key;
     f.node = node_of[key];
     f.rank = slowest[key].first;
-    f.signal = "compute";
+    f.signal = StragglerSignal::kCompute;
     f.value_us = Median(xs);
     f.centre_us = Median(cs);
     f.slowdown = Median(ratios) - 1;
@@ -261,7 +271,7 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pa
                 " slower) since step " + std::to_string(f.first_step) + ", named after " +
                 std::to_string(f.steps) + " steps (change point)";
     streak.reported = true;
-    streak.signal = "compute";
+    streak.signal = StragglerSignal::kCompute;
     streak.first_step = f.first_step;
     c.recent.clear();
     c.excess.clear();
@@ -477,7 +487,7 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       if (s.slow == 0) s.first_step = first;
       ++s.slow;
       s.normal = 0;
-      s.signal = compute ? "compute" : comm ? "communication" : "data";
+      s.signal = compute ? StragglerSignal::kCompute : comm ? StragglerSignal::kCommunication : StragglerSignal::kData;
     } else {
       s.slow = std::max(0, s.slow - 1);
       ++s.normal;
@@ -486,10 +496,11 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
     bool evict = (compute || comm || data) && s.slow >= policy_.windows_to_evict && !s.evict_said;
     if ((report || evict) && data) {
       StragglerFinding f;
-      f.kind = "straggler";
+      f.kind = StragglerKind::kStraggler;
+      f.unit = u.key;
       f.node = u.node;
       f.rank = u.data_rank;
-      f.signal = "data";
+      f.signal = StragglerSignal::kData;
       f.phase = "data";
       f.value_us = u.data;
       f.centre_us = data_centre;
@@ -508,7 +519,8 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       out->push_back(std::move(f));
     } else if (report || evict) {
       StragglerFinding f;
-      f.kind = "straggler";
+      f.kind = StragglerKind::kStraggler;
+      f.unit = u.key;
       f.node = u.node;
       f.rank = u.slowest_rank;
       f.signal = s.signal;
@@ -524,8 +536,8 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       f.last_step = last;
       f.steps = last - s.first_step + 1;
       f.evict = s.slow >= policy_.windows_to_evict;
-      f.message = (units.front().key == units.front().node ? "node " : "") + u.key + " is a " + s.signal +
-                  " straggler: " + (s.signal == "compute" ? "compute " : "communication ") + Ms(f.value_us) +
+      f.message = (units.front().key == units.front().node ? "node " : "") + u.key + " is a " +
+                  StragglerSignalName(s.signal) + " straggler: " + (compute ? "compute " : "communication ") + Ms(f.value_us) +
                   " per step against the others' median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
                   " slower" + (f.phase.empty() ? "" : ", most in " + f.phase) +
                   (f.last_to_enter >= 0 ? ", last to enter " + Percent(f.last_to_enter) + " of its collectives" : "") +
@@ -537,7 +549,8 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       out->push_back(std::move(f));
     } else if (s.reported && s.normal >= policy_.windows_to_clear) {
       StragglerFinding f;
-      f.kind = "straggler_cleared";
+      f.kind = StragglerKind::kCleared;
+      f.unit = u.key;
       f.node = u.node;
       f.rank = u.slowest_rank;
       f.signal = s.signal;
@@ -581,7 +594,7 @@ void StragglerDetector::JudgeTrend(std::int64_t index, const Window& w, std::vec
   if (++trend_slow_ < policy_.trend_windows || trend_said_) return;
   trend_said_ = true;
   StragglerFinding f;
-  f.kind = "slow_trend";
+  f.kind = StragglerKind::kSlowTrend;
   f.value_us = now;
   f.centre_us = base;
   f.slowdown = growth;
@@ -603,7 +616,34 @@ void StragglerDetector::JudgeTrend(std::int64_t index, const Window& w, std::vec
   out->push_back(std::move(f));
 }
 
-Finding StragglerFailure(const StragglerFinding& f, Nanos now_wall, const std::string& detail_json) {
+EventKind StragglerEventKind(StragglerKind kind) {
+  switch (kind) {
+    case StragglerKind::kStraggler: return EventKind::kStraggler;
+    case StragglerKind::kCleared: return EventKind::kStragglerCleared;
+    case StragglerKind::kSlowTrend: return EventKind::kSlowTrend;
+  }
+  return EventKind::kStraggler;
+}
+
+const char* StragglerSignalName(StragglerSignal signal) {
+  switch (signal) {
+    case StragglerSignal::kNone: return "";
+    case StragglerSignal::kCompute: return "compute";
+    case StragglerSignal::kCommunication: return "communication";
+    case StragglerSignal::kData: return "data";
+  }
+  return "";
+}
+
+StragglerSignal StragglerSignalFromName(const std::string& name) {
+  for (StragglerSignal s : {StragglerSignal::kCompute, StragglerSignal::kCommunication, StragglerSignal::kData}) {
+    if (name == StragglerSignalName(s)) return s;
+  }
+  return StragglerSignal::kNone;
+}
+
+Finding StragglerFailure(const StragglerFinding& f, const std::string& cause, Nanos now_wall,
+                         const std::string& detail_json) {
   Finding out;
   out.kind = FindingKind::kStraggler;
   out.description = f.message;
@@ -614,13 +654,31 @@ Finding StragglerFailure(const StragglerFinding& f, Nanos now_wall, const std::s
   out.lines.push_back({f.rank, f.node, "trainguard: " + f.message});
   out.detail_json = detail_json;
   DetectorVerdict v;
-  const bool compute = f.signal == "compute";
-  v.rule_id = compute ? "straggler-compute" : "straggler-communication";
-  v.category = compute ? "other" : "network";
-  v.description = compute ? "a node computed markedly slower than the job's other nodes for many steps (a "
-                            "throttled CPU or GPU, a degraded part, a noisy neighbour): every rank waited for it"
-                          : "a node spent markedly longer in its collectives than the job's other nodes for many "
-                            "steps, with its compute at the job's pace: its links are slow";
+  switch (f.signal) {
+    case StragglerSignal::kCommunication:
+      v.rule_id = "straggler-communication";
+      v.category = "network";
+      v.description = "a node spent markedly longer in its collectives than the job's other nodes for many "
+                      "steps, with its compute at the job's pace: its links are slow";
+      break;
+    case StragglerSignal::kData:
+      v.rule_id = "straggler-data";
+      v.category = "storage";
+      v.hardware = false;  // its loader or its mount of the storage, not a part known to be bad
+      v.description = "a node's ranks waited markedly longer for their input data than the job's other nodes' "
+                      "for many steps (its data loader, or its storage or its mount of it): every rank waited "
+                      "for it";
+      break;
+    case StragglerSignal::kCompute:
+    case StragglerSignal::kNone:
+      v.rule_id = "straggler-compute";
+      v.category = "other";
+      v.description = "a node computed markedly slower than the job's other nodes for many steps (a "
+                      "throttled CPU or GPU, a degraded part, a noisy neighbour): every rank waited for it";
+      break;
+  }
+  // A data straggler's cause is its signal itself.
+  if (!cause.empty() && f.signal != StragglerSignal::kData) v.description += "; its telemetry: " + cause;
   v.evict_nodes = {f.node};
   out.verdict = v;
   return out;

@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "controller/event_kind.h"
 #include "controller/finding.h"
 
 namespace trainguard {
@@ -115,11 +116,24 @@ std::vector<double> MediansOfOthers(const std::vector<double>& v);
 // compute_us and comm_us of a step from its totals.
 void FillSignals(RankStep* step);
 
+// What a finding says: a unit named, a named one cleared, the whole job slower.
+enum class StragglerKind { kStraggler, kCleared, kSlowTrend };
+// The event it is recorded as: straggler, straggler_cleared, slow_trend.
+EventKind StragglerEventKind(StragglerKind kind);
+
+// Where a straggler's time goes: its compute, its collectives, its wait for data.
+enum class StragglerSignal { kNone, kCompute, kCommunication, kData };
+// "", "compute", "communication", "data" (the events' detail.signal).
+const char* StragglerSignalName(StragglerSignal signal);
+// The inverse of StragglerSignalName (kNone for any other text).
+StragglerSignal StragglerSignalFromName(const std::string& name);
+
 struct StragglerFinding {
-  std::string kind;       // "straggler", "straggler_cleared", "slow_trend"
+  StragglerKind kind = StragglerKind::kStraggler;
+  std::string unit;       // what was judged: the node, or "NODE/rank N" in jobs of fewer than 3 nodes
   std::string node;       // "" for slow_trend
   int rank = -1;          // the node's slowest rank
-  std::string signal;     // "compute" or "communication"
+  StragglerSignal signal = StragglerSignal::kNone;  // kNone for slow_trend
   std::string phase;      // the phase that is slower (or grew) the most
   double slowdown = 0;    // 0.12: 12 % above the median (slow_trend: above the baseline)
   std::int64_t steps = 0;       // how many steps it has lasted
@@ -146,6 +160,10 @@ class StragglerDetector {
   // once every rank of the world reported its last step (or, for ranks that
   // fall silent, once some rank is a whole window further).
   void Reset(int world_size);
+  // A restarted controller's: `unit` was named (a "straggler" event of the
+  // running generation, not cleared since), with eviction already said if
+  // `evict_said`; it is not named again, and is cleared as any named unit.
+  void RestoreReported(const std::string& unit, StragglerSignal signal, std::int64_t first_step, bool evict_said);
   // Nodes reported and not cleared.
   std::set<std::string> Stragglers() const;
 
@@ -158,7 +176,7 @@ class StragglerDetector {
     int normal = 0;
     bool reported = false;
     bool evict_said = false;
-    std::string signal;
+    StragglerSignal signal = StragglerSignal::kNone;
     std::int64_t first_step = 0;
   };
   // Change-point state of one unit.
@@ -198,10 +216,13 @@ class StragglerDetector {
 
 // The failure a "straggler" finding with `evict` set becomes under
 // --straggler-action evict: kind kStraggler, the node as the culprit, and the
-// detector's verdict ("straggler-compute": other, or
-// "straggler-communication": network; hardware, persistent) supporting the
-// eviction of `f.node` whatever the job's size (with fewer than 3 nodes the
-// detector judged ranks, and `f.node` is the slow rank's node).
-Finding StragglerFailure(const StragglerFinding& f, Nanos now_wall, const std::string& detail_json);
+// detector's verdict, by its signal: "straggler-compute" (other),
+// "straggler-communication" (network) or "straggler-data" (storage: the
+// node's data loader or its storage); persistent, supporting the eviction of
+// `f.node` whatever the job's size (with fewer than 3 nodes the detector
+// judged ranks, and `f.node` is the slow rank's node). `cause`: what the
+// node's telemetry showed ("" when nothing stood out), kept in the verdict.
+Finding StragglerFailure(const StragglerFinding& f, const std::string& cause, Nanos now_wall,
+                         const std::string& detail_json);
 
 }  // namespace trainguard

@@ -66,9 +66,9 @@ TEST(StragglerDetectorTest, NamesTheSlowNodeOnlyAndWhenToEvict) {
   job.slow = [](int n, std::int64_t) { return n == 2 ? 1.10 : 1.0; };
   auto f = job.Run(&d, 0, 100);
   ASSERT_EQ(f.size(), 2u);
-  EXPECT_EQ(f[0].kind, "straggler");
+  EXPECT_EQ(f[0].kind, StragglerKind::kStraggler);
   EXPECT_EQ(f[0].node, "node2");
-  EXPECT_EQ(f[0].signal, "compute");
+  EXPECT_EQ(f[0].signal, StragglerSignal::kCompute);
   EXPECT_FALSE(f[0].evict);
   // As early as the hysteresis allows after the first window (start-up).
   EXPECT_EQ(f[0].last_step, (p.windows_to_report + 1) * p.window_steps - 1);
@@ -91,7 +91,7 @@ TEST(StragglerDetectorTest, ANodeThatSlowsBy10PercentMidRunIsNamedWithinFiveStep
   job.slow = [](int n, std::int64_t step) { return n == 2 && step >= 80 ? 1.10 : 1.0; };
   auto f = job.Run(&d, 0, 100);
   ASSERT_FALSE(f.empty());
-  EXPECT_EQ(f[0].kind, "straggler");
+  EXPECT_EQ(f[0].kind, StragglerKind::kStraggler);
   EXPECT_EQ(f[0].node, "node2");
   EXPECT_FALSE(f[0].evict);  // eviction still takes the windows' evidence
   EXPECT_GE(f[0].first_step, 80);
@@ -99,7 +99,7 @@ TEST(StragglerDetectorTest, ANodeThatSlowsBy10PercentMidRunIsNamedWithinFiveStep
   EXPECT_NE(f[0].message.find("since step " + std::to_string(f[0].first_step)), std::string::npos) << f[0].message;
   EXPECT_NE(f[0].message.find("(change point)"), std::string::npos) << f[0].message;
   EXPECT_EQ(d.Stragglers(), std::set<std::string>{"node2"});
-  for (std::size_t i = 1; i < f.size(); ++i) EXPECT_NE(f[i].kind, "straggler") << f[i].message;  // named once
+  for (std::size_t i = 1; i < f.size(); ++i) EXPECT_NE(f[i].kind, StragglerKind::kStraggler) << f[i].message;  // named once
 }
 
 TEST(StragglerDetectorTest, NoiseAloneNamesNobody) {
@@ -130,7 +130,7 @@ TEST(StragglerDetectorTest, TellsACommunicationStragglerFromAComputeOne) {
   auto f = job.Run(&d, 0, 50);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].node, "node1");
-  EXPECT_EQ(f[0].signal, "communication");
+  EXPECT_EQ(f[0].signal, StragglerSignal::kCommunication);
   EXPECT_EQ(f[0].phase, "comm:all_reduce");
 }
 
@@ -141,8 +141,8 @@ TEST(StragglerDetectorTest, ClearsANodeThatKeepsPaceAgainAndResetsOnANewGenerati
   job.slow = [](int n, std::int64_t step) { return n == 0 && step < 60 ? 1.2 : 1.0; };
   auto f = job.Run(&d, 0, 100);
   ASSERT_GE(f.size(), 2u);
-  EXPECT_EQ(f.front().kind, "straggler");
-  EXPECT_EQ(f.back().kind, "straggler_cleared");
+  EXPECT_EQ(f.front().kind, StragglerKind::kStraggler);
+  EXPECT_EQ(f.back().kind, StragglerKind::kCleared);
   EXPECT_EQ(f.back().node, "node0");
   EXPECT_TRUE(d.Stragglers().empty());
   d.Reset(8);
@@ -223,7 +223,7 @@ TEST(StragglerDetectorTest, ReportsASlowTrendOnceNamingThePhaseThatGrew) {
     for (auto& f : d.Evaluate()) all.push_back(f);
   }
   ASSERT_EQ(all.size(), 1u);
-  EXPECT_EQ(all[0].kind, "slow_trend");
+  EXPECT_EQ(all[0].kind, StragglerKind::kSlowTrend);
   EXPECT_EQ(all[0].phase, "data");
   EXPECT_GE(all[0].slowdown, p.trend_threshold);
   EXPECT_NE(all[0].message.find("step time grew"), std::string::npos);
@@ -298,9 +298,9 @@ TEST(StragglerDetectorTest, ARankWaitingForItsDataIsADataStragglerAndItsWaitingP
     job.data = [](int n, int r, std::int64_t) { return n == 1 && r == 1 ? 25000.0 : 0.0; };
     auto f = job.Run(&d, 0, 60);
     ASSERT_FALSE(f.empty()) << nodes << " nodes";
-    EXPECT_EQ(f[0].kind, "straggler");
+    EXPECT_EQ(f[0].kind, StragglerKind::kStraggler);
     EXPECT_EQ(f[0].node, "node1");
-    EXPECT_EQ(f[0].signal, "data");
+    EXPECT_EQ(f[0].signal, StragglerSignal::kData);
     EXPECT_EQ(f[0].rank, 3);
     EXPECT_NEAR(f[0].slowdown, 0.2, 0.03) << f[0].message;  // 25 ms of a 125 ms step
     EXPECT_NE(f[0].message.find("is a data straggler: rank 3 waits for data"), std::string::npos) << f[0].message;

@@ -38,11 +38,13 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     json attribution, decision;
   };
   std::vector<Failure> failures;
+  std::map<int, std::int64_t> resumed_from;  // incident -> the checkpoint step its restart resumed from
   for (const auto& e : events) {
     // Only these kinds' details are read: a job of 12,500 nodes records
     // 12,500 other events at each restart.
     const bool read = e.kind == "first_step" || e.kind == "failure" || e.kind == "attribution" ||
-                      e.kind == "decision" || e.kind == "job_succeeded" || e.kind == "job_failed";
+                      e.kind == "decision" || e.kind == "downtime" || e.kind == "job_succeeded" ||
+                      e.kind == "job_failed";
     if (!read && e.kind != "job_created" && e.kind != "stopped") continue;
     // A hang's location (every rank's wait: megabytes at 100,000 ranks) is
     // not read here.
@@ -59,6 +61,11 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     if (e.kind == "stopped" && !failures.empty()) failures.back().stopped = e.wall_ns;
     if (e.kind == "attribution" && !failures.empty()) failures.back().attribution = d;
     if (e.kind == "decision" && !failures.empty()) failures.back().decision = d;
+    // The checkpoint the ranks really resumed from, known at the restart: a
+    // save may commit between the failure and the stop.
+    if (e.kind == "downtime" && d.value("resumed_step", json()).is_number_integer()) {
+      resumed_from[d.value("incident", 0)] = d["resumed_step"].get<std::int64_t>();
+    }
     if (e.kind == "job_succeeded" || e.kind == "job_failed") {
       end = e.wall_ns;
       r.state = e.kind == "job_succeeded" ? "SUCCEEDED" : "FAILED";
@@ -97,6 +104,8 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     Nanos detected = FromMs(d, "detected_unix_ms");
     Nanos last_step = FromMs(d, "last_step_unix_ms");
     std::int64_t fail_step = d.value("failure_step", -1LL), ckpt = d.value("checkpoint_step", -1LL);
+    const int number = d.value("incident", static_cast<int>(i + 1));
+    if (auto resumed = resumed_from.find(number); resumed != resumed_from.end()) ckpt = resumed->second;
     Nanos first = first_of(g);
     double productive = 0, lost = 0;
     std::int64_t lost_steps = 0;
@@ -144,7 +153,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     r.detection_s += detection;
     r.shutdown_s += shutdown;
     r.restart_s += restart;
-    json inc = {{"incident", d.value("incident", static_cast<int>(i + 1))},
+    json inc = {{"incident", number},
                 {"failure_kind", d.value("failure_kind", "")},
                 {"generation", g},
                 {"failure_step", fail_step},

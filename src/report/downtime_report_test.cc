@@ -90,6 +90,25 @@ TEST(DowntimeReportTest, AFirstStepNotStoredYetClosesTheRestartFromTheLiveState)
   EXPECT_DOUBLE_EQ(r->tail_s, stored->tail_s);
 }
 
+// A save that commits between the failure and the stop is what the restart
+// resumes from: the report counts lost work from it, as the downtime event
+// does, not from the checkpoint the failure event knew of.
+TEST(DowntimeReportTest, LostWorkCountsFromTheCheckpointTheRestartResumedFrom) {
+  auto events = OneIncident();
+  events.push_back(At(16.1, "downtime", 1, R"({"incident":1,"resumed_step":80,"lost_steps":20})"));
+  LiveJob live{Wall(30), "RUNNING", 1, Wall(29), 0};
+  auto r = ComputeReport("j", events, &live);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lost_steps, 20);
+  EXPECT_NEAR(r->lost_s, 2, 1e-9);  // steps 80..100 of an even 10 s
+  ASSERT_EQ(r->incidents.size(), 1u);
+  EXPECT_EQ(r->incidents[0]["checkpoint_step"], 80);
+  EXPECT_EQ(r->incidents[0]["lost_steps"], 20);
+  // No checkpoint resumed from (null): the failure's own stands.
+  events.back() = At(16.1, "downtime", 1, R"({"incident":1,"resumed_step":null})");
+  EXPECT_EQ(ComputeReport("j", events, &live)->lost_steps, 50);
+}
+
 TEST(DowntimeReportTest, TheRecordedEndWinsOverTheLiveState) {
   auto events = OneIncident();
   events.push_back(At(40, "job_succeeded", 1,

@@ -335,7 +335,8 @@ JobConfig SimJobConfig(const SimParams& p) {
   c.missed_heartbeats = p.missed_heartbeats;
   c.hang_timeout = Sec(p.hang_timeout_s);
   c.startup_timeout = std::max(c.startup_timeout, Sec(p.restart_s * 2 + 60));
-  c.diagnose = p.diagnose;
+  // SimParams checked it is one of the three.
+  c.diagnose = p.diagnose == "full" ? DiagnoseMode::kFull : p.diagnose == "quick" ? DiagnoseMode::kQuick : DiagnoseMode::kOff;
   c.diag_timeout = std::max(c.diag_timeout, Sec(p.diagnose_s * 3));
   c.rendezvous_timeout = Sec(p.rendezvous_timeout_s > 0 ? p.rendezvous_timeout_s
                                                          : std::max(300.0, 2 * std::max(0.0, p.replacement_s)));

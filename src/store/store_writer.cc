@@ -59,7 +59,19 @@ StoreWriter::Ticket StoreWriter::Enqueue(Lane lane, Op op) {
     auto full = [&] { return lanes_[0].size() + lanes_[1].size() >= options_.max_queued; };
     if (full()) {
       ++stats_.backpressure_waits;
-      done_cv_.wait(lock, [&] { return !full() || stop_; });
+      if (!done_cv_.wait_for(lock, options_.backpressure_wait, [&] { return !full() || stop_; })) {
+        if (stats_.over_limit++ == 0 || !over_limit_said_) {
+          over_limit_said_ = true;
+          std::fprintf(stderr,
+                       "trainguard: error: the store took no write for %.0f s (%s): %zu writes are queued, over "
+                       "the limit of %zu; writes go on being queued in memory until it is back (nothing is "
+                       "dropped)\n",
+                       OldestQueuedSeconds(), stats_.last_error.empty() ? "no error yet" : stats_.last_error.c_str(),
+                       lanes_[0].size() + lanes_[1].size(), options_.max_queued);
+        }
+      }
+    } else if (lanes_[0].size() + lanes_[1].size() < options_.max_queued / 2) {
+      over_limit_said_ = false;  // the episode is over: the next one is said again
     }
   }
   op.seq = next_seq_++;
@@ -180,18 +192,21 @@ std::optional<NodeHealth> StoreWriter::PendingHealth(const std::string& node) co
   return std::nullopt;
 }
 
+double StoreWriter::OldestQueuedSeconds() const {
+  auto oldest = std::chrono::steady_clock::time_point::max();
+  for (const auto& lane : lanes_) {
+    if (!lane.empty()) oldest = std::min(oldest, lane.front().enqueued);
+  }
+  if (oldest == std::chrono::steady_clock::time_point::max()) return 0;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - oldest).count();
+}
+
 StoreWriter::Stats StoreWriter::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   Stats s = stats_;
   s.queued = 0;
-  auto oldest = std::chrono::steady_clock::time_point::max();
-  for (const auto& lane : lanes_) {
-    s.queued += static_cast<std::int64_t>(lane.size());
-    if (!lane.empty()) oldest = std::min(oldest, lane.front().enqueued);
-  }
-  if (oldest != std::chrono::steady_clock::time_point::max()) {
-    s.oldest_queued_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - oldest).count();
-  }
+  for (const auto& lane : lanes_) s.queued += static_cast<std::int64_t>(lane.size());
+  s.oldest_queued_s = OldestQueuedSeconds();
   return s;
 }
 

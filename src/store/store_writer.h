@@ -19,10 +19,14 @@
 //   kBulk      step timings and their compaction: telemetry.
 // Lanes hold different tables, so lanes never reorder what one table holds.
 //
-// Back-pressure. The kCritical and kEvents lanes together hold at most
-// `max_queued` writes (default 100,000, about 100 MB at the largest event
-// sizes): a caller that enqueues beyond it waits until the store takes
-// writes again (counted in `backpressure_waits`). Nothing is dropped there.
+// Back-pressure. The kCritical and kEvents lanes together hold `max_queued`
+// writes (default 100,000, about 100 MB at the largest event sizes): a
+// caller that enqueues beyond it waits until the store takes writes again
+// (counted in `backpressure_waits`), but at most `backpressure_wait`
+// (callers hold the controller's lock): then its write is queued over the
+// limit (counted in `over_limit`, and said once per episode on stderr as an
+// error naming the queue and how long the store has been away). Nothing is
+// dropped there; memory grows past the limit only while the store stays away.
 // The kBulk lane holds at most `max_queued_bulk` writes; a step-timing batch
 // beyond that is dropped and counted (`bulk_dropped`): timings are
 // telemetry, and the job must not wait for them.
@@ -59,7 +63,8 @@ class StoreWriter {
   enum class Lane { kCritical = 0, kEvents = 1, kBulk = 2 };
 
   struct Options {
-    std::size_t max_queued = 100'000;     // kCritical + kEvents; beyond: the caller waits
+    std::size_t max_queued = 100'000;     // kCritical + kEvents; beyond: the caller waits ...
+    std::chrono::milliseconds backpressure_wait{1'000};  // ... this long at most, then queues over it
     std::size_t max_queued_bulk = 2'000;  // kBulk; beyond: dropped and counted
     std::chrono::milliseconds retry_min{50};
     std::chrono::milliseconds retry_max{2'000};
@@ -73,6 +78,7 @@ class StoreWriter {
     std::int64_t given_up = 0;             // writes the store refused as wrong
     std::int64_t bulk_dropped = 0;         // timing batches dropped on a full kBulk lane
     std::int64_t backpressure_waits = 0;   // callers that waited on a full queue
+    std::int64_t over_limit = 0;           // writes queued beyond max_queued after waiting backpressure_wait
     bool failing = false;                  // the last attempt failed (the store is unreachable)
     std::string last_error;                // the last failure, "" if none
     double oldest_queued_s = 0;            // how long the oldest waiting write has waited
@@ -124,6 +130,8 @@ class StoreWriter {
   };
 
   Ticket Enqueue(Lane lane, Op op);
+  // How long the oldest queued write has waited (0: none). Under mu_.
+  double OldestQueuedSeconds() const;
   // A write of the bulk lane, unless the lane is full (then counted as dropped).
   bool EnqueueBulk(std::string what, std::function<Status(EventStore*)> write);
   void Run();
@@ -141,6 +149,7 @@ class StoreWriter {
   std::uint64_t done_through_[3] = {0, 0, 0};  // per lane: the seq of the last write finished
   bool in_flight_ = false;                      // the thread holds a lane's front write
   bool stop_ = false;
+  bool over_limit_said_ = false;  // this episode of writes over the limit was said on stderr
   std::size_t single_left_ = 0;  // after a batch the store refused: this many written one by one
   Stats stats_;
   std::thread thread_;

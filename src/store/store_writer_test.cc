@@ -105,6 +105,7 @@ TEST(StoreWriterTest, AFullQueueAppliesBackPressure) {
   GatedEventStore store(&inner);
   StoreWriter::Options o = Fast();
   o.max_queued = 10;
+  o.backpressure_wait = milliseconds(600'000);  // the producer waits for the store here
   StoreWriter w(&store, o);
   store.SetDown(true);
   std::atomic<int> enqueued{0};
@@ -123,6 +124,27 @@ TEST(StoreWriterTest, AFullQueueAppliesBackPressure) {
   auto events = inner.Events("job").value();
   ASSERT_EQ(events.size(), 30u);
   for (int i = 0; i < 30; ++i) EXPECT_EQ(events[i].step, i);
+}
+
+// The caller (the controller, holding its lock) waits on a full queue only so
+// long; then the write is queued over the limit, counted, and kept.
+TEST(StoreWriterTest, BackPressureWaitsABoundedTimeThenQueuesOverTheLimitLosingNothing) {
+  InMemoryEventStore inner;
+  GatedEventStore store(&inner);
+  StoreWriter::Options o = Fast();
+  o.max_queued = 4;
+  o.backpressure_wait = milliseconds(20);
+  StoreWriter w(&store, o);
+  store.SetDown(true);
+  for (int i = 0; i < 7; ++i) w.Append(Ev("e", i));  // returns: three waits of 20 ms
+  EXPECT_EQ(w.stats().backpressure_waits, 3);
+  EXPECT_EQ(w.stats().over_limit, 3);
+  EXPECT_EQ(w.stats().queued, 7);
+  store.SetDown(false);
+  ASSERT_TRUE(w.Flush(milliseconds(10000)));
+  auto events = inner.Events("job").value();
+  ASSERT_EQ(events.size(), 7u);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(events[i].step, i);
 }
 
 // Step timings are telemetry: a full bulk lane drops a batch (counted), and

@@ -29,7 +29,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "controller/job_controller.h"
+#include "controller/agent_link.h"
 #include "proto/protocol.h"
 
 namespace trainguard {
