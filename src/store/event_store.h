@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -124,6 +125,16 @@ struct GpuSampleRecord {
   std::int64_t ecc_uncorrected = -1;
 };
 
+// Who leads a job (its controller; standby controllers wait for the lead),
+// as AcquireLease found it. `epoch` is the fencing token: raised by one at
+// every change of holder, never by a renewal.
+struct JobLease {
+  bool granted = false;    // the caller holds it now
+  std::string holder;      // who holds it ("" if nobody ever did)
+  std::int64_t epoch = 0;
+  Nanos expires_in = 0;    // from now, on the store's clock (<= 0: expired)
+};
+
 class EventStore {
  public:
   virtual ~EventStore() = default;
@@ -180,6 +191,25 @@ class EventStore {
   // Retention: of the rows before `before`, only those whose time is a
   // multiple of `keep_every` are kept.
   virtual Status CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) = 0;
+
+  // The lead of `job_id`, for `holder` (unique per controller process), for
+  // `ttl` on the store's clock (PostgreSQL's, whatever the hosts' clocks
+  // say): taken when nobody holds it or its holder let it expire (the epoch
+  // goes up by one), renewed when `holder` holds it (the epoch stays). One
+  // atomic statement: of two standbys, one wins. A holder whose lead passed
+  // to another cannot renew it, however soon it asks.
+  virtual StatusOr<JobLease> AcquireLease(const std::string& job_id, const std::string& holder, Nanos ttl) = 0;
+  // Lets the lead go at once (a controller that ends), if `holder` holds it.
+  virtual Status ReleaseLease(const std::string& job_id, const std::string& holder) = 0;
+  // From now on every write of this store object is fenced to the lead of
+  // `job_id` at `epoch` (0: not fenced): in the write's own transaction the
+  // job's epoch is checked, and once another holder has raised it the write
+  // is refused (kFailedPrecondition naming the new holder and epoch) and
+  // nothing of it is stored. A leader that was paused or cut off and wakes
+  // up writes nothing more (FencedBy says so).
+  virtual void FenceWrites(const std::string& job_id, std::int64_t epoch) = 0;
+  // The epoch that superseded this store's fence (0: none yet).
+  virtual std::int64_t FencedBy() const = 0;
 };
 
 // Opens the store `where` names: a libpq URL ("postgresql://..." or
@@ -225,9 +255,24 @@ class InMemoryEventStore final : public EventStore {
   Status AppendGpuSamples(const std::vector<GpuSampleRecord>& rows) override;
   StatusOr<std::vector<GpuSampleRecord>> GpuSamples(const std::string& job_id, Nanos from, Nanos to) override;
   Status CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) override;
+  StatusOr<JobLease> AcquireLease(const std::string& job_id, const std::string& holder, Nanos ttl) override;
+  Status ReleaseLease(const std::string& job_id, const std::string& holder) override;
+  void FenceWrites(const std::string& job_id, std::int64_t epoch) override;
+  std::int64_t FencedBy() const override;
 
  private:
-  std::mutex mu_;
+  // OK, or why this store's fenced writes are refused now. mu_ is held.
+  Status Fence(const std::string& what);
+  mutable std::mutex mu_;
+  struct Lease {
+    std::string holder;
+    std::int64_t epoch = 0;
+    Nanos expires_mono = 0;
+  };
+  std::map<std::string, Lease> leases_;  // by job; on the process's monotonic clock
+  std::string fence_job_;
+  std::int64_t fence_epoch_ = 0;
+  std::int64_t fenced_by_ = 0;
   std::vector<JobRecord> jobs_;
   std::vector<Event> events_;
   std::vector<IncidentRecord> incidents_;

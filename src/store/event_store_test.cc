@@ -13,6 +13,7 @@
 
 #include "store/postgres_test_server.h"
 #include "testing/scratch_dir.h"
+#include "testing/wait_until.h"
 
 namespace trainguard {
 namespace {
@@ -297,6 +298,171 @@ TEST_P(EventStoreTest, TextThatIsNotUtf8IsRepairedNotLost) {
   if (GetParam() == "postgres") {
     EXPECT_NE((*events)[0].message.find("\xEF\xBF\xBD"), std::string::npos);
   }
+}
+
+// The lead of a job: one holder at a time, renewed without a new epoch,
+// taken over only once expired (or let go), with the epoch raised.
+TEST_P(EventStoreTest, TheLeadOfAJobPassesOnlyWhenItsHolderLetsItExpire) {
+  // A second connection, as a standby controller on another host has.
+  std::unique_ptr<EventStore> other_owned;
+  EventStore* other = store_.get();
+  if (GetParam() != "memory") {
+    auto s = OpenEventStore(where_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    other_owned = std::move(s.value());
+    other = other_owned.get();
+  }
+  auto a = store_->AcquireLease("j", "ctl-a", 60 * kSecond);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_TRUE(a->granted);
+  EXPECT_EQ(a->epoch, 1);
+  EXPECT_GT(a->expires_in, 50 * kSecond);
+  auto b = other->AcquireLease("j", "ctl-b", 60 * kSecond);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_FALSE(b->granted);
+  EXPECT_EQ(b->holder, "ctl-a");
+  EXPECT_EQ(b->epoch, 1);
+  auto renewed = store_->AcquireLease("j", "ctl-a", 60 * kSecond);
+  ASSERT_TRUE(renewed.ok() && renewed->granted);
+  EXPECT_EQ(renewed->epoch, 1) << "a renewal keeps the epoch";
+  EXPECT_TRUE(other->AcquireLease("other-job", "ctl-b", 60 * kSecond)->granted) << "leads are per job";
+  // A short lead expires; then the standby takes it, and the old holder
+  // cannot take it back however soon it asks.
+  ASSERT_TRUE(store_->AcquireLease("j", "ctl-a", 50 * kMillisecond)->granted);
+  StatusOr<JobLease> taken = JobLease{};
+  testutil::WaitUntil([&] { return (taken = other->AcquireLease("j", "ctl-b", 60 * kSecond)).ok() && taken->granted; },
+                      std::chrono::milliseconds(10000), std::chrono::milliseconds(5));
+  ASSERT_TRUE(taken.ok() && taken->granted);
+  EXPECT_EQ(taken->epoch, 2);
+  auto back = store_->AcquireLease("j", "ctl-a", 60 * kSecond);
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->granted);
+  EXPECT_EQ(back->holder, "ctl-b");
+  // Let go: the next one need not wait for it to expire.
+  ASSERT_TRUE(other->ReleaseLease("j", "ctl-b").ok());
+  auto again = store_->AcquireLease("j", "ctl-a", 60 * kSecond);
+  ASSERT_TRUE(again.ok() && again->granted);
+  EXPECT_EQ(again->epoch, 3);
+}
+
+// Every write of a fenced store checks the lead in its own transaction:
+// once another holder took the job over, nothing of the old leader's is
+// stored, and it can tell (FencedBy); the new leader and unfenced stores (an
+// operator's cordon) write on.
+TEST_P(EventStoreTest, AFencedLeaderWritesNothingOnceItsLeadPassed) {
+  std::unique_ptr<EventStore> other_owned;
+  EventStore* other = store_.get();
+  if (GetParam() != "memory") {
+    auto s = OpenEventStore(where_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    other_owned = std::move(s.value());
+    other = other_owned.get();
+  }
+  ASSERT_TRUE(store_->CreateJob({"j", 1, "c", "{}", "RUNNING", ""}).ok());
+  ASSERT_TRUE(store_->AcquireLease("j", "ctl-a", 50 * kMillisecond)->granted);
+  store_->FenceWrites("j", 1);
+  Event e;
+  e.job_id = "j";
+  e.kind = "state";
+  e.message = "by a, leading";
+  ASSERT_TRUE(store_->Append(e).ok());
+  ASSERT_TRUE(store_->AppendEvents({e, e}).ok());
+  EXPECT_EQ(store_->FencedBy(), 0);
+  StatusOr<JobLease> taken = JobLease{};
+  testutil::WaitUntil([&] { return (taken = other->AcquireLease("j", "ctl-b", 60 * kSecond)).ok() && taken->granted; },
+                      std::chrono::milliseconds(10000), std::chrono::milliseconds(5));
+  ASSERT_TRUE(taken.ok() && taken->granted);
+  if (other != store_.get()) other->FenceWrites("j", taken->epoch);
+  e.message = "by a, after the takeover";
+  Status refused = store_->Append(e);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
+  EXPECT_NE(refused.message().find("passed to ctl-b (epoch 2)"), std::string::npos) << refused.message();
+  EXPECT_EQ(store_->FencedBy(), 2);
+  for (Status s : {store_->AppendEvents({e}), store_->UpdateJob("j", "FAILED", "a"),
+                   store_->RecordIncident({"j", 1, 1, "n", 0, "other", "r", "restart", 1, "{}"}),
+                   store_->SetNodeHealth({"n1", "cordoned", "by a", "j", 1}),
+                   store_->RecordNodeAction({"n1", 1, "evict", "a", "r", "j", "{}"}),
+                   store_->RecordDiagnostics({"n1", 1, "quick", "j", "[]"}),
+                   store_->AppendStepTimings({{"j", 0, 0, "n", 1, 0, 1, 0, "", ""}}),
+                   store_->CompactStepTimings("j", 10, 2),
+                   store_->AppendGpuSamples({GpuSampleRecord{"j", "n", 0, 1}}),
+                   store_->CompactGpuSamples("j", 10, 2)}) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  }
+  if (other != store_.get()) {
+    e.message = "by b";
+    ASSERT_TRUE(other->Append(e).ok());
+  }
+  auto events = other->Events("j");
+  ASSERT_TRUE(events.ok());
+  std::vector<std::string> messages;
+  for (const auto& x : *events) messages.push_back(x.message);
+  std::vector<std::string> expected = {"by a, leading", "by a, leading", "by a, leading"};
+  if (other != store_.get()) expected.push_back("by b");
+  EXPECT_EQ(messages, expected);
+  EXPECT_EQ(other->Jobs()->at(0).state, "RUNNING");
+  EXPECT_EQ(other->GetNodeHealth("n1")->status, "");
+  EXPECT_TRUE(other->NodeActions("n1")->empty());
+  EXPECT_TRUE(other->StepTimings("j", 0, 10)->empty());
+  // An operator's store is not fenced: its cordon goes in.
+  std::unique_ptr<EventStore> operator_owned;
+  EventStore* op = other;
+  if (GetParam() != "memory") {
+    auto s = OpenEventStore(where_);
+    ASSERT_TRUE(s.ok());
+    operator_owned = std::move(s.value());
+    op = operator_owned.get();
+    EXPECT_TRUE(op->SetNodeHealth({"n1", "cordoned", "operator", "", 2}).ok());
+    EXPECT_EQ(other->GetNodeHealth("n1")->status, "cordoned");
+  }
+}
+
+// A takeover racing the old leader's writes: each write is stored exactly
+// when it was accepted, and none is accepted after the first refusal.
+TEST_P(EventStoreTest, WritesRacingATakeoverAreStoredExactlyWhenAccepted) {
+  std::unique_ptr<EventStore> other_owned;
+  EventStore* other = store_.get();
+  if (GetParam() != "memory") {
+    auto s = OpenEventStore(where_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    other_owned = std::move(s.value());
+    other = other_owned.get();
+  }
+  ASSERT_TRUE(store_->AcquireLease("j", "ctl-a", 100 * kMillisecond)->granted);
+  store_->FenceWrites("j", 1);
+  std::atomic<int> accepted{0};
+  std::atomic<bool> refused{false}, accepted_after_refusal{false};
+  std::thread leader([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    for (int i = 0; !refused.load() && std::chrono::steady_clock::now() < deadline; ++i) {
+      Event e;
+      e.job_id = "j";
+      e.kind = "step";
+      e.step = i;
+      Status st = i % 2 ? store_->Append(e) : store_->AppendEvents({e});
+      if (st.ok()) {
+        ++accepted;
+      } else if (st.code() == StatusCode::kFailedPrecondition) {
+        refused = true;
+      }
+    }
+    Event late;
+    late.job_id = "j";
+    late.kind = "late";
+    if (store_->Append(late).ok()) accepted_after_refusal = true;
+  });
+  testutil::WaitUntil([&] { return accepted.load() >= 20; }, std::chrono::milliseconds(10000), std::chrono::milliseconds(1));
+  StatusOr<JobLease> taken = JobLease{};
+  testutil::WaitUntil([&] { return (taken = other->AcquireLease("j", "ctl-b", 60 * kSecond)).ok() && taken->granted; },
+                      std::chrono::milliseconds(10000), std::chrono::milliseconds(1));
+  leader.join();
+  ASSERT_TRUE(taken.ok() && taken->granted);
+  EXPECT_TRUE(refused.load());
+  EXPECT_FALSE(accepted_after_refusal.load());
+  auto stored = other->Events("j");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size(), static_cast<std::size_t>(accepted.load()));
+  for (std::size_t i = 0; i < stored->size(); ++i) EXPECT_EQ((*stored)[i].step, static_cast<std::int64_t>(i));
 }
 
 // Several controllers write at once, each through its own connection (or,

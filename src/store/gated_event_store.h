@@ -102,6 +102,15 @@ class GatedEventStore final : public EventStore {
   Status CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) override {
     return Gate("CompactGpuSamples", [&] { return inner_->CompactGpuSamples(job_id, before, keep_every); });
   }
+  StatusOr<JobLease> AcquireLease(const std::string& job_id, const std::string& holder, Nanos ttl) override {
+    if (down_) return Unavailable("store down (test)");
+    return inner_->AcquireLease(job_id, holder, ttl);
+  }
+  Status ReleaseLease(const std::string& job_id, const std::string& holder) override {
+    return inner_->ReleaseLease(job_id, holder);
+  }
+  void FenceWrites(const std::string& job_id, std::int64_t epoch) override { inner_->FenceWrites(job_id, epoch); }
+  std::int64_t FencedBy() const override { return inner_->FencedBy(); }
 
  private:
   template <typename F>

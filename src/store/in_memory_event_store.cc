@@ -1,6 +1,7 @@
 // InMemoryEventStore: the store of tests and the simulator; nothing survives
 // the process.
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <tuple>
 
@@ -10,6 +11,7 @@ namespace trainguard {
 
 Status InMemoryEventStore::CreateJob(const JobRecord& job) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("CreateJob"));
   for (const auto& j : jobs_) {
     if (j.job_id == job.job_id) return InvalidArgument("job " + job.job_id + " already exists");
   }
@@ -20,6 +22,7 @@ Status InMemoryEventStore::CreateJob(const JobRecord& job) {
 Status InMemoryEventStore::UpdateJob(const std::string& job_id, const std::string& state,
                                      const std::string& summary) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("UpdateJob"));
   for (auto& j : jobs_) {
     if (j.job_id == job_id) {
       j.state = state;
@@ -32,6 +35,7 @@ Status InMemoryEventStore::UpdateJob(const std::string& job_id, const std::strin
 
 Status InMemoryEventStore::Append(const Event& event) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("Append"));
   events_.push_back(event);
   events_.back().id = static_cast<std::int64_t>(events_.size());
   return Status::Ok();
@@ -39,6 +43,7 @@ Status InMemoryEventStore::Append(const Event& event) {
 
 Status InMemoryEventStore::AppendEvents(const std::vector<Event>& events) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("AppendEvents"));
   for (const Event& event : events) {
     events_.push_back(event);
     events_.back().id = static_cast<std::int64_t>(events_.size());
@@ -64,6 +69,7 @@ StatusOr<std::vector<JobRecord>> InMemoryEventStore::Jobs() {
 
 Status InMemoryEventStore::RecordIncident(const IncidentRecord& incident) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("RecordIncident"));
   incidents_.push_back(incident);
   return Status::Ok();
 }
@@ -79,6 +85,7 @@ StatusOr<std::vector<IncidentRecord>> InMemoryEventStore::IncidentsOnNode(const 
 
 Status InMemoryEventStore::SetNodeHealth(const NodeHealth& health) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("SetNodeHealth"));
   for (auto& h : health_) {
     if (h.node == health.node) {
       h = health;
@@ -106,6 +113,7 @@ StatusOr<std::vector<NodeHealth>> InMemoryEventStore::ListNodeHealth() {
 
 Status InMemoryEventStore::RecordNodeAction(const NodeAction& action) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("RecordNodeAction"));
   actions_.push_back(action);
   return Status::Ok();
 }
@@ -121,6 +129,7 @@ StatusOr<std::vector<NodeAction>> InMemoryEventStore::NodeActions(const std::str
 
 Status InMemoryEventStore::RecordDiagnostics(const DiagnosticsRecord& record) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("RecordDiagnostics"));
   diagnostics_.push_back(record);
   return Status::Ok();
 }
@@ -136,6 +145,7 @@ StatusOr<std::vector<DiagnosticsRecord>> InMemoryEventStore::LatestDiagnostics()
 
 Status InMemoryEventStore::AppendStepTimings(const std::vector<StepTimingRecord>& rows) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("AppendStepTimings"));
   for (const StepTimingRecord& r : rows) {
     auto same = std::find_if(timings_.begin(), timings_.end(), [&](const StepTimingRecord& t) {
       return t.job_id == r.job_id && t.generation == r.generation && t.rank == r.rank && t.step == r.step;
@@ -165,6 +175,7 @@ StatusOr<std::vector<StepTimingRecord>> InMemoryEventStore::StepTimings(const st
 Status InMemoryEventStore::CompactStepTimings(const std::string& job_id, std::int64_t before_step,
                                               int keep_every) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("CompactStepTimings"));
   std::int64_t every = std::max(keep_every, 1);
   timings_.erase(std::remove_if(timings_.begin(), timings_.end(),
                                 [&](const StepTimingRecord& t) {
@@ -179,6 +190,7 @@ Status InMemoryEventStore::CompactStepTimings(const std::string& job_id, std::in
 
 Status InMemoryEventStore::AppendGpuSamples(const std::vector<GpuSampleRecord>& rows) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("AppendGpuSamples"));
   for (const GpuSampleRecord& r : rows) {
     auto same = std::find_if(gpu_samples_.begin(), gpu_samples_.end(), [&](const GpuSampleRecord& g) {
       return g.job_id == r.job_id && g.wall_ns == r.wall_ns && g.node == r.node && g.gpu == r.gpu;
@@ -207,11 +219,60 @@ StatusOr<std::vector<GpuSampleRecord>> InMemoryEventStore::GpuSamples(const std:
 
 Status InMemoryEventStore::CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) {
   std::lock_guard<std::mutex> lock(mu_);
+  TG_RETURN_IF_ERROR(Fence("CompactGpuSamples"));
   const Nanos every = std::max<Nanos>(keep_every, 1);
   std::erase_if(gpu_samples_, [&](const GpuSampleRecord& g) {
     return g.job_id == job_id && g.wall_ns < before && g.wall_ns % every != 0;
   });
   return Status::Ok();
+}
+
+Status InMemoryEventStore::Fence(const std::string& what) {
+  if (fence_epoch_ == 0) return Status::Ok();
+  auto it = leases_.find(fence_job_);
+  const std::int64_t now = it == leases_.end() ? 0 : it->second.epoch;
+  if (now == fence_epoch_) return Status::Ok();
+  fenced_by_ = now;
+  return FailedPrecondition(what + ": the lead of job " + fence_job_ + " at epoch " + std::to_string(fence_epoch_) +
+                            " passed to " + (it == leases_.end() ? std::string("nobody") : it->second.holder) +
+                            " (epoch " + std::to_string(now) + "): this controller writes nothing more");
+}
+
+StatusOr<JobLease> InMemoryEventStore::AcquireLease(const std::string& job_id, const std::string& holder, Nanos ttl) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Nanos now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                        std::chrono::steady_clock::now().time_since_epoch()).count();
+  Lease& l = leases_[job_id];
+  JobLease out;
+  if (l.holder == holder || l.holder.empty() || l.expires_mono < now) {
+    if (l.holder != holder) ++l.epoch;
+    l.holder = holder;
+    l.expires_mono = now + ttl;
+    out.granted = true;
+  }
+  out.holder = l.holder;
+  out.epoch = l.epoch;
+  out.expires_in = l.expires_mono - now;
+  return out;
+}
+
+Status InMemoryEventStore::ReleaseLease(const std::string& job_id, const std::string& holder) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = leases_.find(job_id);
+  if (it != leases_.end() && it->second.holder == holder) it->second.expires_mono = 0;
+  return Status::Ok();
+}
+
+void InMemoryEventStore::FenceWrites(const std::string& job_id, std::int64_t epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  fence_job_ = job_id;
+  fence_epoch_ = epoch;
+  fenced_by_ = 0;
+}
+
+std::int64_t InMemoryEventStore::FencedBy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fenced_by_;
 }
 
 }  // namespace trainguard

@@ -12,6 +12,7 @@
 #include <libpq-fe.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <functional>
 #include <map>
@@ -122,6 +123,12 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
   ecc_uncorrected BIGINT NOT NULL,
   PRIMARY KEY (job_id, wall_ns, node, gpu)
 );
+CREATE TABLE IF NOT EXISTS job_leases (
+  job_id TEXT PRIMARY KEY,
+  holder TEXT NOT NULL,
+  epoch BIGINT NOT NULL,
+  expires_ns BIGINT NOT NULL
+);
 COMMIT;
 )sql";
 
@@ -192,46 +199,54 @@ class PostgresEventStore final : public EventStore {
 
   Status CreateJob(const JobRecord& job) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto r = Run("insert job " + job.job_id,
-                 "INSERT INTO jobs(job_id, created_wall_ns, command, config_json, state, summary) "
-                 "VALUES($1,$2,$3,$4,$5,$6)",
-                 {Text(job.job_id), Int(job.created_wall_ns), Text(job.command), Text(job.config_json),
-                  Text(job.state), Text(job.summary)});
-    return r.status();
+    return Fenced("CreateJob", [&]() -> Status {
+      auto r = Run("insert job " + job.job_id,
+                   "INSERT INTO jobs(job_id, created_wall_ns, command, config_json, state, summary) "
+                   "VALUES($1,$2,$3,$4,$5,$6)",
+                   {Text(job.job_id), Int(job.created_wall_ns), Text(job.command), Text(job.config_json),
+                    Text(job.state), Text(job.summary)});
+      return r.status();
+    });
   }
 
   Status UpdateJob(const std::string& job_id, const std::string& state, const std::string& summary) override {
     std::lock_guard<std::mutex> lock(mu_);
-    auto r = Run("update job " + job_id, "UPDATE jobs SET state=$1, summary=$2 WHERE job_id=$3",
-                 {Text(state), Text(summary), Text(job_id)});
-    if (!r.ok()) return r.status();
-    if (r->affected() == 0) return NotFound("job " + job_id + " in " + name_);
-    return Status::Ok();
+    return Fenced("UpdateJob", [&]() -> Status {
+      auto r = Run("update job " + job_id, "UPDATE jobs SET state=$1, summary=$2 WHERE job_id=$3",
+                   {Text(state), Text(summary), Text(job_id)});
+      if (!r.ok()) return r.status();
+      if (r->affected() == 0) return NotFound("job " + job_id + " in " + name_);
+      return Status::Ok();
+    });
   }
 
   Status Append(const Event& e) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return Run("insert event " + e.kind,
-               "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json) "
-               "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
-               {Text(e.job_id), Int(e.wall_ns), Text(e.kind), Text(e.node), Int(e.rank), Int(e.generation),
-                Int(e.step), Text(e.message), Json(e.detail_json, "{}")})
-        .status();
+    return Fenced("Append", [&]() -> Status {
+      return Run("insert event " + e.kind,
+                 "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json) "
+                 "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+                 {Text(e.job_id), Int(e.wall_ns), Text(e.kind), Text(e.node), Int(e.rank), Int(e.generation),
+                  Int(e.step), Text(e.message), Json(e.detail_json, "{}")})
+          .status();
+    });
   }
 
   Status AppendEvents(const std::vector<Event>& events) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return InTransaction("insert events", [&]() -> Status {
-      for (const Event& e : events) {
-        // Once, not Run: inside the transaction a statement is not retried alone.
-        TG_RETURN_IF_ERROR(Once("insert event " + e.kind,
-                                "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, "
-                                "detail_json) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
-                                {Text(e.job_id), Int(e.wall_ns), Text(e.kind), Text(e.node), Int(e.rank),
-                                 Int(e.generation), Int(e.step), Text(e.message), Json(e.detail_json, "{}")})
-                                .status());
-      }
-      return Status::Ok();
+    return Fenced("AppendEvents", [&]() -> Status {
+      return InTransaction("insert events", [&]() -> Status {
+        for (const Event& e : events) {
+          // Once, not Run: inside the transaction a statement is not retried alone.
+          TG_RETURN_IF_ERROR(Once("insert event " + e.kind,
+                                  "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, "
+                                  "detail_json) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
+                                  {Text(e.job_id), Int(e.wall_ns), Text(e.kind), Text(e.node), Int(e.rank),
+                                   Int(e.generation), Int(e.step), Text(e.message), Json(e.detail_json, "{}")})
+                                  .status());
+        }
+        return Status::Ok();
+      });
     });
   }
 
@@ -276,12 +291,14 @@ class PostgresEventStore final : public EventStore {
 
   Status RecordIncident(const IncidentRecord& i) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return Run("insert incident",
-               "INSERT INTO incidents(job_id, incident, wall_ns, node, rank, category, rule, action, "
-               "failure_step, detail_json) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)",
-               {Text(i.job_id), Int(i.incident), Int(i.wall_ns), Text(i.node), Int(i.rank), Text(i.category),
-                Text(i.rule), Text(i.action), Int(i.failure_step), Json(i.detail_json, "{}")})
-        .status();
+    return Fenced("RecordIncident", [&]() -> Status {
+      return Run("insert incident",
+                 "INSERT INTO incidents(job_id, incident, wall_ns, node, rank, category, rule, action, "
+                 "failure_step, detail_json) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)",
+                 {Text(i.job_id), Int(i.incident), Int(i.wall_ns), Text(i.node), Int(i.rank), Text(i.category),
+                  Text(i.rule), Text(i.action), Int(i.failure_step), Json(i.detail_json, "{}")})
+          .status();
+    });
   }
 
   StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& node) override {
@@ -301,12 +318,14 @@ class PostgresEventStore final : public EventStore {
 
   Status SetNodeHealth(const NodeHealth& h) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return Run("write node health of " + h.node,
-               "INSERT INTO node_health(node, status, reason, job_id, wall_ns) VALUES($1,$2,$3,$4,$5) "
-               "ON CONFLICT(node) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
-               "job_id=excluded.job_id, wall_ns=excluded.wall_ns",
-               {Text(h.node), Text(h.status), Text(h.reason), Text(h.job_id), Int(h.wall_ns)})
-        .status();
+    return Fenced("SetNodeHealth", [&]() -> Status {
+      return Run("write node health of " + h.node,
+                 "INSERT INTO node_health(node, status, reason, job_id, wall_ns) VALUES($1,$2,$3,$4,$5) "
+                 "ON CONFLICT(node) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
+                 "job_id=excluded.job_id, wall_ns=excluded.wall_ns",
+                 {Text(h.node), Text(h.status), Text(h.reason), Text(h.job_id), Int(h.wall_ns)})
+          .status();
+    });
   }
 
   StatusOr<NodeHealth> GetNodeHealth(const std::string& node) override {
@@ -333,12 +352,14 @@ class PostgresEventStore final : public EventStore {
 
   Status RecordNodeAction(const NodeAction& a) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return Run("insert node action on " + a.node,
-               "INSERT INTO node_actions(node, wall_ns, action, \"by\", reason, job_id, evidence_json) "
-               "VALUES($1,$2,$3,$4,$5,$6,$7)",
-               {Text(a.node), Int(a.wall_ns), Text(a.action), Text(a.by), Text(a.reason), Text(a.job_id),
-                Json(a.evidence_json, "{}")})
-        .status();
+    return Fenced("RecordNodeAction", [&]() -> Status {
+      return Run("insert node action on " + a.node,
+                 "INSERT INTO node_actions(node, wall_ns, action, \"by\", reason, job_id, evidence_json) "
+                 "VALUES($1,$2,$3,$4,$5,$6,$7)",
+                 {Text(a.node), Int(a.wall_ns), Text(a.action), Text(a.by), Text(a.reason), Text(a.job_id),
+                  Json(a.evidence_json, "{}")})
+          .status();
+    });
   }
 
   StatusOr<std::vector<NodeAction>> NodeActions(const std::string& node) override {
@@ -358,10 +379,12 @@ class PostgresEventStore final : public EventStore {
 
   Status RecordDiagnostics(const DiagnosticsRecord& d) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return Run("insert diagnostics of " + d.node,
-               "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json) VALUES($1,$2,$3,$4,$5)",
-               {Text(d.node), Int(d.wall_ns), Text(d.mode), Text(d.job_id), Json(d.figures_json, "[]")})
-        .status();
+    return Fenced("RecordDiagnostics", [&]() -> Status {
+      return Run("insert diagnostics of " + d.node,
+                 "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json) VALUES($1,$2,$3,$4,$5)",
+                 {Text(d.node), Int(d.wall_ns), Text(d.mode), Text(d.job_id), Json(d.figures_json, "[]")})
+          .status();
+    });
   }
 
   StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() override {
@@ -386,32 +409,34 @@ class PostgresEventStore final : public EventStore {
     std::vector<const StepTimingRecord*> batch;
     for (const auto& [key, r] : unique) batch.push_back(r);
     std::lock_guard<std::mutex> lock(mu_);
-    return InTransaction("insert step timings", [&]() -> Status {
-      for (std::size_t from = 0; from < batch.size(); from += kTimingRowsPerStatement) {
-        const std::size_t to = std::min(batch.size(), from + kTimingRowsPerStatement);
-        std::string sql =
-            "INSERT INTO step_timings(job_id, generation, rank, step, node, start_us, duration_us, "
-            "clock_error_us, totals, intervals) VALUES";
-        std::vector<Param> params;
-        for (std::size_t i = from; i < to; ++i) {
-          const StepTimingRecord& r = *batch[i];
-          sql += i == from ? "(" : ",(";
-          for (int c = 1; c <= 10; ++c) {
-            sql += "$" + std::to_string(params.size() + c) + (c < 10 ? "," : ")");
+    return Fenced("AppendStepTimings", [&]() -> Status {
+      return InTransaction("insert step timings", [&]() -> Status {
+        for (std::size_t from = 0; from < batch.size(); from += kTimingRowsPerStatement) {
+          const std::size_t to = std::min(batch.size(), from + kTimingRowsPerStatement);
+          std::string sql =
+              "INSERT INTO step_timings(job_id, generation, rank, step, node, start_us, duration_us, "
+              "clock_error_us, totals, intervals) VALUES";
+          std::vector<Param> params;
+          for (std::size_t i = from; i < to; ++i) {
+            const StepTimingRecord& r = *batch[i];
+            sql += i == from ? "(" : ",(";
+            for (int c = 1; c <= 10; ++c) {
+              sql += "$" + std::to_string(params.size() + c) + (c < 10 ? "," : ")");
+            }
+            for (Param p : {Text(r.job_id), Int(r.generation), Int(r.rank), Int(r.step), Text(r.node),
+                            Int(r.start_us), Int(r.duration_us), Int(r.clock_error_us), Text(r.totals),
+                            Text(r.intervals)}) {
+              params.push_back(std::move(p));
+            }
           }
-          for (Param p : {Text(r.job_id), Int(r.generation), Int(r.rank), Int(r.step), Text(r.node),
-                          Int(r.start_us), Int(r.duration_us), Int(r.clock_error_us), Text(r.totals),
-                          Text(r.intervals)}) {
-            params.push_back(std::move(p));
-          }
+          sql += " ON CONFLICT(job_id, step, generation, rank) DO UPDATE SET node=excluded.node, "
+                 "start_us=excluded.start_us, duration_us=excluded.duration_us, "
+                 "clock_error_us=excluded.clock_error_us, totals=excluded.totals, intervals=excluded.intervals";
+          auto r = Once("insert step timings", sql.c_str(), params);
+          if (!r.ok()) return r.status();
         }
-        sql += " ON CONFLICT(job_id, step, generation, rank) DO UPDATE SET node=excluded.node, "
-               "start_us=excluded.start_us, duration_us=excluded.duration_us, "
-               "clock_error_us=excluded.clock_error_us, totals=excluded.totals, intervals=excluded.intervals";
-        auto r = Once("insert step timings", sql.c_str(), params);
-        if (!r.ok()) return r.status();
-      }
-      return Status::Ok();
+        return Status::Ok();
+      });
     });
   }
 
@@ -447,31 +472,33 @@ class PostgresEventStore final : public EventStore {
     std::vector<const GpuSampleRecord*> batch;
     for (const auto& [key, r] : unique) batch.push_back(r);
     std::lock_guard<std::mutex> lock(mu_);
-    return InTransaction("insert GPU samples", [&]() -> Status {
-      for (std::size_t from = 0; from < batch.size(); from += kTimingRowsPerStatement) {
-        const std::size_t to = std::min(batch.size(), from + kTimingRowsPerStatement);
-        std::string sql =
-            "INSERT INTO gpu_samples(job_id, wall_ns, node, gpu, sm_clock_mhz, memory_clock_mhz, temperature_c, "
-            "power_mw, utilization_pct, throttle_reasons, ecc_uncorrected) VALUES";
-        std::vector<Param> params;
-        for (std::size_t i = from; i < to; ++i) {
-          const GpuSampleRecord& r = *batch[i];
-          sql += i == from ? "(" : ",(";
-          for (int c = 1; c <= 11; ++c) sql += "$" + std::to_string(params.size() + c) + (c < 11 ? "," : ")");
-          for (Param p : {Text(r.job_id), Int(r.wall_ns), Text(r.node), Int(r.gpu), Int(r.sm_clock_mhz),
-                          Int(r.memory_clock_mhz), Int(r.temperature_c), Int(r.power_mw), Int(r.utilization_pct),
-                          Int(r.throttle_reasons), Int(r.ecc_uncorrected)}) {
-            params.push_back(std::move(p));
+    return Fenced("AppendGpuSamples", [&]() -> Status {
+      return InTransaction("insert GPU samples", [&]() -> Status {
+        for (std::size_t from = 0; from < batch.size(); from += kTimingRowsPerStatement) {
+          const std::size_t to = std::min(batch.size(), from + kTimingRowsPerStatement);
+          std::string sql =
+              "INSERT INTO gpu_samples(job_id, wall_ns, node, gpu, sm_clock_mhz, memory_clock_mhz, temperature_c, "
+              "power_mw, utilization_pct, throttle_reasons, ecc_uncorrected) VALUES";
+          std::vector<Param> params;
+          for (std::size_t i = from; i < to; ++i) {
+            const GpuSampleRecord& r = *batch[i];
+            sql += i == from ? "(" : ",(";
+            for (int c = 1; c <= 11; ++c) sql += "$" + std::to_string(params.size() + c) + (c < 11 ? "," : ")");
+            for (Param p : {Text(r.job_id), Int(r.wall_ns), Text(r.node), Int(r.gpu), Int(r.sm_clock_mhz),
+                            Int(r.memory_clock_mhz), Int(r.temperature_c), Int(r.power_mw), Int(r.utilization_pct),
+                            Int(r.throttle_reasons), Int(r.ecc_uncorrected)}) {
+              params.push_back(std::move(p));
+            }
           }
+          sql += " ON CONFLICT(job_id, wall_ns, node, gpu) DO UPDATE SET sm_clock_mhz=excluded.sm_clock_mhz, "
+                 "memory_clock_mhz=excluded.memory_clock_mhz, temperature_c=excluded.temperature_c, "
+                 "power_mw=excluded.power_mw, utilization_pct=excluded.utilization_pct, "
+                 "throttle_reasons=excluded.throttle_reasons, ecc_uncorrected=excluded.ecc_uncorrected";
+          auto r = Once("insert GPU samples", sql.c_str(), params);
+          if (!r.ok()) return r.status();
         }
-        sql += " ON CONFLICT(job_id, wall_ns, node, gpu) DO UPDATE SET sm_clock_mhz=excluded.sm_clock_mhz, "
-               "memory_clock_mhz=excluded.memory_clock_mhz, temperature_c=excluded.temperature_c, "
-               "power_mw=excluded.power_mw, utilization_pct=excluded.utilization_pct, "
-               "throttle_reasons=excluded.throttle_reasons, ecc_uncorrected=excluded.ecc_uncorrected";
-        auto r = Once("insert GPU samples", sql.c_str(), params);
-        if (!r.ok()) return r.status();
-      }
-      return Status::Ok();
+        return Status::Ok();
+      });
     });
   }
 
@@ -504,27 +531,97 @@ class PostgresEventStore final : public EventStore {
 
   Status CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) override {
     std::lock_guard<std::mutex> lock(mu_);
-    return Once("thin GPU samples of " + job_id,
-                "DELETE FROM gpu_samples WHERE job_id=$1 AND wall_ns<$2 AND wall_ns % $3 != 0",
-                {Text(job_id), Int(before), Int(std::max<Nanos>(keep_every, 1))})
-        .status();
-  }
-
-  Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return InTransaction("compact step timings of " + job_id, [&]() -> Status {
-      auto thin = Once("thin step timings of " + job_id,
-                       "DELETE FROM step_timings WHERE job_id=$1 AND step<$2 AND step % $3 != 0",
-                       {Text(job_id), Int(before_step), Int(std::max(keep_every, 1))});
-      if (!thin.ok()) return thin.status();
-      return Once("strip step timings of " + job_id,
-                  "UPDATE step_timings SET intervals='' WHERE job_id=$1 AND step<$2 AND intervals!=''",
-                  {Text(job_id), Int(before_step)})
+    return Fenced("CompactGpuSamples", [&]() -> Status {
+      return Once("thin GPU samples of " + job_id,
+                  "DELETE FROM gpu_samples WHERE job_id=$1 AND wall_ns<$2 AND wall_ns % $3 != 0",
+                  {Text(job_id), Int(before), Int(std::max<Nanos>(keep_every, 1))})
           .status();
     });
   }
 
+  Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Fenced("CompactStepTimings", [&]() -> Status {
+      return InTransaction("compact step timings of " + job_id, [&]() -> Status {
+        auto thin = Once("thin step timings of " + job_id,
+                         "DELETE FROM step_timings WHERE job_id=$1 AND step<$2 AND step % $3 != 0",
+                         {Text(job_id), Int(before_step), Int(std::max(keep_every, 1))});
+        if (!thin.ok()) return thin.status();
+        return Once("strip step timings of " + job_id,
+                    "UPDATE step_timings SET intervals='' WHERE job_id=$1 AND step<$2 AND intervals!=''",
+                    {Text(job_id), Int(before_step)})
+            .status();
+      });
+    });
+  }
+
+  StatusOr<JobLease> AcquireLease(const std::string& job_id, const std::string& holder, Nanos ttl) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The server's clock: the controllers' hosts may disagree on the time.
+    auto taken = Run("take the lead of job " + job_id,
+                     "INSERT INTO job_leases(job_id, holder, epoch, expires_ns) "
+                     "VALUES($1, $2, 1, (extract(epoch from clock_timestamp()) * 1e9)::bigint + $3) "
+                     "ON CONFLICT(job_id) DO UPDATE SET "
+                     "epoch = CASE WHEN job_leases.holder = excluded.holder THEN job_leases.epoch "
+                     "ELSE job_leases.epoch + 1 END, holder = excluded.holder, expires_ns = excluded.expires_ns "
+                     "WHERE job_leases.holder = excluded.holder "
+                     "OR job_leases.expires_ns < (extract(epoch from clock_timestamp()) * 1e9)::bigint",
+                     {Text(job_id), Text(holder), Int(ttl)});
+    if (!taken.ok()) return taken.status();
+    auto now = Run("read the lead of job " + job_id,
+                   "SELECT holder, epoch, expires_ns - (extract(epoch from clock_timestamp()) * 1e9)::bigint "
+                   "FROM job_leases WHERE job_id=$1",
+                   {Text(job_id)});
+    if (!now.ok()) return now.status();
+    if (now->rows() != 1) return Internal("store " + name_ + ": the lead of job " + job_id + " is not recorded");
+    JobLease out;
+    out.holder = now->Str(0, 0);
+    out.epoch = now->I64(0, 1);
+    out.expires_in = now->I64(0, 2);
+    out.granted = out.holder == holder && out.expires_in > 0;
+    return out;
+  }
+
+  Status ReleaseLease(const std::string& job_id, const std::string& holder) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return Run("let the lead of job " + job_id + " go",
+               "UPDATE job_leases SET expires_ns=0 WHERE job_id=$1 AND holder=$2", {Text(job_id), Text(holder)})
+        .status();
+  }
+
+  void FenceWrites(const std::string& job_id, std::int64_t epoch) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    fence_job_ = job_id;
+    fence_epoch_ = epoch;
+    fenced_by_ = 0;
+  }
+
+  std::int64_t FencedBy() const override { return fenced_by_.load(); }
+
  private:
+  // `body` as it is when no fence is set; else in one transaction after
+  // checking that the job's lead is still at the fence's epoch. The check
+  // holds the lease's row (FOR SHARE): a takeover's update waits for this
+  // write to commit, and a write that starts after the takeover sees the
+  // new epoch. mu_ is held.
+  Status Fenced(const char* what, const std::function<Status()>& body) {
+    if (fence_epoch_ == 0) return body();
+    return InTransaction(what, [&]() -> Status {
+      auto lead = Once(std::string("read the lead of job ") + fence_job_,
+                       "SELECT holder, epoch FROM job_leases WHERE job_id=$1 FOR SHARE", {Text(fence_job_)});
+      if (!lead.ok()) return lead.status();
+      const std::int64_t now = lead->rows() == 1 ? lead->I64(0, 1) : 0;
+      if (now != fence_epoch_) {
+        fenced_by_ = now;
+        return FailedPrecondition("store " + name_ + ": " + what + ": the lead of job " + fence_job_ +
+                                  " at epoch " + std::to_string(fence_epoch_) + " passed to " +
+                                  (lead->rows() == 1 ? lead->Str(0, 0) : std::string("nobody")) + " (epoch " +
+                                  std::to_string(now) + "): this controller writes nothing more");
+      }
+      return body();
+    });
+  }
+
   static std::string Trim(std::string s) {
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
     return s;
@@ -547,8 +644,10 @@ class PostgresEventStore final : public EventStore {
     return IoError("store " + name_ + ": " + what + ": " + Trim(PQerrorMessage(conn_)));
   }
 
-  // One statement; sent again on a fresh connection if the link broke.
+  // One statement; sent again on a fresh connection if the link broke
+  // (within a transaction: once, the transaction is retried whole).
   StatusOr<Result> Run(const std::string& what, const char* sql, const std::vector<Param>& params) {
+    if (in_transaction_) return Once(what, sql, params);
     for (int attempt = 0;; ++attempt) {
       if (!Reconnected()) {
         return Unavailable("store " + name_ + ": " + what + ": cannot reach the server: " +
@@ -561,14 +660,20 @@ class PostgresEventStore final : public EventStore {
 
   // `body` between BEGIN and COMMIT; all of it again on a fresh connection
   // if the link broke. Nothing of a failed body stays.
+  // Inside another transaction (a fenced write's), part of it.
   Status InTransaction(const std::string& what, const std::function<Status()>& body) {
+    if (in_transaction_) return body();
     for (int attempt = 0;; ++attempt) {
       if (!Reconnected()) {
         return Unavailable("store " + name_ + ": " + what + ": cannot reach the server: " +
                            Trim(PQerrorMessage(conn_)));
       }
       Status s = Once(what, "BEGIN", {}).status();
-      if (s.ok()) s = body();
+      if (s.ok()) {
+        in_transaction_ = true;
+        s = body();
+        in_transaction_ = false;
+      }
       if (s.ok()) s = Once(what, "COMMIT", {}).status();
       if (s.ok()) return s;
       if (PQstatus(conn_) == CONNECTION_OK) {
@@ -582,6 +687,10 @@ class PostgresEventStore final : public EventStore {
   std::mutex mu_;
   PGconn* conn_;
   std::string name_;
+  bool in_transaction_ = false;    // InTransaction's body runs
+  std::string fence_job_;
+  std::int64_t fence_epoch_ = 0;   // 0: writes are not fenced
+  std::atomic<std::int64_t> fenced_by_{0};
 };
 
 bool IsPostgresUrl(const std::string& where) {

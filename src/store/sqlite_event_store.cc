@@ -2,7 +2,9 @@
 // append is durable against a crash of the controller process once Append
 // returns). Several processes may share the file (busy timeout 5 s).
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <thread>
 #include <sqlite3.h>
 
@@ -102,6 +104,12 @@ CREATE TABLE IF NOT EXISTS gpu_samples (
   ecc_uncorrected INTEGER NOT NULL,
   PRIMARY KEY (job_id, wall_ns, node, gpu)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS job_leases (
+  job_id TEXT PRIMARY KEY,
+  holder TEXT NOT NULL,
+  epoch INTEGER NOT NULL,
+  expires_ns INTEGER NOT NULL
+);
 )sql";
 
 // RAII prepared statement.
@@ -175,59 +183,67 @@ class SqliteEventStore final : public EventStore {
 
   Status CreateJob(const JobRecord& job) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "INSERT INTO jobs(job_id, created_wall_ns, command, config_json, state, summary) "
-                "VALUES(?,?,?,?,?,?)");
-    if (!s.ok()) return Error("prepare insert job");
-    s.Bind(1, job.job_id);
-    s.Bind(2, job.created_wall_ns);
-    s.Bind(3, job.command);
-    s.Bind(4, job.config_json);
-    s.Bind(5, job.state);
-    s.Bind(6, job.summary);
-    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert job " + job.job_id);
-    return Status::Ok();
+    return Fenced("CreateJob", [&]() -> Status {
+      Stmt s(db_, "INSERT INTO jobs(job_id, created_wall_ns, command, config_json, state, summary) "
+                  "VALUES(?,?,?,?,?,?)");
+      if (!s.ok()) return Error("prepare insert job");
+      s.Bind(1, job.job_id);
+      s.Bind(2, job.created_wall_ns);
+      s.Bind(3, job.command);
+      s.Bind(4, job.config_json);
+      s.Bind(5, job.state);
+      s.Bind(6, job.summary);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert job " + job.job_id);
+      return Status::Ok();
+    });
   }
 
   Status UpdateJob(const std::string& job_id, const std::string& state,
                    const std::string& summary) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "UPDATE jobs SET state=?, summary=? WHERE job_id=?");
-    if (!s.ok()) return Error("prepare update job");
-    s.Bind(1, state);
-    s.Bind(2, summary);
-    s.Bind(3, job_id);
-    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("update job " + job_id);
-    if (sqlite3_changes(db_) == 0) return NotFound("job " + job_id + " in " + path_);
-    return Status::Ok();
+    return Fenced("UpdateJob", [&]() -> Status {
+      Stmt s(db_, "UPDATE jobs SET state=?, summary=? WHERE job_id=?");
+      if (!s.ok()) return Error("prepare update job");
+      s.Bind(1, state);
+      s.Bind(2, summary);
+      s.Bind(3, job_id);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("update job " + job_id);
+      if (sqlite3_changes(db_) == 0) return NotFound("job " + job_id + " in " + path_);
+      return Status::Ok();
+    });
   }
 
   Status Append(const Event& e) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, kInsertEvent);
-    if (!s.ok()) return Error("prepare insert event");
-    BindEvent(&s, e);
-    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert event " + e.kind);
-    return Status::Ok();
+    return Fenced("Append", [&]() -> Status {
+      Stmt s(db_, kInsertEvent);
+      if (!s.ok()) return Error("prepare insert event");
+      BindEvent(&s, e);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert event " + e.kind);
+      return Status::Ok();
+    });
   }
 
   Status AppendEvents(const std::vector<Event>& events) override {
     std::lock_guard<std::mutex> lock(mu_);
-    TG_RETURN_IF_ERROR(Exec("BEGIN"));
-    Stmt s(db_, kInsertEvent);
-    if (!s.ok()) {
-      (void)Exec("ROLLBACK");
-      return Error("prepare insert event");
-    }
-    for (const Event& e : events) {
-      BindEvent(&s, e);
-      if (sqlite3_step(s.get()) != SQLITE_DONE) {
-        Status failed = Error("insert event " + e.kind);
-        (void)Exec("ROLLBACK");
-        return failed;
+    return Fenced("AppendEvents", [&]() -> Status {
+      TG_RETURN_IF_ERROR(Begin());
+      Stmt s(db_, kInsertEvent);
+      if (!s.ok()) {
+        Rollback();
+        return Error("prepare insert event");
       }
-      sqlite3_reset(s.get());
-    }
-    return Exec("COMMIT");
+      for (const Event& e : events) {
+        BindEvent(&s, e);
+        if (sqlite3_step(s.get()) != SQLITE_DONE) {
+          Status failed = Error("insert event " + e.kind);
+          Rollback();
+          return failed;
+        }
+        sqlite3_reset(s.get());
+      }
+      return Commit();
+    });
   }
 
   StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id,
@@ -261,21 +277,23 @@ class SqliteEventStore final : public EventStore {
 
   Status RecordIncident(const IncidentRecord& i) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "INSERT INTO incidents(job_id, incident, wall_ns, node, rank, category, rule, "
-                "action, failure_step, detail_json) VALUES(?,?,?,?,?,?,?,?,?,?)");
-    if (!s.ok()) return Error("prepare insert incident");
-    s.Bind(1, i.job_id);
-    s.Bind(2, static_cast<std::int64_t>(i.incident));
-    s.Bind(3, i.wall_ns);
-    s.Bind(4, i.node);
-    s.Bind(5, static_cast<std::int64_t>(i.rank));
-    s.Bind(6, i.category);
-    s.Bind(7, i.rule);
-    s.Bind(8, i.action);
-    s.Bind(9, i.failure_step);
-    s.Bind(10, i.detail_json.empty() ? std::string("{}") : i.detail_json);
-    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert incident");
-    return Status::Ok();
+    return Fenced("RecordIncident", [&]() -> Status {
+      Stmt s(db_, "INSERT INTO incidents(job_id, incident, wall_ns, node, rank, category, rule, "
+                  "action, failure_step, detail_json) VALUES(?,?,?,?,?,?,?,?,?,?)");
+      if (!s.ok()) return Error("prepare insert incident");
+      s.Bind(1, i.job_id);
+      s.Bind(2, static_cast<std::int64_t>(i.incident));
+      s.Bind(3, i.wall_ns);
+      s.Bind(4, i.node);
+      s.Bind(5, static_cast<std::int64_t>(i.rank));
+      s.Bind(6, i.category);
+      s.Bind(7, i.rule);
+      s.Bind(8, i.action);
+      s.Bind(9, i.failure_step);
+      s.Bind(10, i.detail_json.empty() ? std::string("{}") : i.detail_json);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert incident");
+      return Status::Ok();
+    });
   }
 
   StatusOr<std::vector<IncidentRecord>> IncidentsOnNode(const std::string& node) override {
@@ -297,17 +315,19 @@ class SqliteEventStore final : public EventStore {
 
   Status SetNodeHealth(const NodeHealth& h) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "INSERT INTO node_health(node, status, reason, job_id, wall_ns) VALUES(?,?,?,?,?) "
-                "ON CONFLICT(node) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
-                "job_id=excluded.job_id, wall_ns=excluded.wall_ns");
-    if (!s.ok()) return Error("prepare node health");
-    s.Bind(1, h.node);
-    s.Bind(2, h.status);
-    s.Bind(3, h.reason);
-    s.Bind(4, h.job_id);
-    s.Bind(5, h.wall_ns);
-    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("write node health of " + h.node);
-    return Status::Ok();
+    return Fenced("SetNodeHealth", [&]() -> Status {
+      Stmt s(db_, "INSERT INTO node_health(node, status, reason, job_id, wall_ns) VALUES(?,?,?,?,?) "
+                  "ON CONFLICT(node) DO UPDATE SET status=excluded.status, reason=excluded.reason, "
+                  "job_id=excluded.job_id, wall_ns=excluded.wall_ns");
+      if (!s.ok()) return Error("prepare node health");
+      s.Bind(1, h.node);
+      s.Bind(2, h.status);
+      s.Bind(3, h.reason);
+      s.Bind(4, h.job_id);
+      s.Bind(5, h.wall_ns);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("write node health of " + h.node);
+      return Status::Ok();
+    });
   }
 
   StatusOr<NodeHealth> GetNodeHealth(const std::string& node) override {
@@ -336,18 +356,20 @@ class SqliteEventStore final : public EventStore {
 
   Status RecordNodeAction(const NodeAction& a) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "INSERT INTO node_actions(node, wall_ns, action, by, reason, job_id, evidence_json) "
-                "VALUES(?,?,?,?,?,?,?)");
-    if (!s.ok()) return Error("prepare insert node action");
-    s.Bind(1, a.node);
-    s.Bind(2, a.wall_ns);
-    s.Bind(3, a.action);
-    s.Bind(4, a.by);
-    s.Bind(5, a.reason);
-    s.Bind(6, a.job_id);
-    s.Bind(7, a.evidence_json.empty() ? std::string("{}") : a.evidence_json);
-    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert node action on " + a.node);
-    return Status::Ok();
+    return Fenced("RecordNodeAction", [&]() -> Status {
+      Stmt s(db_, "INSERT INTO node_actions(node, wall_ns, action, by, reason, job_id, evidence_json) "
+                  "VALUES(?,?,?,?,?,?,?)");
+      if (!s.ok()) return Error("prepare insert node action");
+      s.Bind(1, a.node);
+      s.Bind(2, a.wall_ns);
+      s.Bind(3, a.action);
+      s.Bind(4, a.by);
+      s.Bind(5, a.reason);
+      s.Bind(6, a.job_id);
+      s.Bind(7, a.evidence_json.empty() ? std::string("{}") : a.evidence_json);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert node action on " + a.node);
+      return Status::Ok();
+    });
   }
 
   StatusOr<std::vector<NodeAction>> NodeActions(const std::string& node) override {
@@ -368,15 +390,17 @@ class SqliteEventStore final : public EventStore {
 
   Status RecordDiagnostics(const DiagnosticsRecord& d) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json) VALUES(?,?,?,?,?)");
-    if (!s.ok()) return Error("prepare insert diagnostics");
-    s.Bind(1, d.node);
-    s.Bind(2, d.wall_ns);
-    s.Bind(3, d.mode);
-    s.Bind(4, d.job_id);
-    s.Bind(5, d.figures_json.empty() ? std::string("[]") : d.figures_json);
-    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert diagnostics of " + d.node);
-    return Status::Ok();
+    return Fenced("RecordDiagnostics", [&]() -> Status {
+      Stmt s(db_, "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json) VALUES(?,?,?,?,?)");
+      if (!s.ok()) return Error("prepare insert diagnostics");
+      s.Bind(1, d.node);
+      s.Bind(2, d.wall_ns);
+      s.Bind(3, d.mode);
+      s.Bind(4, d.job_id);
+      s.Bind(5, d.figures_json.empty() ? std::string("[]") : d.figures_json);
+      if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert diagnostics of " + d.node);
+      return Status::Ok();
+    });
   }
 
   StatusOr<std::vector<DiagnosticsRecord>> LatestDiagnostics() override {
@@ -395,32 +419,34 @@ class SqliteEventStore final : public EventStore {
 
   Status AppendStepTimings(const std::vector<StepTimingRecord>& rows) override {
     std::lock_guard<std::mutex> lock(mu_);
-    TG_RETURN_IF_ERROR(Exec("BEGIN"));
-    Stmt s(db_, "INSERT OR REPLACE INTO step_timings(job_id, generation, rank, step, node, start_us, "
-                "duration_us, clock_error_us, totals, intervals) VALUES(?,?,?,?,?,?,?,?,?,?)");
-    if (!s.ok()) {
-      (void)Exec("ROLLBACK");
-      return Error("prepare insert step timings");
-    }
-    for (const StepTimingRecord& r : rows) {
-      s.Bind(1, r.job_id);
-      s.Bind(2, r.generation);
-      s.Bind(3, static_cast<std::int64_t>(r.rank));
-      s.Bind(4, r.step);
-      s.Bind(5, r.node);
-      s.Bind(6, r.start_us);
-      s.Bind(7, r.duration_us);
-      s.Bind(8, r.clock_error_us);
-      s.Bind(9, r.totals);
-      s.Bind(10, r.intervals);
-      if (sqlite3_step(s.get()) != SQLITE_DONE) {
-        Status e = Error("insert step timings");
-        (void)Exec("ROLLBACK");
-        return e;
+    return Fenced("AppendStepTimings", [&]() -> Status {
+      TG_RETURN_IF_ERROR(Begin());
+      Stmt s(db_, "INSERT OR REPLACE INTO step_timings(job_id, generation, rank, step, node, start_us, "
+                  "duration_us, clock_error_us, totals, intervals) VALUES(?,?,?,?,?,?,?,?,?,?)");
+      if (!s.ok()) {
+        Rollback();
+        return Error("prepare insert step timings");
       }
-      sqlite3_reset(s.get());
-    }
-    return Exec("COMMIT");
+      for (const StepTimingRecord& r : rows) {
+        s.Bind(1, r.job_id);
+        s.Bind(2, r.generation);
+        s.Bind(3, static_cast<std::int64_t>(r.rank));
+        s.Bind(4, r.step);
+        s.Bind(5, r.node);
+        s.Bind(6, r.start_us);
+        s.Bind(7, r.duration_us);
+        s.Bind(8, r.clock_error_us);
+        s.Bind(9, r.totals);
+        s.Bind(10, r.intervals);
+        if (sqlite3_step(s.get()) != SQLITE_DONE) {
+          Status e = Error("insert step timings");
+          Rollback();
+          return e;
+        }
+        sqlite3_reset(s.get());
+      }
+      return Commit();
+    });
   }
 
   StatusOr<std::vector<StepTimingRecord>> StepTimings(const std::string& job_id, std::int64_t from,
@@ -455,46 +481,50 @@ class SqliteEventStore final : public EventStore {
 
   Status CompactStepTimings(const std::string& job_id, std::int64_t before_step, int keep_every) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt thin(db_, "DELETE FROM step_timings WHERE job_id=? AND step<? AND step % ? != 0");
-    Stmt strip(db_, "UPDATE step_timings SET intervals='' WHERE job_id=? AND step<? AND intervals!=''");
-    if (!thin.ok() || !strip.ok()) return Error("prepare compact step timings");
-    thin.Bind(1, job_id);
-    thin.Bind(2, before_step);
-    thin.Bind(3, static_cast<std::int64_t>(std::max(keep_every, 1)));
-    if (sqlite3_step(thin.get()) != SQLITE_DONE) return Error("thin step timings of " + job_id);
-    strip.Bind(1, job_id);
-    strip.Bind(2, before_step);
-    if (sqlite3_step(strip.get()) != SQLITE_DONE) return Error("strip step timings of " + job_id);
-    return Status::Ok();
+    return Fenced("CompactStepTimings", [&]() -> Status {
+      Stmt thin(db_, "DELETE FROM step_timings WHERE job_id=? AND step<? AND step % ? != 0");
+      Stmt strip(db_, "UPDATE step_timings SET intervals='' WHERE job_id=? AND step<? AND intervals!=''");
+      if (!thin.ok() || !strip.ok()) return Error("prepare compact step timings");
+      thin.Bind(1, job_id);
+      thin.Bind(2, before_step);
+      thin.Bind(3, static_cast<std::int64_t>(std::max(keep_every, 1)));
+      if (sqlite3_step(thin.get()) != SQLITE_DONE) return Error("thin step timings of " + job_id);
+      strip.Bind(1, job_id);
+      strip.Bind(2, before_step);
+      if (sqlite3_step(strip.get()) != SQLITE_DONE) return Error("strip step timings of " + job_id);
+      return Status::Ok();
+    });
   }
 
   Status AppendGpuSamples(const std::vector<GpuSampleRecord>& rows) override {
     std::lock_guard<std::mutex> lock(mu_);
-    TG_RETURN_IF_ERROR(Exec("BEGIN"));
-    Stmt s(db_, "INSERT OR REPLACE INTO gpu_samples(job_id, wall_ns, node, gpu, sm_clock_mhz, memory_clock_mhz, "
-                "temperature_c, power_mw, utilization_pct, throttle_reasons, ecc_uncorrected) "
-                "VALUES(?,?,?,?,?,?,?,?,?,?,?)");
-    if (!s.ok()) {
-      (void)Exec("ROLLBACK");
-      return Error("prepare insert GPU samples");
-    }
-    for (const GpuSampleRecord& r : rows) {
-      s.Bind(1, r.job_id);
-      s.Bind(2, r.wall_ns);
-      s.Bind(3, r.node);
-      int c = 4;
-      for (std::int64_t v : {static_cast<std::int64_t>(r.gpu), r.sm_clock_mhz, r.memory_clock_mhz, r.temperature_c,
-                             r.power_mw, r.utilization_pct, r.throttle_reasons, r.ecc_uncorrected}) {
-        s.Bind(c++, v);
+    return Fenced("AppendGpuSamples", [&]() -> Status {
+      TG_RETURN_IF_ERROR(Begin());
+      Stmt s(db_, "INSERT OR REPLACE INTO gpu_samples(job_id, wall_ns, node, gpu, sm_clock_mhz, memory_clock_mhz, "
+                  "temperature_c, power_mw, utilization_pct, throttle_reasons, ecc_uncorrected) "
+                  "VALUES(?,?,?,?,?,?,?,?,?,?,?)");
+      if (!s.ok()) {
+        Rollback();
+        return Error("prepare insert GPU samples");
       }
-      if (sqlite3_step(s.get()) != SQLITE_DONE) {
-        Status e = Error("insert GPU samples");
-        (void)Exec("ROLLBACK");
-        return e;
+      for (const GpuSampleRecord& r : rows) {
+        s.Bind(1, r.job_id);
+        s.Bind(2, r.wall_ns);
+        s.Bind(3, r.node);
+        int c = 4;
+        for (std::int64_t v : {static_cast<std::int64_t>(r.gpu), r.sm_clock_mhz, r.memory_clock_mhz, r.temperature_c,
+                               r.power_mw, r.utilization_pct, r.throttle_reasons, r.ecc_uncorrected}) {
+          s.Bind(c++, v);
+        }
+        if (sqlite3_step(s.get()) != SQLITE_DONE) {
+          Status e = Error("insert GPU samples");
+          Rollback();
+          return e;
+        }
+        sqlite3_reset(s.get());
       }
-      sqlite3_reset(s.get());
-    }
-    return Exec("COMMIT");
+      return Commit();
+    });
   }
 
   StatusOr<std::vector<GpuSampleRecord>> GpuSamples(const std::string& job_id, Nanos from, Nanos to) override {
@@ -529,14 +559,62 @@ class SqliteEventStore final : public EventStore {
 
   Status CompactGpuSamples(const std::string& job_id, Nanos before, Nanos keep_every) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt thin(db_, "DELETE FROM gpu_samples WHERE job_id=? AND wall_ns<? AND wall_ns % ? != 0");
-    if (!thin.ok()) return Error("prepare compact GPU samples");
-    thin.Bind(1, job_id);
-    thin.Bind(2, before);
-    thin.Bind(3, std::max<Nanos>(keep_every, 1));
-    if (sqlite3_step(thin.get()) != SQLITE_DONE) return Error("thin GPU samples of " + job_id);
+    return Fenced("CompactGpuSamples", [&]() -> Status {
+      Stmt thin(db_, "DELETE FROM gpu_samples WHERE job_id=? AND wall_ns<? AND wall_ns % ? != 0");
+      if (!thin.ok()) return Error("prepare compact GPU samples");
+      thin.Bind(1, job_id);
+      thin.Bind(2, before);
+      thin.Bind(3, std::max<Nanos>(keep_every, 1));
+      if (sqlite3_step(thin.get()) != SQLITE_DONE) return Error("thin GPU samples of " + job_id);
+      return Status::Ok();
+    });
+  }
+
+  StatusOr<JobLease> AcquireLease(const std::string& job_id, const std::string& holder, Nanos ttl) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The store is one host's file: its clock is that host's.
+    const Nanos now = WallNow();
+    Stmt s(db_, "INSERT INTO job_leases(job_id, holder, epoch, expires_ns) VALUES(?1, ?2, 1, ?3 + ?4) "
+                "ON CONFLICT(job_id) DO UPDATE SET "
+                "epoch = CASE WHEN job_leases.holder = excluded.holder THEN job_leases.epoch "
+                "ELSE job_leases.epoch + 1 END, holder = excluded.holder, expires_ns = excluded.expires_ns "
+                "WHERE job_leases.holder = excluded.holder OR job_leases.expires_ns < ?3");
+    if (!s.ok()) return Error("prepare take the lead of job " + job_id);
+    s.Bind(1, job_id);
+    s.Bind(2, holder);
+    s.Bind(3, now);
+    s.Bind(4, ttl);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("take the lead of job " + job_id);
+    Stmt q(db_, "SELECT holder, epoch, expires_ns FROM job_leases WHERE job_id=?");
+    if (!q.ok()) return Error("prepare read the lead of job " + job_id);
+    q.Bind(1, job_id);
+    if (sqlite3_step(q.get()) != SQLITE_ROW) return Error("read the lead of job " + job_id);
+    JobLease out;
+    out.holder = q.Text(0);
+    out.epoch = q.Int(1);
+    out.expires_in = q.Int(2) - now;
+    out.granted = out.holder == holder && out.expires_in > 0;
+    return out;
+  }
+
+  Status ReleaseLease(const std::string& job_id, const std::string& holder) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Stmt s(db_, "UPDATE job_leases SET expires_ns=0 WHERE job_id=? AND holder=?");
+    if (!s.ok()) return Error("prepare let the lead of job " + job_id + " go");
+    s.Bind(1, job_id);
+    s.Bind(2, holder);
+    if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("let the lead of job " + job_id + " go");
     return Status::Ok();
   }
+
+  void FenceWrites(const std::string& job_id, std::int64_t epoch) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    fence_job_ = job_id;
+    fence_epoch_ = epoch;
+    fenced_by_ = 0;
+  }
+
+  std::int64_t FencedBy() const override { return fenced_by_.load(); }
 
   StatusOr<std::vector<JobRecord>> Jobs() override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -553,6 +631,49 @@ class SqliteEventStore final : public EventStore {
   }
 
  private:
+  static Nanos WallNow() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+
+  // `body` as it is when no fence is set; else in one write transaction
+  // (BEGIN IMMEDIATE: no other writer between the check and the write)
+  // after checking that the job's lead is still at the fence's epoch.
+  // mu_ is held.
+  Status Fenced(const char* what, const std::function<Status()>& body) {
+    if (fence_epoch_ == 0) return body();
+    TG_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+    in_fence_ = true;
+    Status s = CheckFence(what);
+    if (s.ok()) s = body();
+    in_fence_ = false;
+    if (!s.ok()) {
+      (void)Exec("ROLLBACK");
+      return s;
+    }
+    return Exec("COMMIT");
+  }
+  Status CheckFence(const char* what) {
+    Stmt q(db_, "SELECT holder, epoch FROM job_leases WHERE job_id=?");
+    if (!q.ok()) return Error("prepare read the lead of job " + fence_job_);
+    q.Bind(1, fence_job_);
+    const int rc = sqlite3_step(q.get());
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return Error("read the lead of job " + fence_job_);
+    const std::int64_t now = rc == SQLITE_ROW ? q.Int(1) : 0;
+    if (now == fence_epoch_) return Status::Ok();
+    fenced_by_ = now;
+    return FailedPrecondition("store " + path_ + ": " + what + ": the lead of job " + fence_job_ + " at epoch " +
+                              std::to_string(fence_epoch_) + " passed to " +
+                              (rc == SQLITE_ROW ? q.Text(0) : std::string("nobody")) + " (epoch " +
+                              std::to_string(now) + "): this controller writes nothing more");
+  }
+  // A write's own transaction, inside a fenced one: part of it.
+  Status Begin() { return in_fence_ ? Status::Ok() : Exec("BEGIN"); }
+  Status Commit() { return in_fence_ ? Status::Ok() : Exec("COMMIT"); }
+  void Rollback() {
+    if (!in_fence_) (void)Exec("ROLLBACK");
+  }
+
   Status Exec(const char* sql) {
     char* err = nullptr;
     if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
@@ -569,6 +690,10 @@ class SqliteEventStore final : public EventStore {
   std::mutex mu_;
   sqlite3* db_;
   std::string path_;
+  std::string fence_job_;
+  std::int64_t fence_epoch_ = 0;  // 0: writes are not fenced
+  bool in_fence_ = false;          // a fenced write's transaction is open
+  std::atomic<std::int64_t> fenced_by_{0};
 };
 
 StatusOr<std::unique_ptr<EventStore>> OpenSqliteEventStore(const std::string& path) {
