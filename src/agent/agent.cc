@@ -116,6 +116,17 @@ Agent::~Agent() {
 }
 
 void Agent::OnCommand(const v1::ControllerMessage& msg) {
+  std::int64_t seen = highest_epoch_.load();
+  while (msg.lead_epoch() > seen && !highest_epoch_.compare_exchange_weak(seen, msg.lead_epoch())) {
+  }
+  if (msg.lead_epoch() < seen) {
+    // A leader deposed since: nothing of it is acted on; the session goes,
+    // and the next controller address is tried.
+    link_->Abandon("the controller's lead (epoch " + std::to_string(msg.lead_epoch()) + ") was taken over (epoch " +
+                   std::to_string(seen) + ")");
+    return;
+  }
+  last_heard_mono_.store(clock_->MonotonicNanos(), std::memory_order_relaxed);
   if (msg.has_clock_probe()) {
     // Answered here, on the transport's thread, so that the round trip the
     // controller measures is the network's and not the control loop's.
@@ -199,6 +210,7 @@ int Agent::RunLoop() {
           away_ = false;
           missed.swap(outbox_);
         }
+        last_heard_mono_.store(clock_->MonotonicNanos(), std::memory_order_relaxed);
         std::fprintf(stderr, "trainguard agent %s: reconnected to the controller\n", config_.node_id.c_str());
         Send(MakeRegister(true));
         for (const auto& m : missed) Send(m);
@@ -226,6 +238,7 @@ int Agent::RunLoop() {
         // are stale, and a Start will come when they are wanted.
         if (!m.welcome().resumed() && !ranks_.empty()) StopRanks(generation_, {}, 0, false);
         welcomed = true;
+        controller_silence_ = m.welcome().silence_ms() * kMillisecond;
         UseControllerScanRules(m.welcome().scan_rules());
         if (m.welcome().heartbeat_interval_ms() > 0) {
           heartbeat_interval_ = m.welcome().heartbeat_interval_ms() * kMillisecond;
@@ -257,6 +270,21 @@ int Agent::RunLoop() {
         std::lock_guard<std::mutex> lock(mu_);
         job_exit_status_ = m.shutdown().exit_status();
         return 0;
+      }
+    }
+    if (welcomed && controller_silence_ > 0) {
+      const Nanos now = clock_->MonotonicNanos();
+      const Nanos heard = last_heard_mono_.load(std::memory_order_relaxed);
+      bool away = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        away = away_;
+      }
+      if (!away && now - heard > controller_silence_) {
+        last_heard_mono_.store(now, std::memory_order_relaxed);  // once per silence
+        std::fprintf(stderr, "trainguard agent %s: no word from the controller for %.1f s: trying the next one\n",
+                     config_.node_id.c_str(), static_cast<double>(now - heard) / kSecond);
+        link_->Abandon("the controller fell silent");
       }
     }
     PollKernel();

@@ -74,6 +74,10 @@ class ControllerLink {
   // session's went. False if it could not (a link that cannot reconnect
   // always says false).
   virtual bool Reconnect(Nanos timeout) { return false; }
+  // Gives the session up as lost (its controller fell silent, or was
+  // deposed: a newer leader exists) and makes the next Reconnect try the
+  // next controller address first. The loss is reported as any other.
+  virtual void Abandon(const std::string& why) { (void)why; }
 };
 
 class Agent {
@@ -194,6 +198,13 @@ class Agent {
   // While the controller is away: what must reach it once back (rank exits,
   // stops, starts, alerts, diagnostics), oldest first, at most kOutboxSize.
   bool away_ = false;
+  // The controller's silence that counts as its loss (Welcome.silence_ms;
+  // 0: none), and when it was last heard (monotonic).
+  Nanos controller_silence_ = 0;
+  std::atomic<Nanos> last_heard_mono_{0};
+  // The highest controller lead seen (ControllerMessage.lead_epoch): a
+  // deposed leader's messages are not acted on.
+  std::atomic<std::int64_t> highest_epoch_{0};
   std::deque<v1::AgentMessage> outbox_;
   std::thread reconnector_;
   std::atomic<bool> quitting_{false};

@@ -38,18 +38,27 @@ int RunAgent(const AgentOptions& o) {
   AgentConfig config;
   config.node_id = o.node_id.empty() ? Hostname() : o.node_id;
   config.hostname = Hostname();
-  std::string host = o.controller.substr(0, o.controller.rfind(':'));
-  if (o.controller.find(':') == std::string::npos) {
-    std::fprintf(stderr, "trainguard agent: error: --controller must be HOST:PORT, got '%s'\n",
-                 o.controller.c_str());
-    return 2;
+  // HOST:PORT, or several (a leader and its standbys, docs/standby.md):
+  // this host's address is derived from the first.
+  for (std::size_t from = 0; from <= o.controller.size();) {
+    std::size_t comma = o.controller.find(',', from);
+    if (comma == std::string::npos) comma = o.controller.size();
+    const std::string one = o.controller.substr(from, comma - from);
+    if (one.find(':') == std::string::npos) {
+      std::fprintf(stderr, "trainguard agent: error: --controller must be HOST:PORT[,HOST:PORT...], got '%s'\n",
+                   o.controller.c_str());
+      return 2;
+    }
+    from = comma + 1;
   }
+  const std::string first = o.controller.substr(0, o.controller.find(','));
+  std::string host = first.substr(0, first.rfind(':'));
   bool loopback = host == "127.0.0.1" || host == "localhost" || host == "[::1]";
   std::string toward;
   if (o.address.empty() && !loopback) {
     std::string h;
     int port = -1;
-    SplitHostPort(o.controller, &h, &port);
+    SplitHostPort(first, &h, &port);
     toward = LocalAddressToward(h);  // the address this host reaches the controller from
   }
   config.address = !o.address.empty() ? o.address

@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
 
   trainguard::AgentOptions agent;
   CLI::App* agent_cmd = app.add_subcommand("agent", "run a node agent that joins a controller");
-  agent_cmd->add_option("--controller", agent.controller, "controller HOST:PORT")->required();
+  agent_cmd->add_option("--controller", agent.controller, "controller HOST:PORT; several (HOST:PORT,HOST:PORT): a leader and its standbys, the agent follows whichever leads (docs/standby.md)")->required();
   agent_cmd->add_option("--node-id", agent.node_id, "node id (default: hostname)");
   agent_cmd->add_option("--address", agent.address, "address peers use to reach this node");
   agent_cmd->add_option("--group-rank", agent.group_rank, "preferred group rank (node rank)");

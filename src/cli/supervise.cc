@@ -32,6 +32,7 @@
 #include "common/json_text.h"
 #include "common/status_page.h"
 #include "controller/job_controller.h"
+#include "controller/leadership.h"
 #include "store/event_store.h"
 #include "transport/grpc_transport.h"
 
@@ -139,6 +140,30 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   if (pick_local_nodes) local_nodes = PickLocalNodes(store->get(), o.nnodes, o.knobs.spares);
   std::string job_id = o.job_id.empty() ? DefaultJobId() : o.job_id;
   JobConfig config = MakeConfig(o, job_id);
+  // A `controller` of a job on PostgreSQL leads it only once it holds the
+  // job's lead in the store; until then it is a standby (docs/standby.md).
+  // Its writes are fenced to its lead, its messages to agents carry it.
+  std::unique_ptr<Leadership> lead;
+  if (!pick_local_nodes && local_nodes.empty() && slurm == nullptr && !o.job_id.empty() && IsPostgresUrl(o.store)) {
+    auto own = OpenEventStore(o.store);  // renewals must not wait behind reads or writes
+    if (!own.ok()) {
+      std::fprintf(stderr, "trainguard: error: %s\n", own.status().message().c_str());
+      return 2;
+    }
+    lead = std::make_unique<Leadership>(std::move(own.value()), job_id, Leadership::Holder(), kLeadTtl);
+    lead->WaitToLead(nullptr);
+    if (auto jobs = store->get()->Jobs(); jobs.ok()) {
+      for (const auto& j : *jobs) {
+        if (j.job_id == job_id && (j.state == "SUCCEEDED" || j.state == "FAILED")) {
+          std::fprintf(stderr, "trainguard: job %s has ended (%s): nothing to take over\n", job_id.c_str(),
+                       j.state.c_str());
+          return j.state == "SUCCEEDED" ? 0 : 1;
+        }
+      }
+    }
+    config.lead_epoch = lead->epoch();
+    write_store->get()->FenceWrites(job_id, lead->epoch());
+  }
   // Nodes that share this host must not measure each other.
   if (o.diag_parallel < 0 && pick_local_nodes) config.diag_parallelism = 1;
   std::string run_dir = o.run_dir.empty() ? DefaultRunDirBase() + "/" + job_id : o.run_dir;
@@ -277,6 +302,17 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     api->Serve(&controller);
     std::fprintf(stderr, "trainguard: job %s: API and metrics at %s (actions need the job secret in %s)\n",
                  job_id.c_str(), api->url().c_str(), secret_path.c_str());
+  }
+  if (lead) {
+    // Another controller took the lead (this one was paused or cut off, or
+    // a write of it was fenced off): it acts on nothing more and goes; the
+    // new leader has the job, and the agents follow it.
+    lead->KeepRenewing(write_store->get(), [job_id](const std::string& why) {
+      std::fprintf(stderr, "trainguard: job %s: %s: this controller steps down (it writes and commands nothing "
+                           "more)\n", job_id.c_str(), why.c_str());
+      std::fflush(stderr);
+      std::_Exit(kSteppedDown);
+    });
   }
   std::atomic<bool> ticking{true};
   std::thread ticker([&] {

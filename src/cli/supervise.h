@@ -35,6 +35,12 @@ struct SlurmSetup {
 // The knobs as their flags set them (controller/job_knobs.h), and the job.
 // How often the controller daemon calls JobController::Tick.
 constexpr Nanos kTickInterval = 50 * kMillisecond;
+// A `controller`'s lead of its job on PostgreSQL lasts this long unrenewed
+// (renewed every third of it); a standby takes over once it expired
+// (docs/standby.md).
+constexpr Nanos kLeadTtl = 6 * kSecond;
+// The exit status of a controller that stepped down: another one leads.
+constexpr int kSteppedDown = 3;
 
 JobConfig MakeConfig(const JobOptions& o, const std::string& job_id);
 

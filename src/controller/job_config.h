@@ -121,6 +121,10 @@ struct JobConfig {
   // GPU series in the store: one row per GPU per interval (0: none); rows
   // older than an hour are thinned to one per 10 minutes.
   Nanos gpu_series_interval = 30 * kSecond;
+  // This controller's lead of the job (controller/leadership.h): stamped on
+  // every message to an agent, which acts on none below the highest it saw
+  // (0: a controller without standbys). Not a knob: the store grants it.
+  std::int64_t lead_epoch = 0;
 };
 
 }  // namespace trainguard

@@ -231,7 +231,30 @@ JobController::Node* JobController::NodeById(const std::string& id) {
   return nullptr;
 }
 
+namespace {
+
+// Every message to the agent carries the controller's lead (its fencing
+// token): an agent that follows a newer leader acts on none of it.
+class EpochStampedLink final : public AgentLink {
+ public:
+  EpochStampedLink(std::shared_ptr<AgentLink> link, std::int64_t epoch) : link_(std::move(link)), epoch_(epoch) {}
+  void Send(const v1::ControllerMessage& msg) override {
+    v1::ControllerMessage stamped = msg;
+    stamped.set_lead_epoch(epoch_);
+    link_->Send(stamped);
+  }
+  void Close() override { link_->Close(); }
+  Nanos LastHeardMono() const override { return link_->LastHeardMono(); }
+
+ private:
+  const std::shared_ptr<AgentLink> link_;
+  const std::int64_t epoch_;
+};
+
+}  // namespace
+
 void JobController::OnConnect(std::uint64_t conn, std::shared_ptr<AgentLink> link) {
+  if (config_.lead_epoch > 0) link = std::make_shared<EpochStampedLink>(std::move(link), config_.lead_epoch);
   std::lock_guard<std::mutex> lock(mu_);
   // The node is not known until it registers: its link waits for Register.
   pending_links_[conn] = std::move(link);

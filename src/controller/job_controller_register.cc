@@ -28,6 +28,11 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   v1::ControllerMessage welcome;
   welcome.mutable_welcome()->set_protocol_version(kProtocolVersion);
   welcome.mutable_welcome()->set_job_id(config_.job_id);
+  // With standbys: an agent that hears nothing for three clock probes
+  // turns to the next controller (a paused or cut-off leader).
+  if (config_.lead_epoch > 0) {
+    welcome.mutable_welcome()->set_silence_ms(static_cast<int>(3 * config_.clock_probe_interval / kMillisecond));
+  }
   welcome.mutable_welcome()->set_heartbeat_interval_ms(
       static_cast<int>(config_.heartbeat_interval / kMillisecond));
   auto refuse = [&](const std::string& why) {

@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "proto/trainguard.grpc.pb.h"
 #include "transport/controller_inbox.h"
@@ -293,7 +294,20 @@ class GrpcControllerLink::Impl {
   bool closed = false;
   std::thread reader;
   Agent* agent = nullptr;
-  std::string address;
+  std::string address;                 // the one in use
+  std::vector<std::string> addresses;  // every controller of the job
+  std::size_t at = 0;                  // addresses[at] is `address`
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  grpc::ChannelArguments args;
+  bool rotate = false;                 // Abandon: the next Reconnect starts with the next address
+
+  // A channel (and stub) to addresses[i].
+  void Use(std::size_t i) {
+    at = i % addresses.size();
+    address = addresses[at];
+    channel = grpc::CreateCustomChannel(address, credentials, args);
+    stub = v1::Controller::NewStub(channel);
+  }
 
   // Waits for the channel, at most until `deadline`; false if not connected.
   bool WaitConnected(std::chrono::system_clock::time_point deadline, const std::function<bool()>& cancelled) {
@@ -344,7 +358,7 @@ Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms,
     options.pem_root_certs = *ca;
     credentials = grpc::SslCredentials(options);
   }
-  grpc::ChannelArguments args;
+  grpc::ChannelArguments& args = impl_->args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -353,10 +367,32 @@ Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms,
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 250);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  impl_->channel = grpc::CreateCustomChannel(address, credentials, args);
-  impl_->address = address;
+  impl_->credentials = credentials;
+  impl_->addresses.clear();
+  for (std::size_t from = 0; from <= address.size();) {
+    std::size_t comma = address.find(',', from);
+    if (comma == std::string::npos) comma = address.size();
+    if (comma > from) impl_->addresses.push_back(address.substr(from, comma - from));
+    from = comma + 1;
+  }
+  if (impl_->addresses.empty()) return InvalidArgument("no controller address given");
+  impl_->Use(0);
   auto deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms);
-  if (!impl_->WaitConnected(deadline, cancelled)) {
+  // One address: wait for it. Several: a second each in turn (standbys do
+  // not listen; the leader takes the session).
+  bool connected = false;
+  for (;;) {
+    auto slice = impl_->addresses.size() == 1
+                     ? deadline
+                     : std::min(deadline, std::chrono::system_clock::now() + std::chrono::seconds(1));
+    if (impl_->WaitConnected(slice, cancelled)) {
+      connected = true;
+      break;
+    }
+    if ((cancelled && cancelled()) || std::chrono::system_clock::now() >= deadline) break;
+    impl_->Use(impl_->at + 1);
+  }
+  if (!connected) {
     if (cancelled && cancelled()) return Unavailable("stopped waiting for the controller at " + address + ": interrupted");
     return Unavailable("cannot reach the controller at " + address + " within " +
                        std::to_string(timeout_ms / 1000.0).substr(0, 4) + " s" +
@@ -364,8 +400,7 @@ Status GrpcControllerLink::Connect(const std::string& address, int timeout_ms,
                                        : " over TLS (does it serve TLS, with a certificate signed by " + tls_ca +
                                              " that names this host?)"));
   }
-  impl_->stub = v1::Controller::NewStub(impl_->channel);
-  if (!impl_->OpenSession()) return Unavailable("cannot open a session with " + address);
+  if (!impl_->OpenSession()) return Unavailable("cannot open a session with " + impl_->address);
   return Status::Ok();
 }
 
@@ -378,10 +413,28 @@ bool GrpcControllerLink::Reconnect(Nanos timeout) {
   if (impl_->stub == nullptr || impl_->agent == nullptr) return false;
   // The old session's reader reported the loss and ends.
   if (impl_->reader.joinable()) impl_->reader.join();
+  const bool several = impl_->addresses.size() > 1;
+  bool rotate = false;
+  {
+    std::lock_guard<std::mutex> lock(impl_->write_mu);
+    std::swap(rotate, impl_->rotate);
+  }
+  if (several && rotate) impl_->Use(impl_->at + 1);
   auto deadline = std::chrono::system_clock::now() + std::chrono::nanoseconds(timeout);
-  if (!impl_->WaitConnected(deadline, nullptr) || !impl_->OpenSession()) return false;
+  if (!impl_->WaitConnected(deadline, nullptr) || !impl_->OpenSession()) {
+    if (several) impl_->Use(impl_->at + 1);  // the next one at the next try
+    return false;
+  }
   impl_->StartReader();
   return true;
+}
+
+void GrpcControllerLink::Abandon(const std::string& why) {
+  (void)why;  // the reader reports the loss (the agent said why)
+  std::lock_guard<std::mutex> lock(impl_->write_mu);
+  impl_->rotate = true;
+  impl_->broken = true;
+  if (impl_->ctx != nullptr) impl_->ctx->TryCancel();
 }
 
 bool GrpcControllerLink::Send(const v1::AgentMessage& msg) {

@@ -53,6 +53,9 @@ class GrpcControllerLink final : public ControllerLink {
   GrpcControllerLink();
   ~GrpcControllerLink() override;
   // Connects to `address` within `timeout_ms`; errors name the address.
+  // `address` may list several controllers of one job ("H1:P1,H2:P2": a
+  // leader and its standbys, docs/standby.md): each is tried in turn, and
+  // the one that takes the session (a standby does not listen) is kept.
   // `cancelled`, if given, is asked every 200 ms and ends the wait when true.
   // With `tls_ca` (a PEM file of the certificates that signed the
   // controller's), over TLS; the controller's certificate must name the
@@ -63,8 +66,11 @@ class GrpcControllerLink final : public ControllerLink {
   void Attach(Agent* agent);
   bool Send(const v1::AgentMessage& msg) override;
   // A new session on the same channel (gRPC reconnects it), read into the
-  // same agent. Called by the agent after it was told the session was lost.
+  // same agent; with several addresses, the next one when this one does not
+  // answer within `timeout`. Called by the agent after it was told the
+  // session was lost.
   bool Reconnect(Nanos timeout) override;
+  void Abandon(const std::string& why) override;
   void Close();
 
  private:

@@ -1,0 +1,191 @@
+"""Issue 40: a standby controller takes the job over when its leader's host
+dies. Two `trainguard controller` processes for one job share a real
+PostgreSQL store; one leads (holds the job's lead in the store), the other
+waits. Two agents are given both addresses. The leader is killed (kill -9),
+or paused (SIGSTOP) and continued later: the standby leads, the agents follow
+it with their ranks (same PIDs), the job goes on and ends, every event is
+stored once, and a paused leader that wakes up steps down having written
+nothing. Real processes, a DDP script that does not import trainguard."""
+
+import os
+import signal
+import subprocess
+import time
+
+from conftest import PYTHON, ROOT, TRAINGUARD, PostgresServer, events, free_port, status_page_step, wait_for
+
+PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
+
+
+class Pair:
+    """A leader and a standby controller, and two agents that know both."""
+
+    def __init__(self, tmp_path, pg, job_id, steps):
+        self.tmp = str(tmp_path)
+        self.job_id = job_id
+        self.store = pg.new_database()
+        self.ports = [free_port(), free_port()]
+        secret = os.path.join(self.tmp, "secret")
+        with open(secret, "w") as f:
+            f.write("a job secret\n")
+        self.secret = secret
+        self.command = [PYTHON, PLAIN_DDP, "--steps", str(steps), "--step-delay", "0.05", "--ckpt-every", "10",
+                        "--ckpt", os.path.join(self.tmp, "ck.pt"), "--out", os.path.join(self.tmp, "out")]
+        self.controllers = [self.start_controller(0)]
+        wait_for(lambda: "controller on port" in self.log("controller0.log") or self.controllers[0].poll() is not None,
+                 60, "the first controller to lead")
+        self.controllers.append(self.start_controller(1))
+        wait_for(lambda: "standby: job %s is led by" % job_id in self.log("controller1.log")
+                 or self.controllers[1].poll() is not None, 60, "the second controller to wait as a standby")
+        endpoints = ",".join("127.0.0.1:%d" % p for p in self.ports)
+        self.agents = []
+        for i in range(2):
+            log = open(os.path.join(self.tmp, "agent%d.log" % i), "w")
+            self.agents.append(subprocess.Popen(
+                [TRAINGUARD, "agent", "--controller", endpoints, "--node-id", "host%d" % i, "--group-rank", str(i),
+                 "--run-dir", os.path.join(self.tmp, "host%d" % i), "--secret-file", secret,
+                 "--reconnect-window", "60", "--quiet"],
+                stdout=log, stderr=subprocess.STDOUT))
+
+    def start_controller(self, i):
+        log = open(os.path.join(self.tmp, "controller%d.log" % i), "w")
+        return subprocess.Popen(
+            [TRAINGUARD, "controller", "--listen", "127.0.0.1:%d" % self.ports[i], "--nnodes", "2",
+             "--nproc-per-node", "2", "--store", self.store, "--job-id", self.job_id, "--secret-file", self.secret,
+             "--reconnect-window", "60", "--max-restarts", "2", "--run-dir", os.path.join(self.tmp, "ctl%d" % i),
+             "--", *self.command],
+            stdout=log, stderr=subprocess.STDOUT)
+
+    def log(self, name):
+        path = os.path.join(self.tmp, name)
+        if not os.path.exists(path):
+            return ""
+        with open(path) as f:
+            return f.read()
+
+    def logs(self):
+        return "".join("\n--- %s:\n%s" % (n, self.log(n)[-2500:]) for n in sorted(os.listdir(self.tmp))
+                       if n.endswith(".log"))
+
+    def wait_for(self, predicate, timeout, what):
+        try:
+            return wait_for(predicate, timeout, what)
+        except AssertionError as e:
+            raise AssertionError("%s%s\n--- events:\n%s" % (e, self.logs(), "\n".join(
+                "%s %s" % (x["kind"], x["message"][:160]) for x in self.events())[-4000:])) from None
+
+    def events(self):
+        return events(self.store, self.job_id)
+
+    def kinds(self):
+        return [e["kind"] for e in self.events()]
+
+    def step(self, node, rank):
+        agent = self.agents[int(node[len("host"):])].pid
+        return status_page_step(self.job_id, node, rank, agent) or -1
+
+    def rank_pids(self):
+        pids = {}
+        for e in self.events():
+            if e["kind"] == "ranks_started" and e["generation"] == 0:
+                pids.update({int(r): p for r, p in e["detail"]["pids"].items()})
+        return pids
+
+    def finish(self, leader):
+        """The new leader and the agents end well."""
+        assert leader.wait(timeout=240) == 0, self.logs()
+        for a in self.agents:
+            assert a.wait(timeout=60) == 0, self.logs()
+
+    def kill_all(self):
+        for p in self.controllers + self.agents:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                except OSError:
+                    pass
+                p.kill()
+                p.wait()
+
+
+def assert_taken_over_once(pair, pids):
+    stored = pair.events()
+    kinds = [e["kind"] for e in stored]
+    for once in ["job_created", "generation_started", "first_step", "controller_restarted", "job_resumed",
+                 "job_succeeded", "replica_sets", "layout"]:
+        assert kinds.count(once) == 1, (once, kinds)
+    assert kinds.count("ranks_started") == 2 and kinds.count("node_reconnected") == 2, kinds
+    assert "failure" not in kinds and "restarting" not in kinds, kinds
+    seen = set()
+    for e in stored:
+        key = (e["kind"], e["wall_ns"], e["node"], e["rank"], e["message"])
+        assert key not in seen, ("an event stored twice", e)
+        seen.add(key)
+    reconnected = {}
+    for e in stored:
+        if e["kind"] == "node_reconnected":
+            reconnected.update({int(r): p for r, p in e["detail"]["pids"].items()})
+    assert reconnected == pids, (reconnected, pids)
+    return stored
+
+
+def takeover_seconds(stored, lost_at):
+    """Leader lost -> the standby recorded that it took the job -> every agent back with its ranks."""
+    led = next(e for e in stored if e["kind"] == "controller_restarted")["wall_ns"] / 1e9 - lost_at
+    followed = next(e for e in stored if e["kind"] == "job_resumed")["wall_ns"] / 1e9 - lost_at
+    return led, followed
+
+
+def test_kill_9_of_the_leader_hands_the_job_to_its_standby_and_the_ranks_keep_running(tmp_path, no_leftovers):
+    pg = PostgresServer()
+    pair = None
+    try:
+        pair = Pair(tmp_path, pg, "standby-kill", steps=260)
+        pair.wait_for(lambda: pair.step("host1", 3) >= 20, 120, "20 steps on every rank")
+        pids = pair.rank_pids()
+        assert sorted(pids) == [0, 1, 2, 3]
+        pair.controllers[0].kill()
+        lost_at = time.time()
+        pair.controllers[0].wait()
+        pair.wait_for(lambda: "job_resumed" in pair.kinds(), 60, "the standby to take the job and its agents")
+        pair.finish(pair.controllers[1])
+        stored = assert_taken_over_once(pair, pids)
+        led, followed = takeover_seconds(stored, lost_at)
+        print("takeover after kill -9: the standby led after %.1f s, every agent followed after %.1f s" % (led, followed))
+        assert led < 10, (led, pair.logs())
+        log = pair.log("controller1.log")
+        assert "leads it now (epoch 2)" in log and "SUCCEEDED: all 4 ranks exited 0" in log, log[-3000:]
+    finally:
+        if pair:
+            pair.kill_all()
+        pg.stop()
+
+
+def test_a_paused_leader_is_replaced_and_once_continued_steps_down_having_written_nothing(tmp_path, no_leftovers):
+    pg = PostgresServer()
+    pair = None
+    try:
+        pair = Pair(tmp_path, pg, "standby-pause", steps=400)
+        pair.wait_for(lambda: pair.step("host1", 3) >= 20, 120, "20 steps on every rank")
+        pids = pair.rank_pids()
+        old = pair.controllers[0]
+        old.send_signal(signal.SIGSTOP)
+        lost_at = time.time()
+        pair.wait_for(lambda: "job_resumed" in pair.kinds(), 60, "the standby to take the job and its agents")
+        stored_before = len(pair.events())
+        # Paused for 20 s in all; then it wakes up, finds its lead gone and goes.
+        time.sleep(max(0.0, 20 - (time.time() - lost_at)))
+        old.send_signal(signal.SIGCONT)
+        assert old.wait(timeout=30) == 3, pair.logs()
+        assert "this controller steps down" in pair.log("controller0.log"), pair.log("controller0.log")[-2000:]
+        assert len(pair.events()) >= stored_before
+        pair.finish(pair.controllers[1])
+        stored = assert_taken_over_once(pair, pids)
+        led, followed = takeover_seconds(stored, lost_at)
+        print("takeover after SIGSTOP: the standby led after %.1f s, every agent followed after %.1f s" % (led, followed))
+        assert led < 10, (led, pair.logs())
+        assert all(a.returncode == 0 for a in pair.agents)
+    finally:
+        if pair:
+            pair.kill_all()
+        pg.stop()
