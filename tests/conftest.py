@@ -382,10 +382,12 @@ def _rmdir(path):
 
 
 class PostgresServer:
-    """A real PostgreSQL server in a fresh directory, on 127.0.0.1 at a free
-    port; as root it runs as the `postgres` user (PostgreSQL refuses root)."""
+    """A real PostgreSQL server in a fresh directory, on 127.0.0.1 (and
+    `also_on`, an address of this host that network namespaces reach) at a
+    free port; as root it runs as the `postgres` user (PostgreSQL refuses
+    root)."""
 
-    def __init__(self):
+    def __init__(self, also_on=None):
         bindir = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True).stdout.strip()
         if not os.path.exists(os.path.join(bindir, "postgres")):
             bindir = "/usr/lib/postgresql/15/bin"
@@ -404,8 +406,12 @@ class PostgresServer:
         subprocess.run([os.path.join(bindir, "initdb"), "-D", self.dir + "/data", "-U", "trainguard", "-A", "trust",
                         "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"], stdout=log, stderr=log, check=True,
                        preexec_fn=demote)
+        if also_on:  # clients from the namespaces' network, as from any host of a cluster
+            with open(self.dir + "/data/pg_hba.conf", "a") as f:
+                f.write("host all all %s/24 trust\n" % also_on)
         self._argv = [os.path.join(bindir, "postgres"), "-D", self.dir + "/data", "-p", str(self.port), "-k",
-                      self.dir, "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"]
+                      self.dir, "-c", "listen_addresses=127.0.0.1" + ("," + also_on if also_on else ""),
+                      "-c", "fsync=off"]
         self._log, self._demote = log, demote
         self.proc = subprocess.Popen(self._argv, stdout=log, stderr=log, preexec_fn=demote)
         wait_for(lambda: self._ready(), 30, "the PostgreSQL test server")
@@ -427,8 +433,8 @@ class PostgresServer:
                 raise AssertionError("the PostgreSQL test server exited:\n" + f.read()[-2000:])
         return subprocess.run(["pg_isready", "-q", "-h", "127.0.0.1", "-p", str(self.port)]).returncode == 0
 
-    def url(self, database):
-        return "postgresql://trainguard@127.0.0.1:%d/%s" % (self.port, database)
+    def url(self, database, host="127.0.0.1"):
+        return "postgresql://trainguard@%s:%d/%s" % (host, self.port, database)
 
     def new_database(self):
         """An empty database of its own; its URL."""

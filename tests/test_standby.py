@@ -8,9 +8,12 @@ stored once, and a paused leader that wakes up steps down having written
 nothing. Real processes, a DDP script that does not import trainguard."""
 
 import os
+import shutil
 import signal
 import subprocess
 import time
+
+import pytest
 
 from conftest import PYTHON, ROOT, TRAINGUARD, PostgresServer, events, free_port, status_page_step, wait_for
 
@@ -20,11 +23,16 @@ PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
 class Pair:
     """A leader and a standby controller, and two agents that know both."""
 
-    def __init__(self, tmp_path, pg, job_id, steps):
+    def __init__(self, tmp_path, pg, job_id, steps, hosts=None, controller_store=None):
+        """`hosts`: where each controller runs, (network namespace or None,
+        address); by default both on this host's loopback. `controller_store`:
+        the store's URL as the controllers reach it."""
         self.tmp = str(tmp_path)
         self.job_id = job_id
         self.store = pg.new_database()
-        self.ports = [free_port(), free_port()]
+        self.controller_store = self.store if controller_store is None else controller_store(self.store)
+        self.hosts = hosts or [(None, "127.0.0.1"), (None, "127.0.0.1")]
+        self.ports = [free_port(), free_port()] if hosts is None else [29400, 29400]
         secret = os.path.join(self.tmp, "secret")
         with open(secret, "w") as f:
             f.write("a job secret\n")
@@ -34,10 +42,12 @@ class Pair:
         self.controllers = [self.start_controller(0)]
         wait_for(lambda: "controller on port" in self.log("controller0.log") or self.controllers[0].poll() is not None,
                  60, "the first controller to lead")
+        assert self.controllers[0].poll() is None, self.logs()
         self.controllers.append(self.start_controller(1))
         wait_for(lambda: "standby: job %s is led by" % job_id in self.log("controller1.log")
                  or self.controllers[1].poll() is not None, 60, "the second controller to wait as a standby")
-        endpoints = ",".join("127.0.0.1:%d" % p for p in self.ports)
+        assert self.controllers[1].poll() is None, self.logs()
+        endpoints = ",".join("%s:%d" % (h[1], p) for h, p in zip(self.hosts, self.ports))
         self.agents = []
         for i in range(2):
             log = open(os.path.join(self.tmp, "agent%d.log" % i), "w")
@@ -49,9 +59,12 @@ class Pair:
 
     def start_controller(self, i):
         log = open(os.path.join(self.tmp, "controller%d.log" % i), "w")
+        ns, address = self.hosts[i]
         return subprocess.Popen(
-            [TRAINGUARD, "controller", "--listen", "127.0.0.1:%d" % self.ports[i], "--nnodes", "2",
-             "--nproc-per-node", "2", "--store", self.store, "--job-id", self.job_id, "--secret-file", self.secret,
+            (["ip", "netns", "exec", ns] if ns else []) +
+            [TRAINGUARD, "controller", "--listen", "%s:%d" % (address, self.ports[i]), "--nnodes", "2",
+             "--nproc-per-node", "2", "--store", self.controller_store, "--job-id", self.job_id,
+             "--secret-file", self.secret,
              "--reconnect-window", "60", "--max-restarts", "2", "--run-dir", os.path.join(self.tmp, "ctl%d" % i),
              "--", *self.command],
             stdout=log, stderr=subprocess.STDOUT)
@@ -185,6 +198,129 @@ def test_a_paused_leader_is_replaced_and_once_continued_steps_down_having_writte
         print("takeover after SIGSTOP: the standby led after %.1f s, every agent followed after %.1f s" % (led, followed))
         assert led < 10, (led, pair.logs())
         assert all(a.returncode == 0 for a in pair.agents)
+    finally:
+        if pair:
+            pair.kill_all()
+        pg.stop()
+
+
+def test_a_rank_killed_just_after_the_leader_died_is_recovered_once_by_the_new_leader(tmp_path, no_leftovers):
+    pg = PostgresServer()
+    pair = None
+    try:
+        pair = Pair(tmp_path, pg, "standby-rank", steps=260)
+        pair.wait_for(lambda: pair.step("host1", 3) >= 20, 120, "20 steps on every rank")
+        pids = pair.rank_pids()
+        pair.controllers[0].kill()
+        pair.controllers[0].wait()
+        time.sleep(1)  # the rank dies while no controller leads
+        os.kill(pids[3], signal.SIGKILL)
+        pair.finish(pair.controllers[1])
+        kinds = pair.kinds()
+        for once in ["controller_restarted", "failure", "attribution", "decision", "restarting"]:
+            assert kinds.count(once) == 1, (once, kinds)
+        failure = next(e for e in pair.events() if e["kind"] == "failure")
+        assert failure["rank"] == 3 and failure["detail"]["failure_kind"] == "rank_failed", failure
+        assert kinds.index("controller_restarted") < kinds.index("failure"), kinds
+        assert kinds.count("generation_started") == 2, kinds
+    finally:
+        if pair:
+            pair.kill_all()
+        pg.stop()
+
+
+def test_with_postgresql_stopped_during_the_takeover_nobody_leads_until_it_is_back(tmp_path, no_leftovers):
+    pg = PostgresServer()
+    pair = None
+    try:
+        pair = Pair(tmp_path, pg, "standby-store", steps=500)
+        pair.wait_for(lambda: pair.step("host1", 3) >= 20, 120, "20 steps on every rank")
+        pids = pair.rank_pids()
+        pair.controllers[0].kill()
+        pair.controllers[0].wait()
+        pg.halt()
+        halted = time.monotonic()
+        # No leader while the store is away; the ranks train on.
+        stepped = pair.step("host0", 0)
+        pair.wait_for(lambda: pair.step("host0", 0) >= stepped + 40, 60, "steps while the store is away")
+        time.sleep(max(0.0, 12 - (time.monotonic() - halted)))
+        assert "leads it now" not in pair.log("controller1.log"), pair.logs()
+        assert all(os.path.exists("/proc/%d" % p) for p in pids.values())
+        pg.resume()
+        pair.wait_for(lambda: "leads it now" in pair.log("controller1.log"), 60, "the standby to lead once the store is back")
+        pair.finish(pair.controllers[1])
+        assert_taken_over_once(pair, pids)
+    finally:
+        if pair:
+            pair.kill_all()
+        pg.stop()
+
+
+def sh(*argv):
+    subprocess.run(argv, check=True, capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def two_controller_hosts():
+    """Two hosts for the controllers, network namespaces on a bridge of this
+    host, which runs PostgreSQL and the agents: (namespace, address, its
+    link) each, and the bridge's address."""
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        pytest.skip("needs root and ip for network namespaces")
+    tag = str(os.getpid() % 100000)
+    net = "10.232.%d" % (os.getpid() % 250)
+    bridge = "tgsb" + tag
+    hosts = [("tgsA" + tag, "%s.2" % net, "tgsa" + tag), ("tgsB" + tag, "%s.3" % net, "tgsb" + tag + "x")]
+    try:
+        sh("ip", "link", "add", bridge, "type", "bridge")
+        sh("ip", "addr", "add", net + ".1/24", "dev", bridge)
+        sh("ip", "link", "set", bridge, "up")
+        for i, (ns, addr, dev) in enumerate(hosts):
+            outside = "tgsh%d%s" % (i, tag)
+            sh("ip", "netns", "add", ns)
+            sh("ip", "link", "add", outside, "type", "veth", "peer", "name", dev)
+            sh("ip", "link", "set", dev, "netns", ns)
+            sh("ip", "-n", ns, "addr", "add", addr + "/24", "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+            sh("ip", "link", "set", outside, "master", bridge)
+            sh("ip", "link", "set", outside, "up")
+        yield hosts, net + ".1"
+    finally:
+        for ns, _, _ in hosts:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, timeout=30)
+
+
+def test_a_leader_cut_off_the_network_is_replaced_and_once_back_steps_down(tmp_path, two_controller_hosts,
+                                                                          no_leftovers):
+    """The leader's host loses its link (`ip link set down`): it reaches
+    neither the store nor the agents. The standby on the other host leads,
+    the agents follow it; when the link is back, the old leader finds its
+    lead gone and steps down, having written nothing."""
+    hosts, bridge_ip = two_controller_hosts
+    pg = PostgresServer(also_on=bridge_ip)
+    pair = None
+    try:
+        pair = Pair(tmp_path, pg, "standby-cut", steps=400, hosts=[(ns, addr) for ns, addr, _ in hosts],
+                    controller_store=lambda url: url.replace("127.0.0.1", bridge_ip))
+        pair.wait_for(lambda: pair.step("host1", 3) >= 20, 120, "20 steps on every rank")
+        pids = pair.rank_pids()
+        ns, _, dev = hosts[0]
+        sh("ip", "-n", ns, "link", "set", dev, "down")
+        lost_at = time.time()
+        pair.wait_for(lambda: "job_resumed" in pair.kinds(), 60, "the standby to take the job and its agents")
+        time.sleep(max(0.0, 15 - (time.time() - lost_at)))
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+        old = pair.controllers[0]
+        assert old.wait(timeout=30) == 3, pair.logs()
+        assert "this controller steps down" in pair.log("controller0.log"), pair.log("controller0.log")[-2000:]
+        pair.finish(pair.controllers[1])
+        stored = assert_taken_over_once(pair, pids)
+        led, followed = takeover_seconds(stored, lost_at)
+        print("takeover after a cut link: the standby led after %.1f s, every agent followed after %.1f s"
+              % (led, followed))
+        assert led < 10, (led, pair.logs())
     finally:
         if pair:
             pair.kill_all()
