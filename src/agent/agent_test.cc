@@ -306,6 +306,51 @@ TEST_F(AgentReconnectTest, AControllerThatDoesNotComeBackInTheWindowEndsTheAgent
   EXPECT_GE(link_.reconnect_calls(), 2);
 }
 
+// With standbys (docs/standby.md): a message of a leader deposed since (a
+// lower lead epoch than one seen) is not acted on, and its session is left.
+TEST_F(AgentReconnectTest, ADeposedLeadersCommandIsNotActedOnAndItsSessionIsLeft) {
+  StartRanks({"/bin/sh", "-c", "sleep 300"}, 1);
+  ASSERT_TRUE(WaitKind(v1::AgentMessage::kStarted));
+  std::vector<int> pids = agent_->RankPids();
+  v1::ControllerMessage newer;
+  newer.set_lead_epoch(2);
+  newer.mutable_verified()->set_step(1);
+  agent_->OnCommand(newer);
+  v1::ControllerMessage stale;
+  stale.set_lead_epoch(1);
+  stale.mutable_stop()->set_generation(0);
+  agent_->OnCommand(stale);
+  ASSERT_EQ(link_.abandoned().size(), 1u);
+  EXPECT_NE(link_.abandoned()[0].find("epoch 1) was taken over (epoch 2)"), std::string::npos) << link_.abandoned()[0];
+  EXPECT_TRUE(testutil::HoldsFor([&] { return Alive(pids[0]); }, 300ms)) << "a deposed leader stopped the ranks";
+  stale.set_lead_epoch(2);  // the leader's own stop is obeyed
+  agent_->OnCommand(stale);
+  EXPECT_TRUE(testutil::WaitUntil([&] { return !Alive(pids[0]); }, 10s));
+}
+
+// A leader that says how long its silence may last (Welcome.silence_ms) and
+// then says nothing (paused, cut off) is left for the next address; one that
+// keeps probing is not.
+TEST_F(AgentReconnectTest, AControllerSilentLongerThanItsWelcomeSaidIsLeft) {
+  v1::ControllerMessage welcome;
+  welcome.set_lead_epoch(1);
+  welcome.mutable_welcome()->set_protocol_version(kProtocolVersion);
+  welcome.mutable_welcome()->set_heartbeat_interval_ms(100);
+  welcome.mutable_welcome()->set_silence_ms(400);
+  agent_->OnCommand(welcome);
+  v1::ControllerMessage probe;
+  probe.set_lead_epoch(1);
+  probe.mutable_clock_probe()->set_controller_unix_us(1);
+  EXPECT_TRUE(testutil::HoldsFor(
+      [&] {
+        agent_->OnCommand(probe);
+        return link_.abandoned().empty();
+      },
+      1000ms));
+  ASSERT_TRUE(testutil::WaitUntil([&] { return !link_.abandoned().empty(); }, 10s));
+  EXPECT_EQ(link_.abandoned()[0], "the controller fell silent");
+}
+
 TEST_F(AgentTest, ACommandThatCannotRunIsReportedAsExit127) {
   StartRanks({"/no/such/binary"}, 1);
   auto exited = WaitKind(v1::AgentMessage::kRankExited);

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "agent/agent.h"
@@ -38,6 +39,15 @@ class FakeControllerLink final : public ControllerLink {
     std::lock_guard<std::mutex> lock(mu_);
     return reconnect_calls_;
   }
+  // Abandon is recorded (the session's loss is the test's to report).
+  void Abandon(const std::string& why) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    abandoned_.push_back(why);
+  }
+  std::vector<std::string> abandoned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return abandoned_;
+  }
   // Waits (bounded) for a sent message matching `pred`; returns it or nullopt.
   std::optional<v1::AgentMessage> WaitFor(std::function<bool(const v1::AgentMessage&)> pred,
                                           std::chrono::milliseconds timeout) {
@@ -60,6 +70,7 @@ class FakeControllerLink final : public ControllerLink {
   bool down_ = false;
   bool reconnectable_ = false;
   int reconnect_calls_ = 0;
+  std::vector<std::string> abandoned_;
   std::condition_variable cv_;
   std::vector<v1::AgentMessage> sent_;
 };

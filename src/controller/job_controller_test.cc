@@ -5,6 +5,28 @@
 namespace trainguard {
 namespace {
 
+// A controller with standbys (docs/standby.md): every message to an agent
+// carries its lead, and its Welcome says how long a silence counts as its
+// loss. Without them, neither.
+TEST_F(JobControllerTest, ALeadersMessagesCarryItsLeadAndItsWelcomeTheSilenceThatEndsIt) {
+  config_.lead_epoch = 3;
+  Make(1, 1);
+  FakeAgentLink* a = Register(0);
+  ASSERT_NE(a->Last(Kind::kWelcome), nullptr);
+  EXPECT_EQ(a->Last(Kind::kWelcome)->lead_epoch(), 3);
+  EXPECT_EQ(a->Last(Kind::kWelcome)->welcome().silence_ms(), 6000);
+  ASSERT_NE(a->Last(Kind::kStart), nullptr);
+  EXPECT_EQ(a->Last(Kind::kStart)->lead_epoch(), 3);
+}
+
+TEST_F(JobControllerTest, AControllerWithoutStandbysStampsNoLead) {
+  Make(1, 1);
+  FakeAgentLink* a = Register(0);
+  ASSERT_NE(a->Last(Kind::kWelcome), nullptr);
+  EXPECT_EQ(a->Last(Kind::kWelcome)->lead_epoch(), 0);
+  EXPECT_EQ(a->Last(Kind::kWelcome)->welcome().silence_ms(), 0);
+}
+
 TEST_F(JobControllerTest, StartsWhenAllNodesRegistered) {
   Make();
   FakeAgentLink* a = Register(0);
