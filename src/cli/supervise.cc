@@ -72,9 +72,34 @@ void PrintDowntime(EventStore* store, const std::string& job_id) {
   }
 }
 
+// Waits as a standby until this process leads `job_id` (its own store
+// connection: renewals must not wait behind reads or writes), then fences
+// `write_store` to the lead and stamps it on `config`. -1: go on and lead;
+// else the exit status (the job has ended: nothing to take over; 2: no store).
+int Lead(const std::string& where, const std::string& job_id, EventStore* store, EventStore* write_store,
+         JobConfig* config, std::unique_ptr<Leadership>* lead) {
+  auto own = OpenEventStore(where);
+  if (!own.ok()) {
+    std::fprintf(stderr, "trainguard: error: %s\n", own.status().message().c_str());
+    return 2;
+  }
+  *lead = std::make_unique<Leadership>(std::move(own.value()), job_id, Leadership::Holder(), kLeadTtl);
+  (*lead)->WaitToLead(nullptr);
+  if (auto jobs = store->Jobs(); jobs.ok()) {
+    for (const auto& j : *jobs) {
+      if (j.job_id == job_id && (j.state == "SUCCEEDED" || j.state == "FAILED")) {
+        std::fprintf(stderr, "trainguard: job %s has ended (%s): nothing to take over\n", job_id.c_str(),
+                     j.state.c_str());
+        return j.state == "SUCCEEDED" ? 0 : 1;
+      }
+    }
+  }
+  config->lead_epoch = (*lead)->epoch();
+  write_store->FenceWrites(job_id, (*lead)->epoch());
+  return -1;
+}
+
 }  // namespace
-
-
 
 bool SkipIfCordoned(EventStore* store, const std::string& id) {
   auto health = store->GetNodeHealth(id);
@@ -142,27 +167,9 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   JobConfig config = MakeConfig(o, job_id);
   // A `controller` of a job on PostgreSQL leads it only once it holds the
   // job's lead in the store; until then it is a standby (docs/standby.md).
-  // Its writes are fenced to its lead, its messages to agents carry it.
   std::unique_ptr<Leadership> lead;
   if (!pick_local_nodes && local_nodes.empty() && slurm == nullptr && !o.job_id.empty() && IsPostgresUrl(o.store)) {
-    auto own = OpenEventStore(o.store);  // renewals must not wait behind reads or writes
-    if (!own.ok()) {
-      std::fprintf(stderr, "trainguard: error: %s\n", own.status().message().c_str());
-      return 2;
-    }
-    lead = std::make_unique<Leadership>(std::move(own.value()), job_id, Leadership::Holder(), kLeadTtl);
-    lead->WaitToLead(nullptr);
-    if (auto jobs = store->get()->Jobs(); jobs.ok()) {
-      for (const auto& j : *jobs) {
-        if (j.job_id == job_id && (j.state == "SUCCEEDED" || j.state == "FAILED")) {
-          std::fprintf(stderr, "trainguard: job %s has ended (%s): nothing to take over\n", job_id.c_str(),
-                       j.state.c_str());
-          return j.state == "SUCCEEDED" ? 0 : 1;
-        }
-      }
-    }
-    config.lead_epoch = lead->epoch();
-    write_store->get()->FenceWrites(job_id, lead->epoch());
+    if (int ended = Lead(o.store, job_id, store->get(), write_store->get(), &config, &lead); ended >= 0) return ended;
   }
   // Nodes that share this host must not measure each other.
   if (o.diag_parallel < 0 && pick_local_nodes) config.diag_parallelism = 1;
