@@ -2,7 +2,7 @@
 dies. Two `trainguard controller` processes for one job share a real
 PostgreSQL store; one leads (holds the job's lead in the store), the other
 waits. Two agents are given both addresses. The leader is killed (kill -9),
-or paused (SIGSTOP) and continued later: the standby leads, the agents follow
+or paused (SIGSTOP) for 30 s and continued: the standby leads, the agents follow
 it with their ranks (same PIDs), the job goes on and ends, every event is
 stored once, and a paused leader that wakes up steps down having written
 nothing. Real processes, a DDP script that does not import trainguard."""
@@ -186,8 +186,8 @@ def test_a_paused_leader_is_replaced_and_once_continued_steps_down_having_writte
         lost_at = time.time()
         pair.wait_for(lambda: "job_resumed" in pair.kinds(), 60, "the standby to take the job and its agents")
         stored_before = len(pair.events())
-        # Paused for 20 s in all; then it wakes up, finds its lead gone and goes.
-        time.sleep(max(0.0, 20 - (time.time() - lost_at)))
+        # Paused for 30 s in all; then it wakes up, finds its lead gone and goes.
+        time.sleep(max(0.0, 30 - (time.time() - lost_at)))
         old.send_signal(signal.SIGCONT)
         assert old.wait(timeout=30) == 3, pair.logs()
         assert "this controller steps down" in pair.log("controller0.log"), pair.log("controller0.log")[-2000:]

@@ -37,10 +37,11 @@ struct Incident {
   std::string hang_evidence;        // Finding::culprit_evidence
   std::vector<int> hang_roots;      // located from the journals: the ranks the others wait for
   std::vector<LogLine> lines;       // what the attribution reads (add with AddLine)
-  // The first this many of `lines` are the finding's own (a detector's
-  // measurement); with a verdict they alone are its evidence, the ranks'
-  // output that follows being no evidence of what was measured.
-  std::size_t finding_lines = 0;
+  // What a verdict rests on: the finding's own lines (a detector's
+  // measurement) and the scheduler backend's sentence on a lost node. With
+  // a verdict they alone are its evidence: the ranks' output in `lines` is
+  // no evidence of what was measured.
+  std::vector<LogLine> verdict_lines;
   std::map<int, std::pair<std::string, std::string>> stacks;  // rank -> (state, python)
   std::map<int, std::int64_t> rank_steps;  // last step of each rank, as reported at the end
   std::map<int, Nanos> exit_times;         // ranks that failed on their own: when

@@ -43,7 +43,9 @@ void JobController::Fail(const Finding& f) {
   inc.hang_roots = f.roots;
   inc.hang_evidence = f.culprit_evidence;
   for (const auto& line : f.lines) inc.AddLine(line);
-  inc.finding_lines = inc.lines.size();
+  inc.verdict_lines = f.lines;
+  // A verdict without lines of its own (the SDC monitor's) rests on what it says.
+  if (inc.verdict_lines.empty() && f.verdict) inc.verdict_lines.push_back({f.rank, f.node, "trainguard: " + f.description});
   if (f.rank >= 0 && f.kind == FindingKind::kRankFailed) inc.exit_times[f.rank] = f.fault_wall;
   for (const auto& n : nodes_) {
     for (const auto& [r, view] : n.ranks) {

@@ -356,9 +356,14 @@ void JobController::ApplyExplanation(const std::string& id, const LossExplanatio
   if (awaiting_explanation_ != id) return;
   awaiting_explanation_.clear();
   if (incident_) {
-    if (!known.sentence.empty()) incident_->AddLine({-1, id, "trainguard: " + known.sentence});
-    // The backend's own judgement, not a rule's reading of its sentence.
-    if (!incident_->verdict) incident_->verdict = known.verdict;
+    const LogLine said{-1, id, "trainguard: " + known.sentence};
+    if (!known.sentence.empty()) incident_->AddLine(said);
+    // The backend's own judgement, not a rule's reading of its sentence;
+    // the sentence is what it rests on.
+    if (!incident_->verdict && known.verdict) {
+      incident_->verdict = known.verdict;
+      if (!known.sentence.empty()) incident_->verdict_lines.push_back(said);
+    }
   }
   MaybeAllStopped();
 }

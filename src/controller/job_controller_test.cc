@@ -490,6 +490,13 @@ TEST_F(JobControllerTest, AnAgentThatExitedOnALiveHostDoesNotMakeTheNodeSuspect)
   controller_->OnDisconnect(2);
   Stopped(0, 0);
   EXPECT_EQ(Detail("attribution")["rule"], "agent-exited");
+  // The verdict rests on the backend's sentence (and the loss itself).
+  const auto evidence = Detail("attribution")["evidence"];
+  bool sentence = false;
+  for (const auto& e : evidence) {
+    sentence |= e["line"].get<std::string>().find("killed by signal 9 while its host stayed up") != std::string::npos;
+  }
+  EXPECT_TRUE(sentence) << evidence;
   EXPECT_EQ(Detail("decision")["decision"], "restart");
   EXPECT_EQ(Stored().GetNodeHealth("node1")->status, "");
 }

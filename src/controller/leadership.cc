@@ -79,8 +79,16 @@ void Leadership::Renew() {
       return;
     }
     if (lease->granted && lease->epoch == epoch_.load()) return;
-    why = "the lead of job " + job_id_ + " passed to " + lease->holder + " (epoch " + std::to_string(lease->epoch) +
-          "; this controller's was " + std::to_string(epoch_.load()) + ")";
+    // Granted anew (its lead had expired, and another's after it): not the
+    // lead this controller's state and fence belong to. Let it go at once.
+    if (lease->granted) {
+      (void)store_->ReleaseLease(job_id_, holder_);
+      why = "the lead of job " + job_id_ + " lapsed and was held by another since (epoch " +
+            std::to_string(lease->epoch) + "; this controller's was " + std::to_string(epoch_.load()) + ")";
+    } else {
+      why = "the lead of job " + job_id_ + " passed to " + lease->holder + " (epoch " +
+            std::to_string(lease->epoch) + "; this controller's was " + std::to_string(epoch_.load()) + ")";
+    }
   }
   if (lost_.exchange(true)) return;
   if (on_lost_) on_lost_(why);

@@ -207,10 +207,7 @@ Attribution FromVerdict(const DetectorVerdict& v, const Incident& inc) {
   a.culprit_nodes = v.evict_nodes;
   if (inc.first_rank >= 0) a.culprit_ranks = {inc.first_rank};
   a.confidence = 1.0;  // measured, not read from text
-  for (std::size_t i = 0; i < inc.finding_lines && i < inc.lines.size(); ++i) {
-    const LogLine& l = inc.lines[i];
-    a.evidence.push_back({l.rank, l.node, v.rule_id, v.category, "cause", l.text});
-  }
+  for (const LogLine& l : inc.verdict_lines) a.evidence.push_back({l.rank, l.node, v.rule_id, v.category, "cause", l.text});
   a.summary = v.category + ": " + v.description;
   return a;
 }

@@ -148,7 +148,7 @@ TEST(BlameTest, ADetectorsVerdictRestsOnItsOwnMeasurementNotOnTheRanksOutput) {
   inc.first_rank = 3;
   inc.first_node = "node1";
   inc.AddLine({3, "node1", "trainguard: node node1 is a communication straggler"});
-  inc.finding_lines = inc.lines.size();
+  inc.verdict_lines = inc.lines;
   for (int step = 40; step < 60; ++step) inc.AddLine({0, "node0", "step " + std::to_string(step) + " loss 0.012"});
   DetectorVerdict v;
   v.rule_id = "straggler-communication";

@@ -719,7 +719,14 @@ StatusOr<std::unique_ptr<EventStore>> OpenPostgresEventStore(const std::string& 
   const std::string name = StoreDisplayName(url);
   // The URL's own settings win over these defaults (they come later).
   const char* keys[] = {"connect_timeout", "application_name", "options", "dbname", nullptr};
-  const char* values[] = {"10", "trainguard", "-c statement_timeout=30000 -c client_min_messages=warning",
+  // A session idle inside a transaction for 2 s is ended by the server: a
+  // leader paused (or cut off) in the middle of a fenced write holds the
+  // lead's row (FOR SHARE), and its standby must not wait on it for long
+  // (docs/standby.md). The store's transactions run statement after
+  // statement; none is idle for that long.
+  const char* values[] = {"10", "trainguard",
+                          "-c statement_timeout=30000 -c client_min_messages=warning "
+                          "-c idle_in_transaction_session_timeout=2000",
                           url.c_str(), nullptr};
   PGconn* conn = PQconnectdbParams(keys, values, 1);
   if (conn == nullptr) return IoError("cannot open store " + name + ": out of memory");
