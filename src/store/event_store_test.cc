@@ -64,6 +64,7 @@ class EventStoreTest : public testing::TestWithParam<std::string> {
     store_ = std::move(s.value());
   }
   void TearDown() override {
+    others_.clear();
     store_.reset();
     if (!path_.empty()) {
       unlink(path_.c_str());
@@ -71,7 +72,17 @@ class EventStoreTest : public testing::TestWithParam<std::string> {
       unlink((path_ + "-shm").c_str());
     }
   }
+  // Another connection to the same store, as another controller's (in
+  // memory: the same store). Null if it cannot be opened.
+  EventStore* Another() {
+    if (GetParam() == "memory") return store_.get();
+    auto s = OpenEventStore(where_);
+    if (!s.ok()) return nullptr;
+    others_.push_back(std::move(s.value()));
+    return others_.back().get();
+  }
   std::unique_ptr<EventStore> store_;
+  std::vector<std::unique_ptr<EventStore>> others_;
   std::string where_;  // what OpenEventStore was given ("" in memory)
   std::string path_;
 };
@@ -304,14 +315,8 @@ TEST_P(EventStoreTest, TextThatIsNotUtf8IsRepairedNotLost) {
 // taken over only once expired (or let go), with the epoch raised.
 TEST_P(EventStoreTest, TheLeadOfAJobPassesOnlyWhenItsHolderLetsItExpire) {
   // A second connection, as a standby controller on another host has.
-  std::unique_ptr<EventStore> other_owned;
-  EventStore* other = store_.get();
-  if (GetParam() != "memory") {
-    auto s = OpenEventStore(where_);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    other_owned = std::move(s.value());
-    other = other_owned.get();
-  }
+  EventStore* other = Another();
+  ASSERT_NE(other, nullptr);
   auto a = store_->AcquireLease("j", "ctl-a", 60 * kSecond);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   EXPECT_TRUE(a->granted);
@@ -350,14 +355,8 @@ TEST_P(EventStoreTest, TheLeadOfAJobPassesOnlyWhenItsHolderLetsItExpire) {
 // stored, and it can tell (FencedBy); the new leader and unfenced stores (an
 // operator's cordon) write on.
 TEST_P(EventStoreTest, AFencedLeaderWritesNothingOnceItsLeadPassed) {
-  std::unique_ptr<EventStore> other_owned;
-  EventStore* other = store_.get();
-  if (GetParam() != "memory") {
-    auto s = OpenEventStore(where_);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    other_owned = std::move(s.value());
-    other = other_owned.get();
-  }
+  EventStore* other = Another();
+  ASSERT_NE(other, nullptr);
   ASSERT_TRUE(store_->CreateJob({"j", 1, "c", "{}", "RUNNING", ""}).ok());
   ASSERT_TRUE(store_->AcquireLease("j", "ctl-a", 50 * kMillisecond)->granted);
   store_->FenceWrites("j", 1);
@@ -420,14 +419,8 @@ TEST_P(EventStoreTest, AFencedLeaderWritesNothingOnceItsLeadPassed) {
 // A takeover racing the old leader's writes: each write is stored exactly
 // when it was accepted, and none is accepted after the first refusal.
 TEST_P(EventStoreTest, WritesRacingATakeoverAreStoredExactlyWhenAccepted) {
-  std::unique_ptr<EventStore> other_owned;
-  EventStore* other = store_.get();
-  if (GetParam() != "memory") {
-    auto s = OpenEventStore(where_);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    other_owned = std::move(s.value());
-    other = other_owned.get();
-  }
+  EventStore* other = Another();
+  ASSERT_NE(other, nullptr);
   ASSERT_TRUE(store_->AcquireLease("j", "ctl-a", 100 * kMillisecond)->granted);
   store_->FenceWrites("j", 1);
   std::atomic<int> accepted{0};
