@@ -1,6 +1,8 @@
 // trainguard: parses the command line and calls one subcommand (commands.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <functional>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -146,103 +148,225 @@ void AddStoredJobOptions(CLI::App* cmd, trainguard::EventsOptions* o) {
   cmd->add_flag("--json", o->json, "JSON output");
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
-  CLI::App app{"trainguard: supervise distributed PyTorch training jobs"};
-  app.set_version_flag("--version", std::string("trainguard ") + TG_VERSION + " (commit " + TG_GIT_COMMIT + ")",
-                       "print the version and the commit it was built from, and exit");
-  app.require_subcommand(1);
+// A subcommand: its options were added to the app; `run` carries it out
+// once the command line named it (`cmd` parsed).
+struct Command {
+  CLI::App* cmd;
+  std::function<int()> run;
+};
 
-  trainguard::JobOptions run;
-  run.store = trainguard::DefaultStorePath();
-  CLI::App* run_cmd = app.add_subcommand("run", "run a job on this machine: a controller and N agents");
-  run_cmd->alias("torchrun");
-  trainguard::TorchrunOptions torchrun;
-  AddJobOptions(run_cmd, &run, true);
-  AddTorchrunOptions(run_cmd, &torchrun, &run);
-  run_cmd->add_option("--scheduler", run.scheduler,
-                      "local: every node an agent on this machine; slurm: inside an sbatch/salloc allocation, "
-                      "an agent on every allocated node (a job step), the nodes beyond --nnodes as spares, "
-                      "evicted nodes drained in Slurm (docs/slurm.md)")
+// The training command that follows `--` (or the options) of a job subcommand.
+void TakeCommand(CLI::App* cmd, const std::vector<std::string>& after_dashes, trainguard::JobOptions* o) {
+  // `run [opts] -- CMD ...`, or `run [opts] SCRIPT ARGS ...` where a later
+  // `--` belongs to the script's arguments (as with torchrun).
+  o->command = cmd->remaining();
+  if (!after_dashes.empty() && !o->command.empty()) o->command.push_back("--");
+  o->command.insert(o->command.end(), after_dashes.begin(), after_dashes.end());
+}
+
+Command AddRun(CLI::App& app, const std::vector<std::string>* after_dashes) {
+  auto run = std::make_shared<trainguard::JobOptions>();
+  auto torchrun = std::make_shared<trainguard::TorchrunOptions>();
+  run->store = trainguard::DefaultStorePath();
+  CLI::App* cmd = app.add_subcommand("run", "run a job on this machine: a controller and N agents");
+  cmd->alias("torchrun");
+  AddJobOptions(cmd, run.get(), true);
+  AddTorchrunOptions(cmd, torchrun.get(), run.get());
+  cmd->add_option("--scheduler", run->scheduler,
+                  "local: every node an agent on this machine; slurm: inside an sbatch/salloc allocation, "
+                  "an agent on every allocated node (a job step), the nodes beyond --nnodes as spares, "
+                  "evicted nodes drained in Slurm (docs/slurm.md)")
       ->check(CLI::IsMember({"local", "slurm"}))
       ->capture_default_str();
-  run_cmd->add_flag("--netns", run.netns,
-                    "every node in a network namespace of its own, with its own address, behind one bridge "
-                    "(needs root; docs/nodes.md)");
-  run_cmd->add_option("--nodes-per-rack", run.nodes_per_rack,
-                      "node<N> is in rack<N / K>: diagnosis rounds all-reduce among a rack's nodes; with "
-                      "--netns every rack has a bridge of its own linked to a spine bridge");
-  run_cmd->add_flag("--netns-fallback", run.netns_fallback,
-                    "with --netns: without root or namespace support, run in this host's network (with a note)");
+  cmd->add_flag("--netns", run->netns,
+                "every node in a network namespace of its own, with its own address, behind one bridge "
+                "(needs root; docs/nodes.md)");
+  cmd->add_option("--nodes-per-rack", run->nodes_per_rack,
+                  "node<N> is in rack<N / K>: diagnosis rounds all-reduce among a rack's nodes; with "
+                  "--netns every rack has a bridge of its own linked to a spine bridge");
+  cmd->add_flag("--netns-fallback", run->netns_fallback,
+                "with --netns: without root or namespace support, run in this host's network (with a note)");
+  return {cmd, [cmd, run, torchrun, after_dashes] {
+            TakeCommand(cmd, *after_dashes, run.get());
+            auto notes = trainguard::ResolveTorchrunOptions(*torchrun, run.get());
+            if (!notes.ok()) {
+              std::fprintf(stderr, "trainguard: error: %s\n", notes.status().message().c_str());
+              return 2;
+            }
+            for (const auto& note : *notes) std::fprintf(stderr, "trainguard: note: %s\n", note.c_str());
+            return trainguard::RunJob(*run);
+          }};
+}
 
-  trainguard::ControllerOptions ctl;
-  ctl.job.store = trainguard::DefaultStorePath();
-  CLI::App* ctl_cmd = app.add_subcommand("controller", "run a job's controller; agents join it");
-  AddJobOptions(ctl_cmd, &ctl.job, false);
-  ctl_cmd->add_option("--listen", ctl.listen, "HOST:PORT to serve agents on")->capture_default_str();
+Command AddController(CLI::App& app, const std::vector<std::string>* after_dashes) {
+  auto ctl = std::make_shared<trainguard::ControllerOptions>();
+  ctl->job.store = trainguard::DefaultStorePath();
+  CLI::App* cmd = app.add_subcommand("controller", "run a job's controller; agents join it");
+  AddJobOptions(cmd, &ctl->job, false);
+  cmd->add_option("--listen", ctl->listen, "HOST:PORT to serve agents on")->capture_default_str();
+  return {cmd, [cmd, ctl, after_dashes] {
+            TakeCommand(cmd, *after_dashes, &ctl->job);
+            return trainguard::RunController(*ctl);
+          }};
+}
 
-  trainguard::AgentOptions agent;
-  CLI::App* agent_cmd = app.add_subcommand("agent", "run a node agent that joins a controller");
-  agent_cmd->add_option("--controller", agent.controller, "controller HOST:PORT; several (HOST:PORT,HOST:PORT): a leader and its standbys, the agent follows whichever leads (docs/standby.md)")->required();
-  agent_cmd->add_option("--node-id", agent.node_id, "node id (default: hostname)");
-  agent_cmd->add_option("--address", agent.address, "address peers use to reach this node");
-  agent_cmd->add_option("--group-rank", agent.group_rank, "preferred group rank (node rank)");
-  agent_cmd->add_option("--rack", agent.rack,
-                        "the node's rack (top-of-rack switch): diagnosis rounds all-reduce among a rack's "
-                        "nodes (default: $TRAINGUARD_RACK)");
-  agent_cmd->add_option("--run-dir", agent.run_dir, "logs and stacks of this node");
-  agent_cmd->add_option("--run-dir-base", agent.run_dir_base, "parent of the default run dir (default $TMPDIR/trainguard, else /tmp/trainguard)");
-  agent_cmd->add_option("--connect-timeout", agent.connect_timeout_s, "seconds")
-      ->capture_default_str();
-  agent_cmd->add_flag("--native-stacks", agent.native_stacks, "capture gdb backtraces");
-  agent_cmd->add_flag("--quiet", agent.quiet, "do not copy rank output to stdout");
-  agent_cmd->add_option("--reconnect-window", agent.reconnect_window_s,
-                        "seconds the ranks keep running while the agent tries to reconnect to a controller that "
-                        "went away (0: stop them and exit at once)")
+Command AddAgent(CLI::App& app) {
+  auto agent = std::make_shared<trainguard::AgentOptions>();
+  CLI::App* cmd = app.add_subcommand("agent", "run a node agent that joins a controller");
+  cmd->add_option("--controller", agent->controller,
+                  "controller HOST:PORT; several (HOST:PORT,HOST:PORT): a leader and its standbys, the agent "
+                  "follows whichever leads (docs/standby.md)")
+      ->required();
+  cmd->add_option("--node-id", agent->node_id, "node id (default: hostname)");
+  cmd->add_option("--address", agent->address, "address peers use to reach this node");
+  cmd->add_option("--group-rank", agent->group_rank, "preferred group rank (node rank)");
+  cmd->add_option("--rack", agent->rack,
+                  "the node's rack (top-of-rack switch): diagnosis rounds all-reduce among a rack's "
+                  "nodes (default: $TRAINGUARD_RACK)");
+  cmd->add_option("--run-dir", agent->run_dir, "logs and stacks of this node");
+  cmd->add_option("--run-dir-base", agent->run_dir_base,
+                  "parent of the default run dir (default $TMPDIR/trainguard, else /tmp/trainguard)");
+  cmd->add_option("--connect-timeout", agent->connect_timeout_s, "seconds")->capture_default_str();
+  cmd->add_flag("--native-stacks", agent->native_stacks, "capture gdb backtraces");
+  cmd->add_flag("--quiet", agent->quiet, "do not copy rank output to stdout");
+  cmd->add_option("--reconnect-window", agent->reconnect_window_s,
+                  "seconds the ranks keep running while the agent tries to reconnect to a controller that "
+                  "went away (0: stop them and exit at once)")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
-  agent_cmd->add_option("--tls-ca", agent.tls_ca,
-                        "connect over TLS, trusting these PEM certificates (the controller's --tls-cert or its CA)")
+  cmd->add_option("--tls-ca", agent->tls_ca,
+                  "connect over TLS, trusting these PEM certificates (the controller's --tls-cert or its CA)")
       ->check(CLI::ExistingFile);
-  agent_cmd->add_option("--secret-file", agent.secret_file,
-                        "file holding the job's secret, shown when registering (default: $TRAINGUARD_SECRET_FILE)");
-  agent_cmd->add_option("--protocol-version", agent.protocol_version)->group("");
+  cmd->add_option("--secret-file", agent->secret_file,
+                  "file holding the job's secret, shown when registering (default: $TRAINGUARD_SECRET_FILE)");
+  cmd->add_option("--protocol-version", agent->protocol_version)->group("");
+  return {cmd, [agent] { return trainguard::RunAgent(*agent); }};
+}
 
-  trainguard::EventsOptions events;
-  events.store = trainguard::DefaultStorePath();
-  CLI::App* knobs_cmd = app.add_subcommand(
-      "knobs", "print every knob of a job (flag, default, accepted values) as docs/reference.md has them");
-  CLI::App* events_cmd = app.add_subcommand("events", "show a job's event log");
-  AddStoredJobOptions(events_cmd, &events);
-  bool event_kinds = false;
-  events_cmd->add_flag("--kinds", event_kinds,
-                       "print every kind of event (when it is recorded, what its detail holds) as docs/events.md "
-                       "has them, and no job's log");
+// What reads the store: events, report, status, hang, trace, heatmap, nodes, cordon, uncordon.
+std::vector<Command> AddStoreReaders(CLI::App& app) {
+  std::vector<Command> out;
+  {
+    CLI::App* cmd = app.add_subcommand(
+        "knobs", "print every knob of a job (flag, default, accepted values) as docs/reference.md has them");
+    out.push_back({cmd, [] {
+                     std::fputs(trainguard::KnobsMarkdown().c_str(), stdout);
+                     return 0;
+                   }});
+  }
+  {
+    auto events = std::make_shared<trainguard::EventsOptions>();
+    auto kinds = std::make_shared<bool>(false);
+    events->store = trainguard::DefaultStorePath();
+    CLI::App* cmd = app.add_subcommand("events", "show a job's event log");
+    AddStoredJobOptions(cmd, events.get());
+    cmd->add_flag("--kinds", *kinds,
+                  "print every kind of event (when it is recorded, what its detail holds) as docs/events.md "
+                  "has them, and no job's log");
+    out.push_back({cmd, [events, kinds] {
+                     if (!*kinds) return trainguard::ShowEvents(*events);
+                     std::fputs(trainguard::EventKindsMarkdown().c_str(), stdout);
+                     return 0;
+                   }});
+  }
+  {
+    auto report = std::make_shared<trainguard::EventsOptions>();
+    report->store = trainguard::DefaultStorePath();
+    CLI::App* cmd = app.add_subcommand("report", "a job's incidents and where its time went");
+    AddStoredJobOptions(cmd, report.get());
+    cmd->add_flag("--fleet", report->fleet,
+                  "every job in the store: incidents per category, node and job, and the failures that recur "
+                  "across jobs (the same error on one node; the same program failing at the same step)");
+    out.push_back({cmd, [report] { return trainguard::ShowReport(*report); }});
+  }
+  {
+    auto status = std::make_shared<trainguard::StatusCommandOptions>();
+    status->stored.store = trainguard::DefaultStorePath();
+    CLI::App* cmd = app.add_subcommand(
+        "status",
+        "a job in a few lines: state, step rate, ETTR, restarts, nodes, last incident (live from its controller)");
+    AddStoredJobOptions(cmd, &status->stored);
+    cmd->add_option("--url", status->url, "the controller's API (default: where the job's record says)");
+    cmd->add_flag("-w,--watch", status->watch, "refresh until the job ends");
+    cmd->add_option("--interval", status->interval_s, "seconds between refreshes with --watch")
+        ->check(CLI::Range(0.1, 3600.0))
+        ->capture_default_str();
+    out.push_back({cmd, [status] { return trainguard::ShowStatus(*status); }});
+  }
+  {
+    auto hang = std::make_shared<trainguard::HangOptions>();
+    hang->stored.store = trainguard::DefaultStorePath();
+    CLI::App* cmd = app.add_subcommand("hang", "where a job's hang sat in its parallel layout");
+    AddStoredJobOptions(cmd, &hang->stored);
+    cmd->add_option("incident", hang->incident, "incident number (default: the newest hang)");
+    out.push_back({cmd, [hang] { return trainguard::ShowHang(*hang); }});
+  }
+  {
+    auto trace = std::make_shared<trainguard::TraceOptions>();
+    trace->stored.store = trainguard::DefaultStorePath();
+    CLI::App* cmd = app.add_subcommand(
+        "trace", "one merged timeline of every rank (Chrome trace-event JSON: open in Perfetto or chrome://tracing)");
+    cmd->add_option("--store", trace->stored.store, kStoreHelp)->capture_default_str();
+    cmd->add_option("job", trace->stored.job_id, "job id (default: the newest)");
+    cmd->add_option("--steps", trace->steps, "A:B, A: or :B (default: every step the store kept in detail)");
+    cmd->add_option("-o,--output", trace->out, "FILE.json")->required();
+    out.push_back({cmd, [trace] { return trainguard::WriteTrace(*trace); }});
+  }
+  {
+    auto heatmap = std::make_shared<trainguard::HeatmapCommandOptions>();
+    heatmap->stored.store = trainguard::DefaultStorePath();
+    CLI::App* cmd = app.add_subcommand(
+        "heatmap", "nodes (or ranks) x phases, or x windows of steps of one phase, coloured against the median");
+    cmd->add_option("--store", heatmap->stored.store, kStoreHelp)->capture_default_str();
+    cmd->add_option("job", heatmap->stored.job_id, "job id (default: the newest)");
+    cmd->add_option("--phase", heatmap->phase,
+                    "one phase (forward, gc, comm:all_reduce, gpu:forward, step) over windows of steps");
+    cmd->add_flag("--ranks", heatmap->ranks, "a row per rank instead of per node");
+    cmd->add_option("--window", heatmap->window, "steps per column with --phase (default: about 20 columns)");
+    cmd->add_option("--gpu", heatmap->gpu,
+                    "GPUs x windows of time of one figure of the GPU series: sm_clock, memory_clock, "
+                    "temperature, power, utilization");
+    cmd->add_option("-o,--output", heatmap->out, "FILE.svg or FILE.html")->required();
+    out.push_back({cmd, [heatmap] { return trainguard::WriteHeatmap(*heatmap); }});
+  }
+  {
+    auto nodes = std::make_shared<trainguard::EventsOptions>();
+    nodes->store = trainguard::DefaultStorePath();
+    CLI::App* cmd = app.add_subcommand(
+        "nodes", "each node across jobs: cordoned, suspect or ok, incidents, newest diagnostics, history");
+    cmd->add_option("--store", nodes->store, kStoreHelp)->capture_default_str();
+    cmd->add_flag("--json", nodes->json, "JSON output");
+    out.push_back({cmd, [nodes] { return trainguard::ShowNodes(*nodes); }});
+  }
+  for (const bool cordon : {true, false}) {
+    struct Args {
+      std::string store = trainguard::DefaultStorePath(), node, reason;
+    };
+    auto a = std::make_shared<Args>();
+    CLI::App* cmd = cordon ? app.add_subcommand("cordon", "take a node out of every job until it is uncordoned")
+                           : app.add_subcommand("uncordon", "return a cordoned node to jobs and clear its suspicion");
+    cmd->add_option("--store", a->store, kStoreHelp)->capture_default_str();
+    cmd->add_option("node", a->node, "node id")->required();
+    if (cordon) {
+      cmd->add_option("--reason", a->reason, "why (kept with the node and shown by `trainguard nodes`)")->required();
+    } else {
+      cmd->add_option("--reason", a->reason, "why (kept with the node)");
+    }
+    out.push_back({cmd, [a, cordon] {
+                     return cordon ? trainguard::CordonNode(a->store, a->node, a->reason)
+                                   : trainguard::UncordonNode(a->store, a->node, a->reason);
+                   }});
+  }
+  return out;
+}
 
-  trainguard::CkptOptions ckpt;
-  CLI::App* ckpt_cmd = app.add_subcommand("ckpt", "inspect checkpoints");
-  ckpt_cmd->require_subcommand(1);
-  CLI::App* ckpt_ls = ckpt_cmd->add_subcommand("ls", "list the checkpoints in DIR");
-  ckpt_ls->add_option("dir", ckpt.dir, "checkpoint directory")->required();
-  ckpt_ls->add_flag("--json", ckpt.json, "JSON output");
-  CLI::App* ckpt_verify = ckpt_cmd->add_subcommand("verify", "verify checkpoints (all or STEP)");
-  ckpt_verify->add_option("dir", ckpt.dir, "checkpoint directory")->required();
-  ckpt_verify->add_option("step", ckpt.step, "step to verify (default: every one)");
-
-  trainguard::EventsOptions report;
-  report.store = trainguard::DefaultStorePath();
-  CLI::App* report_cmd = app.add_subcommand("report", "a job's incidents and where its time went");
-  AddStoredJobOptions(report_cmd, &report);
-  report_cmd->add_flag("--fleet", report.fleet,
-                       "every job in the store: incidents per category, node and job, and the failures that recur "
-                       "across jobs (the same error on one node; the same program failing at the same step)");
-
-  trainguard::SimCommandOptions sim;
-  CLI::App* sim_cmd = app.add_subcommand(
+Command AddSim(CLI::App& app) {
+  auto sim = std::make_shared<trainguard::SimCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
       "sim", "simulate a job of up to 100,000s of GPUs, run by the real controller: ETTR and where the time went");
-  sim_cmd->add_option("--failure-model", sim.model, "llama3, meta_rsc, mtbf, or a model file (JSON)")->capture_default_str();
-  sim_cmd->add_option("--params", sim.params_file, "parameters as a JSON object (flags override it)");
+  cmd->add_option("--failure-model", sim->model, "llama3, meta_rsc, mtbf, or a model file (JSON)")->capture_default_str();
+  cmd->add_option("--params", sim->params_file, "parameters as a JSON object (flags override it)");
   struct SimFlag {
     const char* flag;
     const char* name;
@@ -266,131 +390,120 @@ int main(int argc, char** argv) {
       {"--max-restarts", "max_restarts", "-1: unlimited (default)"},
   };
   for (const SimFlag& f : sim_flags) {
-    sim_cmd->add_option_function<double>(f.flag, [&sim, name = std::string(f.name)](double v) { sim.set[name] = v; },
-                                         f.help);
+    cmd->add_option_function<double>(f.flag, [sim, name = std::string(f.name)](double v) { sim->set[name] = v; },
+                                     f.help);
   }
-  sim_cmd->add_option("--diagnose", sim.diagnose, "off, quick or full (default off)")
+  cmd->add_option("--diagnose", sim->diagnose, "off, quick or full (default off)")
       ->check(CLI::IsMember({"off", "quick", "full"}));
-  sim_cmd->add_option("--sweep", sim.sweep,
-                      "NAME=V1,V2,... a parameter's values (repeatable: every combination runs); writes "
-                      "sim-sweep.csv and sim-sweep.svg (ETTR against gpus) to --out");
-  sim_cmd->add_option("--out", sim.out, "directory of a sweep's files")->capture_default_str();
-  sim_cmd->add_option("--store", sim.store, "keep the simulated job's events in this SQLite file (must not exist)");
-  sim_cmd->add_flag("--json", sim.json, "JSON output");
+  cmd->add_option("--sweep", sim->sweep,
+                  "NAME=V1,V2,... a parameter's values (repeatable: every combination runs); writes "
+                  "sim-sweep.csv and sim-sweep.svg (ETTR against gpus) to --out");
+  cmd->add_option("--out", sim->out, "directory of a sweep's files")->capture_default_str();
+  cmd->add_option("--store", sim->store, "keep the simulated job's events in this SQLite file (must not exist)");
+  cmd->add_flag("--json", sim->json, "JSON output");
+  return {cmd, [sim] { return trainguard::SimCommand(*sim); }};
+}
 
-  trainguard::StatusCommandOptions status;
-  status.stored.store = trainguard::DefaultStorePath();
-  CLI::App* status_cmd = app.add_subcommand(
-      "status", "a job in a few lines: state, step rate, ETTR, restarts, nodes, last incident (live from its controller)");
-  AddStoredJobOptions(status_cmd, &status.stored);
-  status_cmd->add_option("--url", status.url, "the controller's API (default: where the job's record says)");
-  status_cmd->add_flag("-w,--watch", status.watch, "refresh until the job ends");
-  status_cmd->add_option("--interval", status.interval_s, "seconds between refreshes with --watch")
-      ->check(CLI::Range(0.1, 3600.0))
-      ->capture_default_str();
-
-  trainguard::HangOptions hang;
-  hang.stored.store = trainguard::DefaultStorePath();
-  CLI::App* hang_cmd = app.add_subcommand("hang", "where a job's hang sat in its parallel layout");
-  AddStoredJobOptions(hang_cmd, &hang.stored);
-  hang_cmd->add_option("incident", hang.incident, "incident number (default: the newest hang)");
-
-  trainguard::TraceOptions trace;
-  trace.stored.store = trainguard::DefaultStorePath();
-  CLI::App* trace_cmd = app.add_subcommand(
-      "trace", "one merged timeline of every rank (Chrome trace-event JSON: open in Perfetto or chrome://tracing)");
-  trace_cmd->add_option("--store", trace.stored.store, kStoreHelp)->capture_default_str();
-  trace_cmd->add_option("job", trace.stored.job_id, "job id (default: the newest)");
-  trace_cmd->add_option("--steps", trace.steps, "A:B, A: or :B (default: every step the store kept in detail)");
-  trace_cmd->add_option("-o,--output", trace.out, "FILE.json")->required();
-
-  trainguard::HeatmapCommandOptions heatmap;
-  heatmap.stored.store = trainguard::DefaultStorePath();
-  CLI::App* heatmap_cmd = app.add_subcommand(
-      "heatmap", "nodes (or ranks) x phases, or x windows of steps of one phase, coloured against the median");
-  heatmap_cmd->add_option("--store", heatmap.stored.store, kStoreHelp)->capture_default_str();
-  heatmap_cmd->add_option("job", heatmap.stored.job_id, "job id (default: the newest)");
-  heatmap_cmd->add_option("--phase", heatmap.phase,
-                          "one phase (forward, gc, comm:all_reduce, gpu:forward, step) over windows of steps");
-  heatmap_cmd->add_flag("--ranks", heatmap.ranks, "a row per rank instead of per node");
-  heatmap_cmd->add_option("--window", heatmap.window, "steps per column with --phase (default: about 20 columns)");
-  heatmap_cmd->add_option("--gpu", heatmap.gpu,
-                          "GPUs x windows of time of one figure of the GPU series: sm_clock, memory_clock, "
-                          "temperature, power, utilization");
-  heatmap_cmd->add_option("-o,--output", heatmap.out, "FILE.svg or FILE.html")->required();
-
-  trainguard::EventsOptions nodes;
-  nodes.store = trainguard::DefaultStorePath();
-  CLI::App* nodes_cmd = app.add_subcommand(
-      "nodes", "each node across jobs: cordoned, suspect or ok, incidents, newest diagnostics, history");
-  nodes_cmd->add_option("--store", nodes.store, kStoreHelp)->capture_default_str();
-  nodes_cmd->add_flag("--json", nodes.json, "JSON output");
-  std::string cordon_store = trainguard::DefaultStorePath(), cordon_node, cordon_reason;
-  CLI::App* cordon_cmd = app.add_subcommand("cordon", "take a node out of every job until it is uncordoned");
-  cordon_cmd->add_option("--store", cordon_store, kStoreHelp)->capture_default_str();
-  cordon_cmd->add_option("node", cordon_node, "node id")->required();
-  cordon_cmd->add_option("--reason", cordon_reason, "why (kept with the node and shown by `trainguard nodes`)")
-      ->required();
-  std::string uncordon_store = trainguard::DefaultStorePath(), uncordon_node, uncordon_reason;
-  CLI::App* uncordon_cmd = app.add_subcommand("uncordon", "return a cordoned node to jobs and clear its suspicion");
-  uncordon_cmd->add_option("--store", uncordon_store, kStoreHelp)->capture_default_str();
-  uncordon_cmd->add_option("node", uncordon_node, "node id")->required();
-  uncordon_cmd->add_option("--reason", uncordon_reason, "why (kept with the node)");
-
-  trainguard::DiagOptions diag;
-  diag.store = trainguard::DefaultStorePath();
-  bool diag_no_store = false;
-  CLI::App* diag_cmd = app.add_subcommand(
+Command AddDiag(CLI::App& app) {
+  struct Args {
+    trainguard::DiagOptions diag;
+    bool no_store = false;
+    bool no_gpu_compute = false;
+  };
+  auto a = std::make_shared<Args>();
+  a->diag.store = trainguard::DefaultStorePath();
+  CLI::App* cmd = app.add_subcommand(
       "diag", "run the node diagnostics suite here (compute, memory, disks), record it, and judge it "
               "against floors and the other nodes' newest figures");
-  diag_cmd->add_option("--store", diag.store, "event store the figures go to: a SQLite file or a postgresql:// URL")
+  cmd->add_option("--store", a->diag.store, "event store the figures go to: a SQLite file or a postgresql:// URL")
       ->capture_default_str();
-  diag_cmd->add_flag("--no-store", diag_no_store, "record nothing; judge by floors only");
-  diag_cmd->add_option("--node-id", diag.node_id, "this node's id (default: the hostname)");
-  diag_cmd->add_option("--path", diag.paths,
-                       "ROLE=DIR: a directory jobs write (checkpoint=/ckpt, scratch=/tmp); repeatable "
-                       "(default scratch=$TMPDIR or /tmp)");
-  diag_cmd->add_flag("--full", diag.full, "the full suite (about 10 s and 256 MiB per path) instead of the quick one");
-  diag_cmd->add_flag("--show", diag.show, "judge every node's newest stored diagnostics; measure nothing");
-  diag_cmd->add_option("--max-age", diag.max_age_s, "seconds: older diagnostics are not compared")
+  cmd->add_flag("--no-store", a->no_store, "record nothing; judge by floors only");
+  cmd->add_option("--node-id", a->diag.node_id, "this node's id (default: the hostname)");
+  cmd->add_option("--path", a->diag.paths,
+                  "ROLE=DIR: a directory jobs write (checkpoint=/ckpt, scratch=/tmp); repeatable "
+                  "(default scratch=$TMPDIR or /tmp)");
+  cmd->add_flag("--full", a->diag.full, "the full suite (about 10 s and 256 MiB per path) instead of the quick one");
+  cmd->add_flag("--show", a->diag.show, "judge every node's newest stored diagnostics; measure nothing");
+  cmd->add_option("--max-age", a->diag.max_age_s, "seconds: older diagnostics are not compared")
       ->capture_default_str();
-  diag_cmd->add_option("--floor", diag.floors, "KIND=VALUE: a figure's absolute floor (see docs/nodes.md)");
-  diag_cmd->add_option("--fraction", diag.fractions,
-                       "KIND=F: a node below F x the nodes' median of KIND fails (see docs/nodes.md)");
-  diag_cmd->add_option("--python", diag.python,
-                       "interpreter that imports torch with CUDA, for the GPUs' GEMM and copy figures (default "
-                       "$TRAINGUARD_PYTHON, else python3)");
-  bool diag_no_gpu_compute = false;
-  diag_cmd->add_flag("--no-gpu-compute", diag_no_gpu_compute,
-                     "skip the GPUs' GEMM and copies (driver health checks still run)");
-  diag_cmd->add_flag("--json", diag.json, "JSON output");
-  diag_cmd->add_flag("--slurm-drain", diag.slurm_drain,
-                     "as a Slurm prolog or epilog (docs/slurm.md): a failing node, or one cordoned in the store, is "
-                     "drained in Slurm with the reason and cordoned; the node id defaults to $SLURMD_NODENAME");
+  cmd->add_option("--floor", a->diag.floors, "KIND=VALUE: a figure's absolute floor (see docs/nodes.md)");
+  cmd->add_option("--fraction", a->diag.fractions,
+                  "KIND=F: a node below F x the nodes' median of KIND fails (see docs/nodes.md)");
+  cmd->add_option("--python", a->diag.python,
+                  "interpreter that imports torch with CUDA, for the GPUs' GEMM and copy figures (default "
+                  "$TRAINGUARD_PYTHON, else python3)");
+  cmd->add_flag("--no-gpu-compute", a->no_gpu_compute, "skip the GPUs' GEMM and copies (driver health checks still run)");
+  cmd->add_flag("--json", a->diag.json, "JSON output");
+  cmd->add_flag("--slurm-drain", a->diag.slurm_drain,
+                "as a Slurm prolog or epilog (docs/slurm.md): a failing node, or one cordoned in the store, is "
+                "drained in Slurm with the reason and cordoned; the node id defaults to $SLURMD_NODENAME");
+  return {cmd, [a] {
+            if (a->no_store) a->diag.store.clear();
+            a->diag.gpu_compute = !a->no_gpu_compute;
+            return trainguard::DiagCommand(a->diag);
+          }};
+}
 
-  trainguard::AttributeOptions attr;
-  CLI::App* attr_cmd = app.add_subcommand("attribute", "say why a failure happened, from its logs");
-  attr_cmd->add_option("files", attr.files, "log files, one per rank (rankN in the name), - for stdin")
-      ->required();
-  attr_cmd->add_option("--rules", attr.extra_rules, "extra rule file(s), merged over the shipped rules");
-  attr_cmd->add_flag("--json", attr.json, "JSON output");
-  attr_cmd->add_flag("--no-model", attr.no_model, "rules alone: no answer from the learned model");
-  attr_cmd->add_flag("--features", attr.features,
-                     "print the learned model's features of the log (a JSON list) and nothing else");
+Command AddAttribute(CLI::App& app) {
+  auto attr = std::make_shared<trainguard::AttributeOptions>();
+  CLI::App* cmd = app.add_subcommand("attribute", "say why a failure happened, from its logs");
+  cmd->add_option("files", attr->files, "log files, one per rank (rankN in the name), - for stdin")->required();
+  cmd->add_option("--rules", attr->extra_rules, "extra rule file(s), merged over the shipped rules");
+  cmd->add_flag("--json", attr->json, "JSON output");
+  cmd->add_flag("--no-model", attr->no_model, "rules alone: no answer from the learned model");
+  cmd->add_flag("--features", attr->features,
+                "print the learned model's features of the log (a JSON list) and nothing else");
+  return {cmd, [attr] { return trainguard::AttributeCommand(*attr); }};
+}
 
-  // Everything after the first `--` that follows a job subcommand is the
-  // training command, untouched (CLI11 would parse it otherwise).
-  std::vector<std::string> args(argv + 1, argv + argc);
+std::vector<Command> AddCkpt(CLI::App& app) {
+  auto ckpt = std::make_shared<trainguard::CkptOptions>();
+  CLI::App* cmd = app.add_subcommand("ckpt", "inspect checkpoints");
+  cmd->require_subcommand(1);
+  CLI::App* ls = cmd->add_subcommand("ls", "list the checkpoints in DIR");
+  ls->add_option("dir", ckpt->dir, "checkpoint directory")->required();
+  ls->add_flag("--json", ckpt->json, "JSON output");
+  CLI::App* verify = cmd->add_subcommand("verify", "verify checkpoints (all or STEP)");
+  verify->add_option("dir", ckpt->dir, "checkpoint directory")->required();
+  verify->add_option("step", ckpt->step, "step to verify (default: every one)");
+  return {{ls, [ckpt] { return trainguard::ListCheckpointsCommand(*ckpt); }},
+          {verify, [ckpt] { return trainguard::VerifyCheckpointsCommand(*ckpt); }}};
+}
+
+// Everything after the first `--` that follows a job subcommand is the
+// training command, untouched (CLI11 would parse it otherwise): taken out
+// of `args` into the result.
+std::vector<std::string> TakeTrainingCommand(std::vector<std::string>* args) {
   std::vector<std::string> command;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] != "run" && args[i] != "torchrun" && args[i] != "controller") continue;
-    auto dashes = std::find(args.begin() + static_cast<long>(i), args.end(), "--");
-    if (dashes != args.end()) {
-      command.assign(dashes + 1, args.end());
-      args.erase(dashes, args.end());
+  for (std::size_t i = 0; i < args->size(); ++i) {
+    const std::string& a = (*args)[i];
+    if (a != "run" && a != "torchrun" && a != "controller") continue;
+    auto dashes = std::find(args->begin() + static_cast<long>(i), args->end(), "--");
+    if (dashes != args->end()) {
+      command.assign(dashes + 1, args->end());
+      args->erase(dashes, args->end());
     }
     break;
   }
+  return command;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"trainguard: supervise distributed PyTorch training jobs"};
+  app.set_version_flag("--version", std::string("trainguard ") + TG_VERSION + " (commit " + TG_GIT_COMMIT + ")",
+                       "print the version and the commit it was built from, and exit");
+  app.require_subcommand(1);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const std::vector<std::string> training_command = TakeTrainingCommand(&args);
+  std::vector<Command> commands = {AddRun(app, &training_command), AddController(app, &training_command),
+                                   AddAgent(app)};
+  for (Command& c : AddStoreReaders(app)) commands.push_back(std::move(c));
+  for (Command& c : AddCkpt(app)) commands.push_back(std::move(c));
+  commands.push_back(AddSim(app));
+  commands.push_back(AddDiag(app));
+  commands.push_back(AddAttribute(app));
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
   try {
     app.parse(args);
@@ -404,53 +517,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trainguard: error: %s (see trainguard --help)\n", e.what());
     return 2;
   }
-  auto take_command = [&](CLI::App* cmd, trainguard::JobOptions* o) {
-    // `run [opts] -- CMD ...`, or `run [opts] SCRIPT ARGS ...` where a later
-    // `--` belongs to the script's arguments (as with torchrun).
-    o->command = cmd->remaining();
-    if (!command.empty() && !o->command.empty()) o->command.push_back("--");
-    o->command.insert(o->command.end(), command.begin(), command.end());
-  };
-  if (run_cmd->parsed()) {
-    take_command(run_cmd, &run);
-    auto notes = trainguard::ResolveTorchrunOptions(torchrun, &run);
-    if (!notes.ok()) {
-      std::fprintf(stderr, "trainguard: error: %s\n", notes.status().message().c_str());
-      return 2;
-    }
-    for (const auto& note : *notes) std::fprintf(stderr, "trainguard: note: %s\n", note.c_str());
-    return trainguard::RunJob(run);
+  for (const Command& c : commands) {
+    if (c.cmd->parsed()) return c.run();
   }
-  if (ctl_cmd->parsed()) {
-    take_command(ctl_cmd, &ctl.job);
-    return trainguard::RunController(ctl);
-  }
-  if (agent_cmd->parsed()) return trainguard::RunAgent(agent);
-  if (knobs_cmd->parsed()) {
-    std::fputs(trainguard::KnobsMarkdown().c_str(), stdout);
-    return 0;
-  }
-  if (events_cmd->parsed() && event_kinds) {
-    std::fputs(trainguard::EventKindsMarkdown().c_str(), stdout);
-    return 0;
-  }
-  if (events_cmd->parsed()) return trainguard::ShowEvents(events);
-  if (trace_cmd->parsed()) return trainguard::WriteTrace(trace);
-  if (heatmap_cmd->parsed()) return trainguard::WriteHeatmap(heatmap);
-  if (report_cmd->parsed()) return trainguard::ShowReport(report);
-  if (status_cmd->parsed()) return trainguard::ShowStatus(status);
-  if (sim_cmd->parsed()) return trainguard::SimCommand(sim);
-  if (hang_cmd->parsed()) return trainguard::ShowHang(hang);
-  if (nodes_cmd->parsed()) return trainguard::ShowNodes(nodes);
-  if (cordon_cmd->parsed()) return trainguard::CordonNode(cordon_store, cordon_node, cordon_reason);
-  if (uncordon_cmd->parsed()) return trainguard::UncordonNode(uncordon_store, uncordon_node, uncordon_reason);
-  if (diag_cmd->parsed()) {
-    if (diag_no_store) diag.store.clear();
-    diag.gpu_compute = !diag_no_gpu_compute;
-    return trainguard::DiagCommand(diag);
-  }
-  if (attr_cmd->parsed()) return trainguard::AttributeCommand(attr);
-  if (ckpt_ls->parsed()) return trainguard::ListCheckpointsCommand(ckpt);
-  if (ckpt_verify->parsed()) return trainguard::VerifyCheckpointsCommand(ckpt);
   return 2;
 }

@@ -122,21 +122,196 @@ std::vector<LocalNode> PickLocalNodes(EventStore* store, int nnodes, int spares)
 }
 
 
+namespace {
+
+int Refuse(const std::string& message) {
+  std::fprintf(stderr, "trainguard: error: %s\n", message.c_str());
+  return 2;
+}
+
+// The job's secret: agents show it when they register, API actions take it
+// as their token. From --secret-file, or new (written to the run dir once
+// the job is recorded).
+struct JobSecret {
+  std::string value;
+  std::string path;
+  bool made = false;  // new: to be written to `path`
+};
+
+StatusOr<JobSecret> SecretOf(const JobOptions& o, const std::string& run_dir) {
+  if (!o.secret_file.empty()) {
+    auto read = ReadJobSecret(o.secret_file);
+    if (!read.ok()) return InvalidArgument("--secret-file: " + read.status().message());
+    return JobSecret{*read, o.secret_file, false};
+  }
+  auto made = NewJobSecret();
+  if (!made.ok()) return made.status();
+  return JobSecret{*made, run_dir + "/job-secret", true};
+}
+
+// `controller` on the store of a job that has not ended takes it back (its
+// controller died, or this is a standby that took the lead): agents that
+// kept their ranks reconnect.
+bool ShouldResume(EventStore* store, const std::string& job_id) {
+  auto jobs = store->Jobs();
+  if (!jobs.ok()) return false;
+  for (const auto& j : *jobs) {
+    if (j.job_id == job_id && j.state != "SUCCEEDED" && j.state != "FAILED") return true;
+  }
+  return false;
+}
+
+// The agents this process starts, and the backend that drives them.
+struct Nodes {
+  std::unique_ptr<SlurmNodes> slurm_nodes;  // goes before the launcher it drives
+  std::unique_ptr<LocalLauncher> launcher;
+};
+
+// Where the nodes run and what they are told: the controller's address and
+// secret, their racks, their network namespaces or Slurm steps; the
+// launcher becomes the controller's node provider.
+void MakeLauncher(const JobOptions& o, const std::string& job_id, const std::string& controller_address,
+                  const std::string& run_dir, const JobSecret& secret, const SlurmSetup* slurm, NetnsFabric* fabric,
+                  EventStore* store, bool replace_evicted, int next_node, JobController* controller, Nodes* nodes) {
+  std::vector<std::string> args = {"--controller", controller_address, "--run-dir-base", run_dir,
+                                   "--connect-timeout", "30", "--reconnect-window",
+                                   std::to_string((o.knobs.reconnect_window / static_cast<double>(kSecond)))};
+  // Agents on this host read the secret's file; steps on other nodes get
+  // it in their environment (never on a command line).
+  if (slurm == nullptr) args.insert(args.end(), {"--secret-file", secret.path});
+  // With TLS, its own agents trust --tls-ca, else the certificate itself (self-signed).
+  const std::string trust = !o.tls_ca.empty() ? o.tls_ca : o.tls_cert;
+  if (!trust.empty()) args.insert(args.end(), {"--tls-ca", trust});
+  if (o.native_stacks) args.push_back("--native-stacks");
+  nodes->launcher = std::make_unique<LocalLauncher>(SelfExe(), args);
+  LocalLauncher* launcher = nodes->launcher.get();
+  const int per_rack = o.nodes_per_rack;
+  auto rack_of = [per_rack](const std::string& node_id) -> std::string {
+    if (per_rack <= 0 || node_id.rfind("node", 0) != 0 || node_id.size() <= 4 ||
+        node_id.find_first_not_of("0123456789", 4) != std::string::npos) {
+      return "";
+    }
+    return "rack" + std::to_string(std::stoi(node_id.substr(4)) / per_rack);
+  };
+  launcher->PutNodesInRacks(rack_of);
+  if (fabric != nullptr) {
+    launcher->PlaceNodesWith([fabric, rack_of](const std::string& node_id) {
+      return fabric->AddNode(node_id, rack_of(node_id));
+    });
+    std::fprintf(stderr, "trainguard: --netns: nodes in their own network namespaces on %s.0/24, bridge %s\n",
+                 fabric->gateway().substr(0, fabric->gateway().rfind('.')).c_str(), fabric->gateway().c_str());
+  }
+  if (slurm != nullptr) {
+    const std::map<std::string, std::string> step_env = {{"TRAINGUARD_JOB_SECRET", secret.value}};
+    launcher->PlaceNodesWith([slurm, step_env](const std::string& node_id) -> StatusOr<NodeHost> {
+      auto node = slurm->nodes.find(node_id);
+      if (node == slurm->nodes.end()) return NotFound("node " + node_id + " is not in the Slurm allocation");
+      return SlurmPlacement(node->second, step_env);
+    });
+    std::map<std::string, std::string> addresses;
+    for (const auto& [name, node] : slurm->nodes) addresses[name] = node.address.empty() ? name : node.address;
+    nodes->slurm_nodes = std::make_unique<SlurmNodes>(launcher, job_id, addresses, slurm->slurmd_port);
+  }
+  // The launcher (behind Slurm's, with --scheduler slurm) is the
+  // controller's node provider from here on.
+  if (nodes->slurm_nodes) {
+    controller->SetNodeProvider(nodes->slurm_nodes.get());
+  } else {
+    controller->SetNodeProvider(launcher);
+  }
+  if (replace_evicted) {
+    // No spares and a fixed size: an evicted node is replaced by a new
+    // one, as a scheduler would allocate it. An elastic job (--nnodes
+    // MIN:MAX) goes on with fewer instead: its allocation is what `run` started.
+    launcher->ReplaceEvictedNodesWith([next = next_node, store]() mutable {
+      for (;; ++next) {
+        std::string id = "node" + std::to_string(next);
+        auto health = store->GetNodeHealth(id);
+        if (!health.ok() || health->status != "cordoned") return "node" + std::to_string(next++);
+      }
+    });
+  }
+}
+
+// Starts the agents: every node `run` starts itself asks for its group rank
+// (a spare for none, -1), and spares join once the job's nodes have started
+// generation 0: agents race to register, and a spare must not take a job
+// node's group rank.
+void StartNodes(const std::vector<LocalNode>& local_nodes, bool starts_nodes, int spares, LocalLauncher* launcher,
+                JobController* controller) {
+  auto start = [&](const LocalNode& node) {
+    std::vector<std::string> node_args = {"--address", node.address};
+    if (node.group_rank >= 0 || starts_nodes) node_args.insert(node_args.end(), {"--group-rank", std::to_string(node.group_rank)});
+    launcher->StartNode(node.node_id, node_args);
+  };
+  for (const LocalNode& node : local_nodes) {
+    if (!starts_nodes || node.group_rank >= 0) start(node);
+  }
+  if (!starts_nodes || spares <= 0) return;
+  while (!controller->finished() && controller->state() == JobState::kStarting) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const LocalNode& node : local_nodes) {
+    if (node.group_rank < 0 && !controller->finished()) start(node);
+  }
+}
+
+// After the job ended: the agents this process started are stopped.
+void StopNodes(const JobOptions& o, const std::string& job_id, JobController* controller, Nodes* nodes) {
+  if (nodes->launcher) {
+    controller->SetNodeProvider(nullptr);
+    if (nodes->slurm_nodes) nodes->slurm_nodes->Flush(30000);  // the drains asked for are done before the job ends
+    nodes->launcher->StopAll(static_cast<int>(o.knobs.stop_grace / kMillisecond) + 15000);
+    // Agents that were killed (lost nodes) could not remove their ranks'
+    // status pages; every agent of this job here is gone now. A page in use
+    // is locked by its agent: those of another job of the same id on this
+    // host stay.
+    RemoveStalePages("/dev/shm", "trainguard-" + job_id + "-");
+  }
+}
+
+// Then every event in the store, what happened said on stderr; the exit
+// status `run` gives.
+int Conclude(const JobOptions& o, const std::string& job_id, const std::string& run_dir, EventStore* store,
+             JobController* controller, int interrupted_by) {
+  // Every event in the store before it is read back; a store that is away
+  // gets the drain's time (then what is left is named on stderr).
+  if (!controller->FlushStore(std::chrono::milliseconds(static_cast<std::int64_t>(o.store_drain_timeout_s * 1000)))) {
+    const StoreWriter::Stats w = controller->StoreStats();
+    std::fprintf(stderr, "trainguard: warning: %lld write(s) not yet in the store %s after %.0f s (%s)\n",
+                 static_cast<long long>(w.queued), StoreDisplayName(o.store).c_str(), o.store_drain_timeout_s,
+                 w.last_error.c_str());
+  }
+  const bool ok = controller->state() == JobState::kSucceeded;
+  std::fprintf(stderr, "trainguard: %s\n", controller->summary().c_str());
+  PrintDowntime(store, job_id);
+  if (!ok) {
+    if (auto events = store->Events(job_id); events.ok()) {
+      for (const auto& line : RootCauseLines(*events)) std::fprintf(stderr, "trainguard: %s\n", line.c_str());
+    }
+    std::fprintf(stderr, "trainguard: rank logs are in %s; events: trainguard events --store %s %s\n",
+                 run_dir.c_str(), StoreDisplayName(o.store).c_str(), job_id.c_str());
+  }
+  if (ok) return 0;
+  // A shell's convention for a run that a signal ended (130 for Ctrl-C);
+  // otherwise what the failing rank exited with (FailureExitStatus).
+  if (interrupted_by != 0) return 128 + interrupted_by;
+  return controller->FailureExitStatus();
+}
+
+}  // namespace
+
 int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalNode> local_nodes,
               bool endpoint_may_be_taken, bool pick_local_nodes, const SlurmSetup* slurm) {
   // `run` starts every node itself: on this host, or as steps of a Slurm allocation.
   const bool starts_nodes = pick_local_nodes || slurm != nullptr;
-  std::string error = ValidateJob(o);
-  if (!error.empty()) {
-    std::fprintf(stderr, "trainguard: error: %s\n", error.c_str());
-    return 2;
-  }
+  // `controller` alone (no agents of its own) with a --job-id: a job it may take back, or lead as a standby.
+  const bool controller_only = !pick_local_nodes && local_nodes.empty() && !o.job_id.empty();
+  if (std::string error = ValidateJob(o); !error.empty()) return Refuse(error);
   // --netns without what it needs: said first, in one line.
   const std::string netns_unavailable = pick_local_nodes && o.netns ? NetnsFabric::Unavailable() : "";
   if (!netns_unavailable.empty() && !o.netns_fallback) {
-    std::fprintf(stderr, "trainguard: error: %s (--netns-fallback runs the nodes in this host's network instead)\n",
-                 netns_unavailable.c_str());
-    return 2;
+    return Refuse(netns_unavailable + " (--netns-fallback runs the nodes in this host's network instead)");
   }
   // The default store's per-user directory is made on first use; a --store
   // in a directory that does not exist is an error, as the user wrote it.
@@ -145,70 +320,40 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
     fs::create_directories(fs::path(o.store).parent_path(), dir_error);
   }
   auto store = OpenEventStore(o.store);
-  if (!store.ok()) {
-    std::fprintf(stderr, "trainguard: error: %s\n", store.status().message().c_str());
-    return 2;
-  }
+  if (!store.ok()) return Refuse(store.status().message());
   // The controller's writer thread has a connection of its own: a write that
   // waits on the server (a locked file, a restarting PostgreSQL) never holds
   // up the controller's reads (store/store_writer.h).
   auto write_store = OpenEventStore(o.store);
-  if (!write_store.ok()) {
-    std::fprintf(stderr, "trainguard: error: %s\n", write_store.status().message().c_str());
-    return 2;
-  }
+  if (!write_store.ok()) return Refuse(write_store.status().message());
   auto rules = LoadRulesFor(o.extra_rules);
-  if (!rules.ok()) {
-    std::fprintf(stderr, "trainguard: error: %s\n", rules.status().message().c_str());
-    return 2;
-  }
+  if (!rules.ok()) return Refuse(rules.status().message());
   if (pick_local_nodes) local_nodes = PickLocalNodes(store->get(), o.nnodes, o.knobs.spares);
   std::string job_id = o.job_id.empty() ? DefaultJobId() : o.job_id;
   JobConfig config = MakeConfig(o, job_id);
   // A `controller` of a job on PostgreSQL leads it only once it holds the
   // job's lead in the store; until then it is a standby (docs/standby.md).
   std::unique_ptr<Leadership> lead;
-  if (!pick_local_nodes && local_nodes.empty() && slurm == nullptr && !o.job_id.empty() && IsPostgresUrl(o.store)) {
+  if (controller_only && slurm == nullptr && IsPostgresUrl(o.store)) {
     if (int ended = Lead(o.store, job_id, store->get(), write_store->get(), &config, &lead); ended >= 0) return ended;
   }
   // Nodes that share this host must not measure each other.
   if (o.diag_parallel < 0 && pick_local_nodes) config.diag_parallelism = 1;
   std::string run_dir = o.run_dir.empty() ? DefaultRunDirBase() + "/" + job_id : o.run_dir;
-  // The job's secret: agents show it when they register, API actions take
-  // it as their token. From --secret-file, or new (written to the run dir
-  // once the job is recorded). Agents are checked when the secret came from
-  // a file, or when `run` starts every node itself.
-  std::string secret, secret_path = o.secret_file;
-  if (!o.secret_file.empty()) {
-    auto read = ReadJobSecret(o.secret_file);
-    if (!read.ok()) {
-      std::fprintf(stderr, "trainguard: error: --secret-file: %s\n", read.status().message().c_str());
-      return 2;
-    }
-    secret = *read;
-  } else {
-    auto made = NewJobSecret();
-    if (!made.ok()) {
-      std::fprintf(stderr, "trainguard: error: %s\n", made.status().message().c_str());
-      return 2;
-    }
-    secret = *made;
-    secret_path = run_dir + "/job-secret";
-  }
+  auto secret = SecretOf(o, run_dir);
+  if (!secret.ok()) return Refuse(secret.status().message());
+  // Agents are checked when the secret came from a file, or when `run` starts every node itself.
   const bool agents_checked = !o.secret_file.empty() || starts_nodes;
-  if (agents_checked) config.agent_secret = secret;
+  if (agents_checked) config.agent_secret = secret->value;
   // --http: bound before the controller exists, so that the job's record
   // says where its API is; it serves once the job is recorded.
   std::unique_ptr<HttpApi> api;
   if (o.http != "off") {
     HttpApiOptions api_options;
     api_options.listen = o.http;
-    api_options.token = secret;
+    api_options.token = secret->value;
     api = std::make_unique<HttpApi>(store->get(), api_options);
-    if (Status bound = api->Bind(); !bound.ok()) {
-      std::fprintf(stderr, "trainguard: error: %s\n", bound.message().c_str());
-      return 2;
-    }
+    if (Status bound = api->Bind(); !bound.ok()) return Refuse(bound.message());
     config.api_url = api->url();
   }
   JobController controller(config, RealClock::Get(), store->get(), nullptr, &rules.value(), write_store->get());
@@ -223,10 +368,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   std::vector<WebhookSender*> webhook_ptrs;
   for (const std::string& url : o.alert_webhooks) {
     auto sender = WebhookSender::Create(url);
-    if (!sender.ok()) {
-      std::fprintf(stderr, "trainguard: error: --alert-webhook: %s\n", sender.status().message().c_str());
-      return 2;
-    }
+    if (!sender.ok()) return Refuse("--alert-webhook: " + sender.status().message());
     webhook_ptrs.push_back(sender->get());
     webhooks.push_back(std::move(sender.value()));
   }
@@ -246,16 +388,12 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
                    netns_unavailable.c_str());
     } else {
       fabric = std::make_unique<NetnsFabric>(job_id);
-      if (Status made = fabric->Create(); !made.ok()) {
-        std::fprintf(stderr, "trainguard: error: --netns: %s\n", made.message().c_str());
-        return 2;
-      }
+      if (Status made = fabric->Create(); !made.ok()) return Refuse("--netns: " + made.message());
       listen_on = fabric->gateway() + ":0";
       controller_host = fabric->gateway();
     }
   }
-  std::unique_ptr<LocalLauncher> launcher;
-  std::unique_ptr<SlurmNodes> slurm_nodes;  // goes before the launcher it drives
+  Nodes nodes;
 
   // Before any thread exists (gRPC's included): the watcher blocks SIGINT and
   // SIGTERM in every thread created after it, so they reach only the watcher.
@@ -271,34 +409,21 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   Status listening = server.Start(listen_on, {o.tls_cert, o.tls_key});
   if (!listening.ok()) {
     if (endpoint_may_be_taken && listening.code() == StatusCode::kUnavailable) return kEndpointTaken;
-    std::fprintf(stderr, "trainguard: error: %s\n", listening.message().c_str());
-    return 2;
+    return Refuse(listening.message());
   }
-  // `controller` on the store of a job that has not ended takes it back
-  // (its controller died): agents that kept their ranks reconnect.
-  bool resume = false;
-  if (!pick_local_nodes && local_nodes.empty() && !o.job_id.empty()) {
-    if (auto jobs = store->get()->Jobs(); jobs.ok()) {
-      for (const auto& j : *jobs) {
-        if (j.job_id == job_id && j.state != "SUCCEEDED" && j.state != "FAILED") resume = true;
-      }
-    }
-  }
+  const bool resume = controller_only && ShouldResume(store->get(), job_id);
   if (resume) {
     std::fprintf(stderr, "trainguard: job %s is in %s and has not ended: taking it back (its agents have %.0f s "
                          "to reconnect)\n",
                  job_id.c_str(), StoreDisplayName(o.store).c_str(), (o.knobs.reconnect_window / static_cast<double>(kSecond)));
   }
-  Status started = resume ? controller.Resume() : controller.Start();
-  if (!started.ok()) {
-    std::fprintf(stderr, "trainguard: error: %s\n", started.message().c_str());
-    return 2;
+  if (Status started = resume ? controller.Resume() : controller.Start(); !started.ok()) {
+    return Refuse(started.message());
   }
-  if (o.secret_file.empty()) {
-    if (Status written = WriteJobSecret(secret_path, secret); !written.ok()) {
-      std::fprintf(stderr, "trainguard: error: %s\n", written.message().c_str());
+  if (secret->made) {
+    if (Status written = WriteJobSecret(secret->path, secret->value); !written.ok()) {
       controller.Cancel("the job secret could not be written");
-      return 2;
+      return Refuse(written.message());
     }
   }
   if (!agents_checked) {
@@ -308,7 +433,7 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   if (api) {
     api->Serve(&controller);
     std::fprintf(stderr, "trainguard: job %s: API and metrics at %s (actions need the job secret in %s)\n",
-                 job_id.c_str(), api->url().c_str(), secret_path.c_str());
+                 job_id.c_str(), api->url().c_str(), secret->path.c_str());
   }
   if (lead) {
     // Another controller took the lead (this one was paused or cut off, or
@@ -331,85 +456,13 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   std::fprintf(stderr, "trainguard: job %s: controller on port %d, %d node(s) x %d rank(s), store %s\n",
                job_id.c_str(), server.port(), o.nnodes, o.nproc_per_node, StoreDisplayName(o.store).c_str());
   if (!local_nodes.empty()) {
-    std::vector<std::string> args = {"--controller", controller_host + ":" + std::to_string(server.port()),
-                                     "--run-dir-base", run_dir, "--connect-timeout", "30",
-                                     "--reconnect-window", std::to_string((o.knobs.reconnect_window / static_cast<double>(kSecond)))};
-    // Agents on this host read the secret's file; steps on other nodes get
-    // it in their environment (never on a command line).
-    if (slurm == nullptr) args.insert(args.end(), {"--secret-file", secret_path});
-    // With TLS, its own agents trust --tls-ca, else the certificate itself (self-signed).
-    const std::string trust = !o.tls_ca.empty() ? o.tls_ca : o.tls_cert;
-    if (!trust.empty()) args.insert(args.end(), {"--tls-ca", trust});
-    if (o.native_stacks) args.push_back("--native-stacks");
-    launcher = std::make_unique<LocalLauncher>(SelfExe(), args);
-    const int per_rack = o.nodes_per_rack;
-    auto rack_of = [per_rack](const std::string& node_id) -> std::string {
-      if (per_rack <= 0 || node_id.rfind("node", 0) != 0 || node_id.size() <= 4 ||
-          node_id.find_first_not_of("0123456789", 4) != std::string::npos) {
-        return "";
-      }
-      return "rack" + std::to_string(std::stoi(node_id.substr(4)) / per_rack);
-    };
-    launcher->PutNodesInRacks(rack_of);
-    if (fabric) {
-      NetnsFabric* f = fabric.get();
-      launcher->PlaceNodesWith([f, rack_of](const std::string& node_id) { return f->AddNode(node_id, rack_of(node_id)); });
-      std::fprintf(stderr, "trainguard: --netns: nodes in their own network namespaces on %s.0/24, bridge %s\n",
-                   f->gateway().substr(0, f->gateway().rfind('.')).c_str(), f->gateway().c_str());
-    }
-    if (slurm != nullptr) {
-      const std::map<std::string, std::string> step_env = {{"TRAINGUARD_JOB_SECRET", secret}};
-      const SlurmSetup* s = slurm;
-      launcher->PlaceNodesWith([s, step_env](const std::string& node_id) -> StatusOr<NodeHost> {
-        auto node = s->nodes.find(node_id);
-        if (node == s->nodes.end()) return NotFound("node " + node_id + " is not in the Slurm allocation");
-        return SlurmPlacement(node->second, step_env);
-      });
-      std::map<std::string, std::string> addresses;
-      for (const auto& [name, node] : slurm->nodes) addresses[name] = node.address.empty() ? name : node.address;
-      slurm_nodes = std::make_unique<SlurmNodes>(launcher.get(), job_id, addresses, slurm->slurmd_port);
-    }
-    // The launcher (behind Slurm's, with --scheduler slurm) is the
-    // controller's node provider from here on.
-    if (slurm_nodes) {
-      controller.SetNodeProvider(slurm_nodes.get());
-    } else {
-      controller.SetNodeProvider(launcher.get());
-    }
-    if (pick_local_nodes && o.knobs.spares == 0 && (o.min_nnodes == 0 || o.min_nnodes == o.nnodes)) {
-      // No spares and a fixed size: an evicted node is replaced by a new
-      // one, as a scheduler would allocate it. An elastic job (--nnodes
-      // MIN:MAX) goes on with fewer instead: its allocation is what `run` started.
-      int next = local_nodes.empty() ? 0 : std::stoi(local_nodes.back().node_id.substr(4)) + 1;
-      EventStore* s = store->get();
-      launcher->ReplaceEvictedNodesWith([next, s]() mutable {
-        for (;; ++next) {
-          std::string id = "node" + std::to_string(next);
-          auto health = s->GetNodeHealth(id);
-          if (!health.ok() || health->status != "cordoned") return "node" + std::to_string(next++);
-        }
-      });
-    }
-    auto start = [&](const LocalNode& node) {
-      std::vector<std::string> node_args = {"--address", node.address};
-      if (node.group_rank >= 0 || starts_nodes) {  // a spare asks for no group rank (-1)
-        node_args.insert(node_args.end(), {"--group-rank", std::to_string(node.group_rank)});
-      }
-      launcher->StartNode(node.node_id, node_args);
-    };
-    for (const LocalNode& node : local_nodes) {
-      if (!starts_nodes || node.group_rank >= 0) start(node);
-    }
-    // Spares join once the job's nodes have started generation 0: agents
-    // race to register, and a spare must not take a job node's group rank.
-    if (starts_nodes && o.knobs.spares > 0) {
-      while (!controller.finished() && controller.state() == JobState::kStarting) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-      for (const LocalNode& node : local_nodes) {
-        if (node.group_rank < 0 && !controller.finished()) start(node);
-      }
-    }
+    const bool replace_evicted =
+        pick_local_nodes && o.knobs.spares == 0 && (o.min_nnodes == 0 || o.min_nnodes == o.nnodes);
+    // `run`'s nodes are node<i>: a new one is the next i.
+    const int next_node = replace_evicted ? std::stoi(local_nodes.back().node_id.substr(4)) + 1 : 0;
+    MakeLauncher(o, job_id, controller_host + ":" + std::to_string(server.port()), run_dir, *secret, slurm,
+                 fabric.get(), store->get(), replace_evicted, next_node, &controller, &nodes);
+    StartNodes(local_nodes, starts_nodes, o.knobs.spares, nodes.launcher.get(), &controller);
   }
   controller.WaitFinished(std::chrono::hours(24 * 365));
   ticking = false;
@@ -419,43 +472,9 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
       std::fprintf(stderr, "trainguard: warning: alerts to %s still undelivered at exit\n", w->url().c_str());
     }
   }
-  if (launcher) {
-    controller.SetNodeProvider(nullptr);
-    if (slurm_nodes) slurm_nodes->Flush(30000);  // the drains asked for are done before the job ends
-    launcher->StopAll(static_cast<int>(o.knobs.stop_grace / kMillisecond) + 15000);
-    // Agents that were killed (lost nodes) could not remove their ranks'
-    // status pages; every agent of this job here is gone now. A page in use
-    // is locked by its agent: those of another job of the same id on this
-    // host stay.
-    RemoveStalePages("/dev/shm", "trainguard-" + job_id + "-");
-  }
+  StopNodes(o, job_id, &controller, &nodes);
   server.Shutdown(2000);
-  // Every event in the store before it is read back; a store that is away
-  // gets the drain's time (then what is left is named on stderr).
-  if (!controller.FlushStore(std::chrono::milliseconds(static_cast<std::int64_t>(o.store_drain_timeout_s * 1000)))) {
-    const StoreWriter::Stats w = controller.StoreStats();
-    std::fprintf(stderr, "trainguard: warning: %lld write(s) not yet in the store %s after %.0f s (%s)\n",
-                 static_cast<long long>(w.queued), StoreDisplayName(o.store).c_str(), o.store_drain_timeout_s,
-                 w.last_error.c_str());
-  }
-  bool ok = controller.state() == JobState::kSucceeded;
-  std::fprintf(stderr, "trainguard: %s\n", controller.summary().c_str());
-  PrintDowntime(store->get(), job_id);
-  if (!ok) {
-    if (auto events = store->get()->Events(job_id); events.ok()) {
-      for (const auto& line : RootCauseLines(*events)) {
-        std::fprintf(stderr, "trainguard: %s\n", line.c_str());
-      }
-    }
-    std::fprintf(stderr, "trainguard: rank logs are in %s; events: trainguard events --store %s %s\n",
-                 run_dir.c_str(), StoreDisplayName(o.store).c_str(), job_id.c_str());
-  }
-  if (ok) return 0;
-  // A shell's convention for a run that a signal ended (130 for Ctrl-C);
-  // otherwise what the failing rank exited with (FailureExitStatus).
-  if (interrupted_by.load() != 0) return 128 + interrupted_by.load();
-  return controller.FailureExitStatus();
+  return Conclude(o, job_id, run_dir, store->get(), &controller, interrupted_by.load());
 }
-
 
 }  // namespace trainguard

@@ -125,52 +125,91 @@ json HangLocation::ToJson() const {
           {"has_journal", has_journal}, {"ranks", ranks_json}, {"ranks_total", world_size}};
 }
 
-HangLocation LocateHang(const JobView& view) {
-  HangLocation loc;
-  std::map<int, const v1::RankStatus*> status;
+namespace {
+
+// What the ranks' journals say, gathered once: every phase below reads it.
+struct Journals {
+  std::map<int, const v1::RankStatus*> status;  // by rank
   std::map<int, std::string> node_of;
+  std::map<int, GroupInfo> groups;  // by id
+  std::map<std::pair<int, int>, std::int64_t> issued;                                 // (rank, group) -> count
+  std::map<std::pair<int, int>, std::pair<std::int64_t, std::int64_t>> p2p;          // (rank, peer) -> (sends, recvs)
+  std::map<std::tuple<int, int, std::int64_t>, const v1::CommOp*> op_at;             // (rank, group, seq)
+  std::set<std::pair<int, int>> p2p_pairs;                                            // (low, high) that talked
+};
+
+// Groups (by id), what each rank issued on each, its point-to-point counters
+// and every operation it reported, by (group, seq).
+Journals Gather(const JobView& view, HangLocation* loc) {
+  Journals j;
   for (const NodeView* n : view.nodes) {
     for (const auto& [rank, rv] : n->ranks) {
-      status[rank] = &rv.status;
-      node_of[rank] = n->node_id;
+      j.status[rank] = &rv.status;
+      j.node_of[rank] = n->node_id;
     }
   }
-  if (status.empty()) return loc;
-  loc.world_size = status.rbegin()->first + 1;
-  loc.ranks.resize(loc.world_size);
-
-  // Groups (by id), what each rank issued on each, its point-to-point counters
-  // and every operation it reported, by (group, seq).
-  std::map<int, GroupInfo> groups;
-  std::map<std::pair<int, int>, std::int64_t> issued;             // (rank, group) -> count
-  std::map<std::pair<int, int>, std::pair<std::int64_t, std::int64_t>> p2p;  // (rank, peer) -> (sends, recvs)
-  std::map<std::tuple<int, int, std::int64_t>, const v1::CommOp*> op_at;     // (rank, group, seq)
-  std::set<std::pair<int, int>> p2p_pairs;
-  for (const auto& [rank, s] : status) {
+  for (const auto& [rank, s] : j.status) {
     for (const auto& g : s->groups()) {
-      GroupInfo& info = groups[g.id()];
+      GroupInfo& info = j.groups[g.id()];
       info.id = g.id();
       if (info.members.empty()) info.members = Members(g);
       if (info.name.empty()) info.name = g.name();
-      issued[{rank, g.id()}] = g.issued();
+      j.issued[{rank, g.id()}] = g.issued();
     }
     for (const auto& p : s->peers()) {
-      p2p[{rank, p.peer()}] = {p.sends(), p.recvs()};
-      if (p.sends() + p.recvs() > 0) p2p_pairs.insert({std::min(rank, p.peer()), std::max(rank, p.peer())});
+      j.p2p[{rank, p.peer()}] = {p.sends(), p.recvs()};
+      if (p.sends() + p.recvs() > 0) j.p2p_pairs.insert({std::min(rank, p.peer()), std::max(rank, p.peer())});
     }
     for (const auto* list : {&s->recent_ops(), &s->ops_in_flight()}) {
       for (const auto& op : *list) {
-        if (op.peer() < 0) op_at[{rank, op.group_id(), op.seq()}] = &op;
+        if (op.peer() < 0) j.op_at[{rank, op.group_id(), op.seq()}] = &op;
       }
     }
-    loc.has_journal = loc.has_journal || s->groups_size() > 0 || s->peers_size() > 0;
+    loc->has_journal = loc->has_journal || s->groups_size() > 0 || s->peers_size() > 0;
+  }
+  return j;
+}
+
+// Whether point-to-point traffic runs inside one of the groups `group_of` assigns ranks to.
+bool CarriesPointToPoint(const Journals& j, const std::map<int, std::size_t>& group_of) {
+  for (const auto& [a, b] : j.p2p_pairs) {
+    auto ga = group_of.find(a), gb = group_of.find(b);
+    if (ga != group_of.end() && gb != group_of.end() && ga->second == gb->second) return true;
+  }
+  return false;
+}
+
+// Names the layout's dimensions, each name once.
+class DimNames {
+ public:
+  void Claim(Family& f, const char* name) {
+    if (f.name.empty() && !taken_.count(name)) {
+      f.name = name;
+      taken_.insert(name);
+    }
   }
 
-  // Layout: families of equal-size groups with one stride that do not overlap.
+ private:
+  std::set<std::string> taken_;
+};
+
+void SetCoords(const Family& f, HangLocation* loc) {
+  for (const GroupInfo* g : f.groups) {
+    for (std::size_t i = 0; i < g->members.size(); ++i) {
+      int m = g->members[i];
+      if (m >= 0 && m < loc->world_size) loc->ranks[m].coords[f.name] = static_cast<int>(i);
+    }
+  }
+}
+
+// Families of equal-size groups with one stride that do not overlap, named:
+// by the framework's group names, then pipeline for the one carrying
+// point-to-point traffic, tensor for the smallest stride, data for the next.
+std::vector<Family> NamedFamilies(const Journals& j, int world_size, DimNames* names) {
   std::map<std::pair<int, int>, Family> by_shape;
-  for (const auto& [id, g] : groups) {
+  for (const auto& [id, g] : j.groups) {
     int size = static_cast<int>(g.members.size());
-    if (size <= 1 || size >= loc.world_size) continue;
+    if (size <= 1 || size >= world_size) continue;
     int stride = g.members[1] - g.members[0];
     for (std::size_t i = 2; i < g.members.size(); ++i) {
       if (g.members[i] - g.members[i - 1] != stride) stride = 0;
@@ -192,20 +231,13 @@ HangLocation LocateHang(const JobView& view) {
     }
     if (!overlap) families.push_back(f);
   }
-  std::set<std::string> taken;
-  auto claim = [&](Family& f, const char* name) {
-    if (f.name.empty() && !taken.count(name)) {
-      f.name = name;
-      taken.insert(name);
-    }
-  };
   for (Family& f : families) {  // names the framework gave
     for (const GroupInfo* g : f.groups) {
-      if (NameSays(g->name, {"tp", "tensor"})) claim(f, "tp");
-      else if (NameSays(g->name, {"pp", "pipe", "pipeline"})) claim(f, "pp");
-      else if (NameSays(g->name, {"dp", "data"})) claim(f, "dp");
-      else if (NameSays(g->name, {"cp", "context"})) claim(f, "cp");
-      else if (NameSays(g->name, {"ep", "expert"})) claim(f, "ep");
+      if (NameSays(g->name, {"tp", "tensor"})) names->Claim(f, "tp");
+      else if (NameSays(g->name, {"pp", "pipe", "pipeline"})) names->Claim(f, "pp");
+      else if (NameSays(g->name, {"dp", "data"})) names->Claim(f, "dp");
+      else if (NameSays(g->name, {"cp", "context"})) names->Claim(f, "cp");
+      else if (NameSays(g->name, {"ep", "expert"})) names->Claim(f, "ep");
     }
   }
   for (Family& f : families) {  // the family that carries point-to-point traffic
@@ -213,85 +245,79 @@ HangLocation LocateHang(const JobView& view) {
     for (std::size_t i = 0; i < f.groups.size(); ++i) {
       for (int m : f.groups[i]->members) group_of[m] = i;
     }
-    bool carries = false;
-    for (const auto& [a, b] : p2p_pairs) {
-      auto ga = group_of.find(a), gb = group_of.find(b);
-      carries = carries || (ga != group_of.end() && gb != group_of.end() && ga->second == gb->second);
-    }
-    if (carries) claim(f, "pp");
+    if (CarriesPointToPoint(j, group_of)) names->Claim(f, "pp");
   }
   std::sort(families.begin(), families.end(), [](const Family& a, const Family& b) {
     return std::make_pair(a.stride == 0 ? 1 << 30 : a.stride, a.size) <
            std::make_pair(b.stride == 0 ? 1 << 30 : b.stride, b.size);
   });
-  for (Family& f : families) claim(f, "tp");
-  for (Family& f : families) claim(f, "dp");
-  std::map<int, std::string> group_dim;  // group id -> its family's name
+  for (Family& f : families) names->Claim(f, "tp");
+  for (Family& f : families) names->Claim(f, "dp");
   for (Family& f : families) {
     if (f.name.empty()) f.name = "g" + std::to_string(f.size) + "x" + std::to_string(f.stride);
-    for (const GroupInfo* g : f.groups) {
-      group_dim[g->id] = f.name;
-      for (std::size_t i = 0; i < g->members.size(); ++i) {
-        int m = g->members[i];
-        if (m >= 0 && m < loc.world_size) loc.ranks[m].coords[f.name] = static_cast<int>(i);
-      }
-    }
   }
-  // A dimension no group stands for: ranks whose coordinates are equal in
-  // every family differ in it. A pipeline written as send/recv on the world
-  // group (no pipeline new_group, as many scripts do) is one; its stage is
-  // the rank's place among them. Taken only when the classes are equal in
-  // size, and, for a single class (no families at all), when point-to-point
-  // traffic runs inside it (a pure pipeline, not plain data parallelism).
-  std::deque<GroupInfo> residual_groups;
-  {
-    std::map<std::vector<int>, std::vector<int>> classes;
-    for (const auto& [rank, s] : status) {
-      std::vector<int> key;
-      for (const Family& f : families) {
-        auto c = loc.ranks[rank].coords.find(f.name);
-        key.push_back(c == loc.ranks[rank].coords.end() ? -1 : c->second);
-      }
-      classes[key].push_back(rank);
+  return families;
+}
+
+// A dimension no group stands for: ranks whose coordinates are equal in
+// every family differ in it. A pipeline written as send/recv on the world
+// group (no pipeline new_group, as many scripts do) is one; its stage is
+// the rank's place among them. Taken only when the classes are equal in
+// size, and, for a single class (no families at all), when point-to-point
+// traffic runs inside it (a pure pipeline, not plain data parallelism).
+// Its groups are kept in `residual_groups`.
+void AddResidualDimension(const Journals& j, std::vector<Family>* families, DimNames* names,
+                          std::deque<GroupInfo>* residual_groups, HangLocation* loc) {
+  std::map<std::vector<int>, std::vector<int>> classes;
+  for (const auto& [rank, s] : j.status) {
+    std::vector<int> key;
+    for (const Family& f : *families) {
+      auto c = loc->ranks[rank].coords.find(f.name);
+      key.push_back(c == loc->ranks[rank].coords.end() ? -1 : c->second);
     }
-    std::size_t k = classes.begin()->second.size();
-    bool equal = k >= 2 && std::all_of(classes.begin(), classes.end(),
-                                       [&](const auto& c) { return c.second.size() == k; });
-    std::map<int, std::size_t> class_of;
-    std::size_t index = 0;
-    for (const auto& [key, members] : classes) {
-      for (int m : members) class_of[m] = index;
-      ++index;
-    }
-    bool carries = false;
-    for (const auto& [a, b] : p2p_pairs) {
-      auto ca = class_of.find(a), cb = class_of.find(b);
-      carries = carries || (ca != class_of.end() && cb != class_of.end() && ca->second == cb->second);
-    }
-    if (equal && (classes.size() > 1 || carries)) {
-      Family f;
-      f.size = static_cast<int>(k);
-      f.stride = classes.begin()->second[1] - classes.begin()->second[0];
-      int id = -1;
-      for (const auto& [key, members] : classes) {
-        for (std::size_t i = 1; i < members.size(); ++i) {
-          if (members[i] - members[i - 1] != f.stride) f.stride = 0;
-        }
-        residual_groups.push_back({id--, "", members});
-        f.groups.push_back(&residual_groups.back());
-      }
-      if (carries) claim(f, "pp");
-      claim(f, "dp");
-      if (f.name.empty()) f.name = "g" + std::to_string(f.size) + "x" + std::to_string(f.stride);
-      for (const GroupInfo* g : f.groups) {
-        for (std::size_t i = 0; i < g->members.size(); ++i) {
-          int m = g->members[i];
-          if (m >= 0 && m < loc.world_size) loc.ranks[m].coords[f.name] = static_cast<int>(i);
-        }
-      }
-      families.push_back(f);
-    }
+    classes[key].push_back(rank);
   }
+  std::size_t k = classes.begin()->second.size();
+  bool equal = k >= 2 && std::all_of(classes.begin(), classes.end(),
+                                     [&](const auto& c) { return c.second.size() == k; });
+  std::map<int, std::size_t> class_of;
+  std::size_t index = 0;
+  for (const auto& [key, members] : classes) {
+    for (int m : members) class_of[m] = index;
+    ++index;
+  }
+  const bool carries = CarriesPointToPoint(j, class_of);
+  if (!equal || (classes.size() <= 1 && !carries)) return;
+  Family f;
+  f.size = static_cast<int>(k);
+  f.stride = classes.begin()->second[1] - classes.begin()->second[0];
+  int id = -1;
+  for (const auto& [key, members] : classes) {
+    for (std::size_t i = 1; i < members.size(); ++i) {
+      if (members[i] - members[i - 1] != f.stride) f.stride = 0;
+    }
+    residual_groups->push_back({id--, "", members});
+    f.groups.push_back(&residual_groups->back());
+  }
+  if (carries) names->Claim(f, "pp");
+  names->Claim(f, "dp");
+  if (f.name.empty()) f.name = "g" + std::to_string(f.size) + "x" + std::to_string(f.stride);
+  SetCoords(f, loc);
+  families->push_back(f);
+}
+
+// The parallel layout into loc->layout and every rank's coordinates;
+// returns each group's dimension name (group id -> "tp", ...).
+std::map<int, std::string> InferLayout(const Journals& j, HangLocation* loc) {
+  DimNames names;
+  std::vector<Family> families = NamedFamilies(j, loc->world_size, &names);
+  std::map<int, std::string> group_dim;
+  for (const Family& f : families) {
+    for (const GroupInfo* g : f.groups) group_dim[g->id] = f.name;
+    SetCoords(f, loc);
+  }
+  std::deque<GroupInfo> residual_groups;  // the families' pointers into it live until the layout is out
+  AddResidualDimension(j, &families, &names, &residual_groups, loc);
   auto dim_order = [](const std::string& n) {
     static const std::vector<std::string> order = {"tp", "pp", "dp", "cp", "ep"};
     auto it = std::find(order.begin(), order.end(), n);
@@ -300,26 +326,41 @@ HangLocation LocateHang(const JobView& view) {
   std::sort(families.begin(), families.end(), [&](const Family& a, const Family& b) {
     return std::make_pair(dim_order(a.name), a.name) < std::make_pair(dim_order(b.name), b.name);
   });
-  for (const Family& f : families) loc.layout.push_back({f.name, f.size, f.stride});
-  auto group_label = [&](int id) -> std::string {
-    auto d = group_dim.find(id);
-    if (d != group_dim.end()) return d->second;
-    auto g = groups.find(id);
-    if (g != groups.end() && static_cast<int>(g->second.members.size()) >= loc.world_size) return "world";
-    return "group " + std::to_string(id);
-  };
+  for (const Family& f : families) loc->layout.push_back({f.name, f.size, f.stride});
+  return group_dim;
+}
 
-  // What each rank is doing.
-  for (int r = 0; r < loc.world_size; ++r) {
-    RankWait& w = loc.ranks[r];
+// A group as the explanation names it: its dimension, "world", or "group 7".
+class GroupLabels {
+ public:
+  GroupLabels(const Journals& j, std::map<int, std::string> group_dim, int world_size)
+      : j_(j), group_dim_(std::move(group_dim)), world_size_(world_size) {}
+  std::string operator()(int id) const {
+    auto d = group_dim_.find(id);
+    if (d != group_dim_.end()) return d->second;
+    auto g = j_.groups.find(id);
+    if (g != j_.groups.end() && static_cast<int>(g->second.members.size()) >= world_size_) return "world";
+    return "group " + std::to_string(id);
+  }
+
+ private:
+  const Journals& j_;
+  const std::map<int, std::string> group_dim_;
+  const int world_size_;
+};
+
+// What each rank is doing: its oldest operation in flight and its state.
+void ClassifyRanks(const Journals& j, const GroupLabels& label, HangLocation* loc) {
+  for (int r = 0; r < loc->world_size; ++r) {
+    RankWait& w = loc->ranks[r];
     w.rank = r;
-    auto it = status.find(r);
-    if (it == status.end()) {
+    auto it = j.status.find(r);
+    if (it == j.status.end()) {
       w.state = "unknown";
       continue;
     }
     const v1::RankStatus& s = *it->second;
-    w.node = node_of[r];
+    w.node = j.node_of.at(r);
     w.phase = s.phase();
     w.step = s.step();
     const v1::CommOp* oldest = nullptr;
@@ -329,7 +370,7 @@ HangLocation LocateHang(const JobView& view) {
     if (oldest != nullptr) {
       w.op = oldest->op();
       w.group_id = oldest->group_id();
-      w.group = oldest->peer() >= 0 ? "" : group_label(oldest->group_id());
+      w.group = oldest->peer() >= 0 ? "" : label(oldest->group_id());
       w.seq = oldest->seq();
       w.peer = oldest->peer();
       w.age_ms = oldest->age_ms();
@@ -352,57 +393,68 @@ HangLocation LocateHang(const JobView& view) {
       w.state = "computing";
     }
   }
+}
 
-  // Wait-for edges. The members that block collective #k of group G are
-  // found once per (G, k), not once per waiting rank, and each blocking rank
-  // keeps a count and a sample of its waiters: O(ranks x groups per rank)
-  // however many ranks wait in the same collective.
-  auto cannot_proceed = [&](int m) {
-    const std::string& st = loc.ranks[m].state;
-    return st == "exited" || st == "stopped" || st == "unknown" || st == "device";
-  };
+// Who waits for whom.
+struct WaitGraph {
   struct Waiters {
     std::int64_t count = 0;
     std::vector<int> sample;  // at most kWaiterSample, the first seen
   };
-  constexpr std::size_t kWaiterSample = 8;
+  static constexpr std::size_t kWaiterSample = 8;
   std::map<int, Waiters> waited_by;
-  constexpr std::size_t kListedWaitsFor = 64;  // per rank; waits_for_total has them all
-  auto add_waiter = [&](int m, int waiter, std::int64_t n) {
-    Waiters& ws = waited_by[m];
-    ws.count += n;
-    if (ws.sample.size() < kWaiterSample) ws.sample.push_back(waiter);
-  };
-  std::map<std::pair<int, std::int64_t>, std::vector<int>> blocking;  // (group, seq) -> members
-  std::map<std::pair<int, std::int64_t>, std::vector<int>> waiting_in;  // (group, seq) -> waiters
   std::vector<int> stuck_inside;  // waiting on an operation every peer entered
-  for (RankWait& w : loc.ranks) {
+  bool cycle = false;             // nobody waited for waits for no one
+};
+
+// Wait-for edges into each rank's waits_for, and the roots into loc->roots,
+// most waited-for first. The members that block collective #k of group G
+// are found once per (G, k), not once per waiting rank, and each blocking
+// rank keeps a count and a sample of its waiters: O(ranks x groups per
+// rank) however many ranks wait in the same collective.
+WaitGraph TraceWaits(const Journals& j, HangLocation* loc) {
+  WaitGraph graph;
+  auto cannot_proceed = [&](int m) {
+    const std::string& st = loc->ranks[m].state;
+    return st == "exited" || st == "stopped" || st == "unknown" || st == "device";
+  };
+  constexpr std::size_t kListedWaitsFor = 64;  // per rank; waits_for_total has them all
+  auto add_waiters = [&](int m, const std::vector<int>& waiters) {
+    WaitGraph::Waiters& ws = graph.waited_by[m];
+    ws.count += static_cast<std::int64_t>(waiters.size());
+    for (std::size_t i = 0; i < waiters.size() && ws.sample.size() < WaitGraph::kWaiterSample; ++i) {
+      ws.sample.push_back(waiters[i]);
+    }
+  };
+  std::map<std::pair<int, std::int64_t>, std::vector<int>> blocking;    // (group, seq) -> members
+  std::map<std::pair<int, std::int64_t>, std::vector<int>> waiting_in;  // (group, seq) -> waiters
+  for (RankWait& w : loc->ranks) {
     if (w.state != "waiting") continue;  // a stopped rank waits for no one: it is stopped
     if (w.peer >= 0) {
-      if (w.peer >= loc.world_size) continue;
-      auto counts = p2p.find({w.peer, w.rank});
-      std::int64_t done = counts == p2p.end() ? 0
+      if (w.peer >= loc->world_size) continue;
+      auto counts = j.p2p.find({w.peer, w.rank});
+      std::int64_t done = counts == j.p2p.end() ? 0
                           : w.op == "recv" ? counts->second.first    // the peer's sends to us
                                            : counts->second.second;  // the peer's receives from us
       if (done < w.seq || cannot_proceed(w.peer)) {
         w.waits_for.push_back(w.peer);
         w.waits_for_total = 1;
-        add_waiter(w.peer, w.rank, 1);
+        add_waiters(w.peer, {w.rank});
       } else {
-        stuck_inside.push_back(w.rank);
+        graph.stuck_inside.push_back(w.rank);
       }
       continue;
     }
-    auto g = groups.find(w.group_id);
-    if (g == groups.end()) continue;
+    auto g = j.groups.find(w.group_id);
+    if (g == j.groups.end()) continue;
     std::pair<int, std::int64_t> key{w.group_id, w.seq};
     auto found = blocking.find(key);
     if (found == blocking.end()) {
       std::vector<int> members;
       for (int m : g->second.members) {
-        if (m < 0 || m >= loc.world_size) continue;
-        auto n = issued.find({m, w.group_id});
-        std::int64_t count = n == issued.end() ? 0 : n->second;
+        if (m < 0 || m >= loc->world_size) continue;
+        auto n = j.issued.find({m, w.group_id});
+        std::int64_t count = n == j.issued.end() ? 0 : n->second;
         if (count < w.seq || cannot_proceed(m)) members.push_back(m);
       }
       found = blocking.emplace(key, std::move(members)).first;
@@ -413,51 +465,50 @@ HangLocation LocateHang(const JobView& view) {
       if (w.waits_for.size() < kListedWaitsFor) w.waits_for.push_back(m);
     }
     if (w.waits_for_total == 0) {
-      stuck_inside.push_back(w.rank);
+      graph.stuck_inside.push_back(w.rank);
     } else {
       waiting_in[key].push_back(w.rank);
     }
   }
+  // A blocking member never issued #k (or cannot take part), so it is not
+  // among the ranks waiting in #k: all of them wait for it.
   for (const auto& [key, waiters] : waiting_in) {
-    for (int m : blocking[key]) {
-      // A blocking member never issued #k (or cannot take part), so it is
-      // not among the ranks waiting in #k: all of them wait for it.
-      Waiters& ws = waited_by[m];
-      ws.count += static_cast<std::int64_t>(waiters.size());
-      for (std::size_t i = 0; i < waiters.size() && ws.sample.size() < kWaiterSample; ++i) {
-        ws.sample.push_back(waiters[i]);
-      }
-    }
+    for (int m : blocking[key]) add_waiters(m, waiters);
   }
-  for (const auto& [m, ws] : waited_by) {
-    if (loc.ranks[m].waits_for_total == 0) loc.roots.push_back(m);
+  for (const auto& [m, ws] : graph.waited_by) {
+    if (loc->ranks[m].waits_for_total == 0) loc->roots.push_back(m);
   }
-  bool cycle = loc.roots.empty() && !waited_by.empty();
-  if (cycle) {
-    for (const auto& [m, ws] : waited_by) loc.roots.push_back(m);
+  graph.cycle = loc->roots.empty() && !graph.waited_by.empty();
+  if (graph.cycle) {
+    for (const auto& [m, ws] : graph.waited_by) loc->roots.push_back(m);
   }
-  std::stable_sort(loc.roots.begin(), loc.roots.end(), [&](int a, int b) {
-    return waited_by[a].count > waited_by[b].count;
+  std::stable_sort(loc->roots.begin(), loc->roots.end(), [&](int a, int b) {
+    return graph.waited_by[a].count > graph.waited_by[b].count;
   });
+  return graph;
+}
 
-  // Desynchronised collectives: members that issued #k of a group as another
-  // operation (or all_reduce/broadcast of another size) than most of them.
+// Desynchronised collectives: members that issued #k of a group as another
+// operation (or all_reduce/broadcast of another size) than most of them.
+// They lead the roots (the hang is theirs); returns the (group, seq) found so.
+std::set<std::pair<int, std::int64_t>> FindDesynchronized(const Journals& j, const GroupLabels& label,
+                                                          HangLocation* loc) {
   std::set<std::pair<int, std::int64_t>> checked;
-  std::set<std::pair<int, std::int64_t>> checked_desync;  // (group, seq) found desynchronised
-  for (const RankWait& w : loc.ranks) {
+  std::set<std::pair<int, std::int64_t>> desync;
+  for (const RankWait& w : loc->ranks) {
     if (w.op.empty() || w.peer >= 0 || !checked.insert({w.group_id, w.seq}).second) continue;
-    auto g = groups.find(w.group_id);
-    if (g == groups.end()) continue;
+    auto g = j.groups.find(w.group_id);
+    if (g == j.groups.end()) continue;
     std::map<std::string, std::vector<int>> by_op;
     for (int m : g->second.members) {
-      auto op = op_at.find({m, w.group_id, w.seq});
-      if (op == op_at.end()) continue;
+      auto op = j.op_at.find({m, w.group_id, w.seq});
+      if (op == j.op_at.end()) continue;
       std::string key = op->second->op();
       if (key == "all_reduce" || key == "broadcast") key += " of " + std::to_string(op->second->numel());
       by_op[key].push_back(m);
     }
     if (by_op.size() < 2) continue;
-    checked_desync.insert({w.group_id, w.seq});
+    desync.insert({w.group_id, w.seq});
     auto majority = std::max_element(by_op.begin(), by_op.end(), [](const auto& a, const auto& b) {
       return a.second.size() < b.second.size();
     });
@@ -467,124 +518,143 @@ HangLocation LocateHang(const JobView& view) {
     for (const auto& [key, ranks] : by_op) {
       if (&key == &majority->first && !tie) continue;
       for (int m : ranks) {
-        if (std::count(loc.desynchronized.begin(), loc.desynchronized.end(), m) == 0) {
-          loc.desynchronized.push_back(m);
+        if (std::count(loc->desynchronized.begin(), loc->desynchronized.end(), m) == 0) {
+          loc->desynchronized.push_back(m);
         }
-        loc.explanation_rank.push_back(m);
-        loc.explanation.push_back(
-            loc.Name(m) + " issued " + key + " as #" + std::to_string(w.seq) + " of its " +
-            group_label(w.group_id) + " group while " +
-            (tie ? "others" : RankList(majority->second)) + " issued " +
-            (tie ? "something else" : majority->first) + ": desynchronised collectives");
+        loc->explanation_rank.push_back(m);
+        loc->explanation.push_back(loc->Name(m) + " issued " + key + " as #" + std::to_string(w.seq) + " of its " +
+                                   label(w.group_id) + " group while " +
+                                   (tie ? "others" : RankList(majority->second)) + " issued " +
+                                   (tie ? "something else" : majority->first) + ": desynchronised collectives");
       }
     }
   }
-  std::sort(loc.desynchronized.begin(), loc.desynchronized.end());
-  // A desynchronised rank is the root of the hang it causes.
-  for (int d : loc.desynchronized) {
-    if (std::count(loc.roots.begin(), loc.roots.end(), d) == 0) loc.roots.insert(loc.roots.begin(), d);
+  std::sort(loc->desynchronized.begin(), loc->desynchronized.end());
+  // A desynchronised rank is the root of the hang it causes, and comes first.
+  for (int d : loc->desynchronized) {
+    if (std::count(loc->roots.begin(), loc->roots.end(), d) == 0) loc->roots.insert(loc->roots.begin(), d);
   }
-  if (!loc.desynchronized.empty()) {
+  if (!loc->desynchronized.empty()) {
     std::vector<int> first;
-    for (int r : loc.roots) {
-      if (std::count(loc.desynchronized.begin(), loc.desynchronized.end(), r)) first.push_back(r);
+    for (int r : loc->roots) {
+      if (std::count(loc->desynchronized.begin(), loc->desynchronized.end(), r)) first.push_back(r);
     }
-    for (int r : loc.roots) {
+    for (int r : loc->roots) {
       if (!std::count(first.begin(), first.end(), r)) first.push_back(r);
     }
-    loc.roots = first;
+    loc->roots = first;
   }
+  return desync;
+}
 
-  // The chain in words.
-  for (int root : loc.roots) {
-    const RankWait& x = loc.ranks[root];
-    std::vector<int> waiters = waited_by[root].sample;
-    std::int64_t waiter_count = waited_by[root].count;
+// What a root does, in words: why its waiters wait ("never entered
+// all_reduce #7 of its dp group"), said through the closest waiter (the one
+// in the smallest group: a pair for send/recv).
+std::string WhatTheRootDid(const RankWait& x, const RankWait& first) {
+  if (x.state == "exited") return " has exited";
+  if (x.state == "stopped") return " is stopped (process state T)";
+  if (x.state == "unknown") return " reports no journal";
+  if (x.state == "device") {
+    return " issued " + x.op + " #" + std::to_string(x.seq) +
+           (x.peer >= 0 ? " with rank " + std::to_string(x.peer) : " of its " + x.group + " group") + " " +
+           std::to_string(x.age_ms / 1000) +
+           " s ago, but its GPU never started it: the device is busy or hung, stuck before the collective";
+  }
+  if (first.peer >= 0) {
+    return first.op == "recv" ? " never sent what rank " + std::to_string(first.rank) + " waits to receive (#" +
+                                    std::to_string(first.seq) + ")"
+                              : " never received what rank " + std::to_string(first.rank) + " sends (#" +
+                                    std::to_string(first.seq) + ")";
+  }
+  return " never entered " + first.op + " #" + std::to_string(first.seq) + " of its " + first.group + " group";
+}
+
+// What the root is doing itself, if anything: "it waits itself in ...", "it is computing ...".
+std::string WhatTheRootDoes(const RankWait& x) {
+  if (x.state == "waiting" && x.on_device && x.started_ms >= 0) {
+    return "it waits itself in " + x.op + " #" + std::to_string(x.seq) +
+           (x.peer >= 0 ? " with rank " + std::to_string(x.peer) : " of " + x.group) + ", started on its GPU";
+  }
+  if (x.state == "waiting") {
+    return "it waits itself in " + x.op + " #" + std::to_string(x.seq) +
+           (x.peer >= 0 ? " with rank " + std::to_string(x.peer) : " of " + x.group);
+  }
+  if (x.state == "computing" || x.state == "idle") {
+    return "it is " + x.state + (x.phase.empty() ? "" : " in phase '" + x.phase + "'") +
+           (x.step >= 0 ? " after step " + std::to_string(x.step) : "");
+  }
+  return "";
+}
+
+// The chain in words: a sentence per root, then a deadlock, then ranks stuck
+// inside an operation every member entered (unless desynchronised members
+// explain why it cannot finish).
+void Explain(const Journals& j, const WaitGraph& graph, const std::set<std::pair<int, std::int64_t>>& desync,
+             HangLocation* loc) {
+  auto group_size = [&](const RankWait& w) {
+    if (w.peer >= 0) return std::size_t{2};
+    auto g = j.groups.find(w.group_id);
+    return g == j.groups.end() ? std::size_t{1} << 30 : g->second.members.size();
+  };
+  for (int root : loc->roots) {
+    auto by = graph.waited_by.find(root);
+    if (by == graph.waited_by.end() || by->second.sample.empty()) continue;
+    std::vector<int> waiters = by->second.sample;
+    const std::int64_t waiter_count = by->second.count;
     std::sort(waiters.begin(), waiters.end());
-    if (waiters.empty()) continue;
-    // Say what the root never entered through its closest waiter: the one
-    // waiting in the smallest group (a pair for send/recv).
-    auto group_size = [&](const RankWait& w) {
-      if (w.peer >= 0) return std::size_t{2};
-      auto g = groups.find(w.group_id);
-      return g == groups.end() ? std::size_t{1} << 30 : g->second.members.size();
-    };
-    const RankWait* closest = &loc.ranks[waiters.front()];
+    const RankWait* closest = &loc->ranks[waiters.front()];
     for (int w : waiters) {
-      if (group_size(loc.ranks[w]) < group_size(*closest)) closest = &loc.ranks[w];
+      if (group_size(loc->ranks[w]) < group_size(*closest)) closest = &loc->ranks[w];
     }
-    const RankWait& first = *closest;
-    std::string what;
-    if (x.state == "exited") {
-      what = " has exited";
-    } else if (x.state == "stopped") {
-      what = " is stopped (process state T)";
-    } else if (x.state == "unknown") {
-      what = " reports no journal";
-    } else if (x.state == "device") {
-      what = " issued " + x.op + " #" + std::to_string(x.seq) +
-             (x.peer >= 0 ? " with rank " + std::to_string(x.peer) : " of its " + x.group + " group") +
-             " " + std::to_string(x.age_ms / 1000) +
-             " s ago, but its GPU never started it: the device is busy or hung, stuck before the "
-             "collective";
-    } else if (first.peer >= 0) {
-      what = first.op == "recv" ? " never sent what rank " + std::to_string(first.rank) +
-                                      " waits to receive (#" + std::to_string(first.seq) + ")"
-                                : " never received what rank " + std::to_string(first.rank) +
-                                      " sends (#" + std::to_string(first.seq) + ")";
-    } else {
-      what = " never entered " + first.op + " #" + std::to_string(first.seq) + " of its " +
-             first.group + " group";
-    }
-    std::string doing;
-    if (x.state == "waiting" && x.on_device && x.started_ms >= 0) {
-      doing = "it waits itself in " + x.op + " #" + std::to_string(x.seq) +
-              (x.peer >= 0 ? " with rank " + std::to_string(x.peer) : " of " + x.group) +
-              ", started on its GPU";
-    } else if (x.state == "waiting") {
-      doing = "it waits itself in " + x.op + " #" + std::to_string(x.seq) +
-              (x.peer >= 0 ? " with rank " + std::to_string(x.peer) : " of " + x.group);
-    } else if (x.state == "computing" || x.state == "idle") {
-      doing = "it is " + x.state + (x.phase.empty() ? "" : " in phase '" + x.phase + "'") +
-              (x.step >= 0 ? " after step " + std::to_string(x.step) : "");
-    }
+    const RankWait& x = loc->ranks[root];
+    const std::string doing = WhatTheRootDoes(x);
     std::string waits;
     for (std::size_t i = 0; i < waiters.size() && i < 8; ++i) {
-      const RankWait& w = loc.ranks[waiters[i]];
-      waits += (i == 0 ? "" : "; ") + std::to_string(w.rank) + " in " + w.op + " #" +
-               std::to_string(w.seq) +
-               (w.peer >= 0 ? " with rank " + std::to_string(w.peer) : " of " + w.group) +
-               " for " + std::to_string(w.age_ms / 1000) + " s";
+      const RankWait& w = loc->ranks[waiters[i]];
+      waits += (i == 0 ? "" : "; ") + std::to_string(w.rank) + " in " + w.op + " #" + std::to_string(w.seq) +
+               (w.peer >= 0 ? " with rank " + std::to_string(w.peer) : " of " + w.group) + " for " +
+               std::to_string(w.age_ms / 1000) + " s";
     }
     if (waiter_count > static_cast<std::int64_t>(waiters.size())) {
       waits += "; and " + std::to_string(waiter_count - static_cast<std::int64_t>(waiters.size())) + " more";
     }
-    loc.explanation_rank.push_back(root);
-    loc.explanation.push_back(loc.Name(root) + what + (doing.empty() ? "" : " (" + doing + ")") +
-                              "; " + std::to_string(waiter_count) + " rank(s) wait for it: " +
-                              waits);
+    loc->explanation_rank.push_back(root);
+    loc->explanation.push_back(loc->Name(root) + WhatTheRootDid(x, *closest) +
+                               (doing.empty() ? "" : " (" + doing + ")") + "; " + std::to_string(waiter_count) +
+                               " rank(s) wait for it: " + waits);
   }
-  if (cycle) {
-    loc.explanation_rank.push_back(-1);
-    loc.explanation.push_back("the waiting ranks wait for each other (" + RankList(loc.roots) +
-                              "): a deadlock in the script's communication order");
+  if (graph.cycle) {
+    loc->explanation_rank.push_back(-1);
+    loc->explanation.push_back("the waiting ranks wait for each other (" + RankList(loc->roots) +
+                               "): a deadlock in the script's communication order");
   }
-  // Ranks inside an operation every member entered, unless desynchronised
-  // members explain why it cannot finish.
   std::vector<int> stuck;
-  for (int r : stuck_inside) {
-    if (!checked_desync.count({loc.ranks[r].group_id, loc.ranks[r].seq})) stuck.push_back(r);
+  for (int r : graph.stuck_inside) {
+    if (!desync.count({loc->ranks[r].group_id, loc->ranks[r].seq})) stuck.push_back(r);
   }
-  stuck_inside = stuck;
-  if (!stuck_inside.empty()) {
-    const RankWait& w = loc.ranks[stuck_inside.front()];
-    loc.explanation_rank.push_back(-1);
-    loc.explanation.push_back("rank(s) " + RankList(stuck_inside) + " wait in " + w.op + " #" +
-                              std::to_string(w.seq) + " of " +
-                              (w.peer >= 0 ? "the pair with rank " + std::to_string(w.peer) : w.group) +
-                              ", which every member entered: the operation itself is stuck "
-                              "(the network, or a peer's device)");
+  if (!stuck.empty()) {
+    const RankWait& w = loc->ranks[stuck.front()];
+    loc->explanation_rank.push_back(-1);
+    loc->explanation.push_back("rank(s) " + RankList(stuck) + " wait in " + w.op + " #" + std::to_string(w.seq) +
+                               " of " + (w.peer >= 0 ? "the pair with rank " + std::to_string(w.peer) : w.group) +
+                               ", which every member entered: the operation itself is stuck "
+                               "(the network, or a peer's device)");
   }
+}
+
+}  // namespace
+
+HangLocation LocateHang(const JobView& view) {
+  HangLocation loc;
+  const Journals journals = Gather(view, &loc);
+  if (journals.status.empty()) return loc;
+  loc.world_size = journals.status.rbegin()->first + 1;
+  loc.ranks.resize(loc.world_size);
+  const GroupLabels label(journals, InferLayout(journals, &loc), loc.world_size);
+  ClassifyRanks(journals, label, &loc);
+  const WaitGraph graph = TraceWaits(journals, &loc);
+  const auto desync = FindDesynchronized(journals, label, &loc);
+  Explain(journals, graph, desync, &loc);
   return loc;
 }
 
