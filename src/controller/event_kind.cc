@@ -60,6 +60,12 @@ const std::vector<EventKindInfo>& EventKinds() {
        "a suspicion's replay decided (docs/sdc.md, \"Confirmation by replay\")",
        "`result` (not reproduced, reproduced, confirmed), `persistence`, `what` (numeric, disagreement), "
        "`step`, `suspects`, `culprit_ranks`, `nodes`, `replay_fingerprints`, `returned`"},
+      {EventKind::kSdcSuspicion, "sdc_suspicion",
+       "the suspicion being confirmed by replay changed: set, its suspect node moved out, or decided "
+       "(docs/sdc.md); a restarted controller or a new leader goes on with the last one",
+       "`what` (numeric, disagreement; empty: none), `stage` (0 none, 1 replay on the same nodes, 2 without "
+       "`moved`), `step`, `last_agreed_step`, `ranks`, `values` (the first fingerprints by rank), `nodes`, "
+       "`moved`, `devices`, `from_generation`"},
       {EventKind::kNodeReturned, "node_returned",
        "a node moved out to confirm a suspicion was innocent: uncordoned",
        "`reason`, `by`"},

@@ -29,6 +29,7 @@ enum class EventKind {
   kNumericAnomaly,
   kNumericSpike,
   kSdcConfirmation,
+  kSdcSuspicion,
   kNodeReturned,
   kCheckpointVerified,
   kResumeBoundCleared,

@@ -48,7 +48,8 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
       policy_(config_.no_progress_restarts, config_.min_confidence),
       link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}),
       gpu_series_(config_.job_id, config_.gpu_series_interval),
-      stragglers_(config_.straggler) {}
+      stragglers_(config_.straggler),
+      sdc_(config_.job_id, config_.nproc_per_node) {}
 
 JobController::~JobController() {
   explain_.reset();  // their work reads the members below: it ends first
@@ -111,6 +112,7 @@ void JobController::SetNodeProvider(NodeProvider* provider) {
   explain_->WaitIdle();  // the old backend is asked nothing more
   std::lock_guard<std::mutex> lock(mu_);
   TakeOffLockResults();
+  Reconcile();
 }
 
 void JobController::SetOffLockThreads(int threads) {
@@ -118,6 +120,7 @@ void JobController::SetOffLockThreads(int threads) {
   blame_->WaitIdle();
   std::lock_guard<std::mutex> lock(mu_);
   TakeOffLockResults();
+  Reconcile();
   explain_ = std::make_unique<OffLockRunner>(threads);
   blame_ = std::make_unique<OffLockRunner>(std::min(threads, 1));
   health_reading_ = false;  // what the old runners did is not taken
@@ -161,6 +164,7 @@ Status JobController::Start() {
   started_ = true;
   for (const auto& [conn, reg] : early_registrations_) HandleRegister(conn, reg);
   early_registrations_.clear();
+  Reconcile();
   return Status::Ok();
 }
 
@@ -275,6 +279,16 @@ void JobController::HandleMessage(std::uint64_t conn, const v1::AgentMessage& ms
   // before the ticker wakes, and hold the detectors up for seconds.
   while (tick_waiting_.load(std::memory_order_acquire)) std::this_thread::yield();
   std::lock_guard<std::mutex> lock(mu_);
+  const JobState was = state_;
+  Dispatch(conn, msg, owned, arrived_mono);
+  // Telemetry (thousands a second) moves the loop only when it opened an
+  // incident; what else an agent says may be the step the loop waits for.
+  const bool telemetry = msg.has_heartbeat() || msg.has_timings() || msg.has_clock_echo();
+  if (!telemetry || state_ != was) Reconcile();
+}
+
+void JobController::Dispatch(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned,
+                             Nanos arrived_mono) {
   if (msg.has_register_()) {
     if (!started_) {
       early_registrations_.emplace_back(conn, msg.register_());

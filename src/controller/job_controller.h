@@ -1,7 +1,11 @@
 // JobController: the per-job state machine. It wires the detectors
 // (crash_detector, hang_detector, heartbeat_detector), which find failures in
-// a read-only JobView, to the recovery policy (recovery_policy), which says
-// what to do about them, and carries that out.
+// a read-only JobView, and its components (the SDC monitor, sdc_monitor.h;
+// the straggler detector; the diagnosis round; the link monitor), which
+// judge what they own, to the recovery policy (recovery_policy), which says
+// what to do about them, and carries that out. One loop moves the job from
+// state to state (Reconcile, job_controller_reconcile.cc); handlers and Tick
+// only record what they observed and the findings.
 //
 //   STARTING --all nodes registered--> RUNNING --all ranks exit 0--> SUCCEEDED
 //   RUNNING --rank failed | hang | node lost--> STOPPING --all stopped-->
@@ -80,8 +84,7 @@
 #include "controller/node_health_cache.h"
 #include "controller/node_provider.h"
 #include "controller/recovery_policy.h"
-#include "controller/numeric_check.h"
-#include "controller/replica_check.h"
+#include "controller/sdc_monitor.h"
 #include "controller/data_wait.h"
 #include "controller/straggler_cause.h"
 #include "controller/straggler_detector.h"
@@ -203,6 +206,8 @@ class JobController {
   void CheckResumeDeadline();
   // `owned`: the same message, whose statuses may be taken (null: copied).
   void HandleMessage(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned, Nanos arrived_mono);
+  // The message to its handler (under the lock; the loop runs after it).
+  void Dispatch(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned, Nanos arrived_mono);
   void HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Heartbeat* owned);
   void HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned);
   void HandleRankExited(Node* node, const v1::RankExited& exited);
@@ -223,34 +228,14 @@ class JobController {
   void KeepGpuSeries(Node* node);  // the node's GPUs into the series (HandleHeartbeat)
   void WriteGpuSeries();            // closed intervals to the store, quiet GPUs closed, retention (Tick)
   void ActOnStraggler(const StragglerFinding& f);
-  // Silent data corruption and numeric sentinels (job_controller_sdc.cc, docs/sdc.md).
-  void CheckReplicas();
-  void ActOnDivergence(const Divergence& d);
-  void ObserveNumeric(const v1::RankStatus& status);
-  void ObserveTorchCheckpointDirs(const v1::RankStatus& status);
-  void CheckNumeric();
-  void ActOnNumeric(const NumericFinding& n);
-  void CheckConfirmation();
-  // A divergence of the suspects during their replay, before the suspect step.
-  bool ReplayWentWrongEarlier(const Divergence& d) const;
-  void ConfirmationNotReproduced(nlohmann::json detail, std::vector<int> culprits = {});
-  void ConfirmationReproduced(nlohmann::json detail);
-  // Kept in the store per node (node actions sdc-confirmed / sdc-suspect), with the devices of `ranks`.
-  void RecordSdc(const std::vector<std::string>& nodes, nlohmann::json evidence, bool confirmed,
-                 const std::vector<std::string>& devices);
-  std::map<int, std::string> DevicesOf(const std::vector<int>& ranks) const;
-  std::vector<std::string> SuspectDevices(const std::vector<std::string>& nodes, const std::vector<int>& only) const;
-  // Confirmed corruptions of the node in earlier jobs, as read for the
-  // suspicion's nodes (ReadSdcHistoryOffLock; 0 when not read yet).
-  int SdcHistory(const std::string& node) const;
+  // The SDC monitor (sdc_monitor.h) judges what came in, when running;
+  // what it decided is carried out in order (job_controller_sdc.cc).
+  class SdcFacts;
+  void CheckSdc(bool after_heartbeat);
+  void CarryOutSdc(SdcActions actions);
+  // Kept in the store per node (node actions sdc-confirmed / sdc-suspect).
+  void RecordSdc(const SdcNodeRecord& record);
   void ReturnNode(const std::string& node, const std::string& why);
-  std::vector<std::string> NodesOfRanks(const std::vector<int>& ranks) const;
-  // Tells the agents the newest verified step once it covers a newly
-  // committed checkpoint (retention keeps it; `checkpoint_verified`).
-  void AnnounceVerified();
-  // The next generations resume from no checkpoint newer than `step`.
-  void ResumeAtMost(std::int64_t step, const std::string& why);
-  void MaybeClearResumeBound();
   // Records the generation's parallel layout (from the journals' groups) as
   // a "layout" event, for the trace to group ranks by.
   // Waits (returns without recording) while some rank's coordinates are
@@ -258,7 +243,15 @@ class JobController {
   void RecordLayout(bool final_try);
   // `owned` (may be null): `status` itself, to be swapped in rather than copied.
   void UpdateRank(Node* node, const v1::RankStatus& status, v1::RankStatus* owned = nullptr);
+  // The one loop (job_controller_reconcile.cc): takes the steps the
+  // difference between the desired and the observed state calls for, until
+  // none is left. Runs after every handler, Tick, Start and Resume.
+  void Reconcile();
+  // One step; true when it changed the state (the loop looks again).
+  bool ReconcileStep();
   void MaybeStartGeneration();
+  // The nodes did not come within the rendezvous timeout: the job fails.
+  void GiveUpWaiting();
   // With some of the job's group ranks empty (`empty`): whether the job may
   // start without them now (--nnodes MIN:MAX); says once why it waits.
   bool MayStartWithout(const std::vector<int>& empty);
@@ -341,7 +334,8 @@ class JobController {
   StatusOr<NodeHealth> StoredHealthOf(const std::string& node_id);
   // Reads every node's health off the lock into health_ (one at a time).
   void ReadHealthOffLock();
-  // Reads the suspects' confirmed SDC history off the lock into health_.
+  // Reads the suspects' confirmed SDC history off the lock into health_
+  // (SdcJob::SdcHistory).
   void ReadSdcHistoryOffLock(const std::vector<std::string>& nodes);
   std::int64_t MaxStep() const;
   // Checkpoint time of the current generation, the slowest rank's.
@@ -441,39 +435,7 @@ class JobController {
   Nanos silence_from_mono_ = 0;  // JobView::silence_from_mono
   StragglerDetector stragglers_;
   StepMaxSum data_wait_;  // this generation's steps' longest waits for data (controller/data_wait.h)
-  // Silent data corruption (docs/sdc.md): replicas' parameter fingerprints
-  // compared; after a divergence, the next generation resumes from a
-  // checkpoint no newer than the replicas' last agreement (-1: any).
-  ReplicaCheck replicas_;
-  bool replica_fingerprints_new_ = false;
-  std::int64_t resume_at_most_ = -1;
-  std::string resume_at_most_why_;
-  std::int64_t bad_through_ = -1;        // the highest step a generation that set the bound reached
-  std::int64_t bound_generation_ = -1;   // the generation that set it last
-  std::set<std::string> torch_checkpoint_dirs_;  // where the script's own torch.save checkpoints go (at most 16)
-  NumericCheck numeric_;
-  std::deque<std::int64_t> gen_commits_;  // this generation's newest committed steps (at most 16)
-  std::int64_t verified_commit_ = -1;     // the newest commit announced as verified
-  Nanos next_verify_mono_ = 0;
-  Nanos next_replica_check_mono_ = 0;
-  // A suspicion being confirmed by replaying its step: stage 1 on the same
-  // nodes, stage 2 with the suspect node(s) moved out (evicted).
-  enum class SdcWhat { kNone, kNumeric, kDisagreement };  // NaN/Inf on some ranks; two replicas differ
-  static const char* SdcWhatName(SdcWhat w) {
-    return w == SdcWhat::kNumeric ? "numeric" : w == SdcWhat::kDisagreement ? "disagreement" : "";
-  }
-  struct SdcSuspicion {
-    SdcWhat what = SdcWhat::kNone;
-    int stage = 0;     // 0: none
-    std::int64_t step = -1;
-    std::int64_t last_agreed_step = -1;   // disagreement: the replicas agreed through this step
-    std::vector<int> ranks;               // the suspects
-    std::map<int, std::uint64_t> values;  // disagreement: the original fingerprints at `step`
-    std::vector<std::string> nodes;       // the suspects' nodes
-    std::vector<std::string> moved;       // stage 2: the nodes moved out
-    std::map<int, std::string> devices;   // the suspects' devices ("node:local rank"), for the store
-    std::int64_t from_generation = -1;    // the replay is a later generation
-  } suspicion_;
+  SdcMonitor sdc_;  // silent data corruption and numeric sentinels (docs/sdc.md)
   std::map<std::string, std::int64_t> timings_dropped_;  // per node, the last count reported
   std::int64_t timing_newest_step_ = -1;
   std::int64_t timing_compacted_below_ = 0;

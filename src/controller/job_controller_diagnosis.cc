@@ -41,8 +41,7 @@ void JobController::StartDiagnosis(DiagnosisPurpose why) {
            (config_.diag_parallelism > 0 ? std::to_string(config_.diag_parallelism) + " at a time" : "all at once"),
        json{{"round", diagnosis_rounds_}, {"purpose", purpose}, {"nodes", ids}, {"mode", DiagnoseModeName(config_.diagnose)}}
            .dump(-1, ' ', false, kReplaceBadUtf8));
-  SendDiagnosisOrders();
-  MaybeFinishDiagnosis();
+  // The orders go out from the loop (Reconcile).
 }
 
 void JobController::SendDiagnosisOrders() {
@@ -183,8 +182,6 @@ void JobController::HandleDiagnostics(Node* node, const v1::DiagnosticsResult& r
          d.dump(-1, ' ', false, kReplaceBadUtf8));
     diagnosis_->Answer(node->node_id, std::move(figures.value()));
   }
-  SendDiagnosisOrders();
-  MaybeFinishDiagnosis();
 }
 
 void JobController::MaybeFinishDiagnosis() {
@@ -238,7 +235,6 @@ void JobController::MaybeFinishDiagnosis() {
     preflight_done_ = true;
     waiting_since_mono_ = clock_->MonotonicNanos();
     SetState(JobState::kStarting, "preflight diagnosis done");
-    MaybeStartGeneration();
   } else {
     Restart(pending_verdict_, /*diagnosed=*/true);
   }

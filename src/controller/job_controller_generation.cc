@@ -17,6 +17,9 @@ using nlohmann::json;
 
 void JobController::MaybeStartGeneration() {
   if (state_ != JobState::kStarting && state_ != JobState::kRestarting) return;
+  // Fewer nodes than the job's minimum ever registered: nothing can start
+  // yet (a scan per registration made 12,500 nodes joining quadratic).
+  if (static_cast<int>(nodes_.size()) < MinNodes()) return;
   PromoteSpares();
   std::vector<Node*> slots(config_.nnodes, nullptr);
   for (auto& n : nodes_) {
@@ -49,9 +52,7 @@ void JobController::MaybeStartGeneration() {
   first_step_wall_ = 0;
   first_step_no_ = -1;
   stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
-  replicas_.Reset(active_nnodes_ * config_.nproc_per_node);
-  numeric_.Reset(active_nnodes_ * config_.nproc_per_node);
-  gen_commits_.clear();
+  sdc_.StartGeneration(generation_, active_nnodes_ * config_.nproc_per_node);
   timing_rows_this_generation_ = 0;
   data_wait_.Reset();
   layout_next_try_rows_ = 0;
@@ -97,6 +98,21 @@ void JobController::MaybeStartGeneration() {
   SetState(JobState::kRunning, "generation " + std::to_string(generation_) + " started");
 }
 
+void JobController::GiveUpWaiting() {
+  int present = 0;
+  for (const auto& n : nodes_) present += (n.conn != 0 && n.group_rank >= 0) ? 1 : 0;
+  std::string evicted;
+  for (const auto& n : nodes_) {
+    if (n.conn == 0 && n.group_rank < 0) evicted += (evicted.empty() ? "" : ", ") + n.node_id;
+  }
+  Finish(JobState::kFailed,
+         "job " + config_.job_id + " FAILED: only " + std::to_string(present) + " of " +
+             std::to_string(config_.nnodes) + " nodes" +
+             (MinNodes() < config_.nnodes ? " (at least " + std::to_string(MinNodes()) + " needed)" : std::string()) +
+             " joined within " + Seconds(config_.rendezvous_timeout) + (evicted.empty() ? "" : "; gone: " + evicted) +
+             (config_.spares > 0 ? "; no spare left" : ""));
+}
+
 void JobController::AssignMemoryPeers(const std::vector<Node*>& slots, v1::Start* start, const Node& node) {
   start->clear_memory_peer();
   start->clear_memory_restore_from();
@@ -125,19 +141,7 @@ void JobController::FillStart(v1::Start* start) const {
   start->set_memory_checkpoints(config_.memory_checkpoints);
   for (const auto& a : config_.argv) start->add_argv(a);
   for (const auto& [k, v] : config_.env) (*start->mutable_env())[k] = v;
-  // After replicas diverged: no checkpoint saved after their last agreement
-  // (trainguard's checkpointer honours it; docs/sdc.md).
-  if (resume_at_most_ >= 0) {
-    (*start->mutable_env())["TRAINGUARD_RESUME_AT_MOST"] = std::to_string(resume_at_most_);
-    (*start->mutable_env())["TRAINGUARD_RESUME_AT_MOST_WHY"] = resume_at_most_why_;
-    std::string dirs;
-    for (const auto& d : torch_checkpoint_dirs_) dirs += (dirs.empty() ? "" : "\n") + d;
-    if (!dirs.empty()) (*start->mutable_env())["TRAINGUARD_TORCH_CHECKPOINT_DIRS"] = dirs;
-  }
-  // A replay confirming a disagreement needs every replica's fingerprint at its step.
-  if (suspicion_.stage > 0 && suspicion_.what == SdcWhat::kDisagreement) {
-    (*start->mutable_env())["TRAINGUARD_FINGERPRINT_AT"] = std::to_string(suspicion_.step);
-  }
+  sdc_.FillStart(start);  // a rollback's bound, a replay's fingerprint step
 }
 
 void JobController::HandleStandbyImports(Node* node, const v1::StandbyImports& imports) {
@@ -174,7 +178,6 @@ void JobController::Restart(const Verdict& verdict, bool diagnosed) {
   Emit(EventKind::kRestarting, "", -1, -1,
        "restarting all ranks (restart " + std::to_string(restart_count_) + "/" +
            std::to_string(config_.max_restarts) + ")");
-  MaybeStartGeneration();
 }
 
 }  // namespace trainguard

@@ -84,7 +84,6 @@ void JobController::Fail(const Finding& f) {
   for (auto& n : nodes_) {
     if (n.conn != 0 && n.group_rank >= 0) n.link->Send(msg);
   }
-  MaybeAllStopped();
 }
 
 void JobController::MaybeAllStopped() {

@@ -203,9 +203,6 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
   }
   // A spare that joins a running job gets its warm standbys made at once.
   if (spare && spare_standby_.has_prepare_standby()) link->Send(spare_standby_);
-  // Fewer nodes than the job's minimum ever registered: nothing can start
-  // yet (a scan per registration made 12,500 nodes joining quadratic).
-  if (static_cast<int>(nodes_.size()) >= MinNodes()) MaybeStartGeneration();
 }
 
 }  // namespace trainguard

@@ -31,10 +31,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
   const v1::RankStatus& status = view.status;
   view.received_mono = clock_->MonotonicNanos();
   next_hang_check_mono_ = std::min(next_hang_check_mono_, HangDeadline(view, LowestHangTimeout(config_), config_));
-  if (status.checkpoint_step() >= 0 && (gen_commits_.empty() || status.checkpoint_step() > gen_commits_.back())) {
-    gen_commits_.push_back(status.checkpoint_step());
-    if (gen_commits_.size() > 16) gen_commits_.pop_front();
-  }
+  sdc_.ObserveCommit(status.checkpoint_step());
   if (status.checkpoint_step() > checkpoint_step_) {
     checkpoint_step_ = status.checkpoint_step();
     Emit(EventKind::kCheckpointCommitted, node->node_id, status.global_rank(), checkpoint_step_,
@@ -108,19 +105,12 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
   }
   if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
   for (int i = 0; i < hb.ranks_size(); ++i) {
-    for (const v1::Fingerprint& f : hb.ranks(i).fingerprints()) {
-      replicas_.Add(hb.ranks(i).global_rank(), f.step(), f.value());
-      replica_fingerprints_new_ = true;
-    }
-    ObserveNumeric(hb.ranks(i));
-    ObserveTorchCheckpointDirs(hb.ranks(i));
+    SdcActions seen;
+    sdc_.Observe(hb.ranks(i), &seen);
+    if (!seen.empty()) CarryOutSdc(std::move(seen));
     UpdateRank(node, hb.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);
   }
-  CheckReplicas();
-  if (state_ == JobState::kRunning) CheckNumeric();
-  if (state_ == JobState::kRunning) CheckConfirmation();
-  if (state_ == JobState::kRunning) AnnounceVerified();
-  if (state_ == JobState::kRunning) MaybeClearResumeBound();
+  CheckSdc(/*after_heartbeat=*/true);
 }
 
 void JobController::HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned) {
@@ -244,7 +234,6 @@ void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
     for (const auto& line : stopped.kernel_lines()) incident_->AddLine({-1, node->node_id, line}, /*unique=*/true);
   }
   node->stopped_generation = stopped.generation();
-  MaybeAllStopped();
 }
 
 void JobController::HandleLogAlert(Node* node, const v1::LogAlert& alert) {
@@ -292,9 +281,10 @@ void JobController::OnDisconnect(std::uint64_t conn) {
     std::string id = node->node_id;
     Emit(EventKind::kSpareLost, id, -1, -1, "idle node " + id + " went away (connection to its agent closed)");
     nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.node_id == id; }));
-    return;
+  } else {
+    NodeLost(node, "connection to its agent closed", clock_->WallNanos());
   }
-  NodeLost(node, "connection to its agent closed", clock_->WallNanos());
+  Reconcile();
 }
 
 void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wall) {
@@ -335,8 +325,6 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
       awaiting_since_mono_ = clock_->MonotonicNanos();
     }
     Fail(f);
-  } else if (state_ == JobState::kStopping) {
-    MaybeAllStopped();
   }
   TakeOffLockResults();  // an inline runner has answered already
 }
@@ -365,7 +353,6 @@ void JobController::ApplyExplanation(const std::string& id, const LossExplanatio
       if (!known.sentence.empty()) incident_->verdict_lines.push_back(said);
     }
   }
-  MaybeAllStopped();
 }
 
 }  // namespace trainguard

@@ -46,10 +46,7 @@ Status JobController::Resume() {
   Nanos last_wall = 0;
   std::map<std::string, int> slot_of;  // the running generation's nodes, by their registrations
   std::map<std::string, int> registered_as;
-  // What the SDC monitor learned of the running generation.
-  json replica_sets = json::array();
   std::map<std::string, json> named_stragglers;  // unit -> its straggler event's detail, until cleared
-  std::int64_t replicas_agreed = -1;
   for (const Event& e : *events) {
     last_wall = std::max(last_wall, e.wall_ns);
     const std::optional<EventKind> kind = EventKindFromName(e.kind);
@@ -63,6 +60,7 @@ Status JobController::Resume() {
       }
       return d;
     };
+    if (SdcMonitor::Replays(*kind)) sdc_.Replay(*kind, e.generation, e.step, detail());
     switch (*kind) {
       case EventKind::kState:
         if (auto s = JobStateFromName(detail().value("to", ""))) last = *s;
@@ -77,7 +75,6 @@ Status JobController::Resume() {
         restart_count_ = detail().value("restart_count", restart_count_);
         active_nnodes_ = detail().value("nnodes", active_nnodes_);
         generation_start_wall_ = e.wall_ns;
-        replica_sets = json::array();
         named_stragglers.clear();
         first_step_seen_ = false;
         first_step_wall_ = 0;
@@ -91,12 +88,6 @@ Status JobController::Resume() {
         }
         break;
       }
-      case EventKind::kReplicaSets:
-        if (e.generation == generation_) {
-          replica_sets = detail().value("sets", json::array());
-          replicas_agreed = detail().value("agreed_through", std::int64_t{-1});
-        }
-        break;
       case EventKind::kStraggler:
       case EventKind::kStragglerCleared:
         if (e.generation == generation_ && detail().value("unit", json()).is_string()) {
@@ -108,35 +99,11 @@ Status JobController::Resume() {
           }
         }
         break;
-      case EventKind::kCheckpointVerified:
-        verified_commit_ = std::max(verified_commit_, e.step);
-        break;
       case EventKind::kFirstStep:
         if (e.generation == generation_) {
           first_step_seen_ = true;
           first_step_wall_ = detail().value("first_step_unix_ms", std::int64_t{0}) * kMillisecond;
           first_step_no_ = detail().value("first_step", e.step);
-        }
-        break;
-      case EventKind::kReplicaDivergence:
-      case EventKind::kNumericAnomaly:
-        // A rollback's bound outlives the controller: forgetting it would let
-        // the next restart load a checkpoint saved after the fault (docs/sdc.md).
-        if (detail().contains("resume_at_most")) {
-          resume_at_most_ = d.value("resume_at_most", resume_at_most_);
-          resume_at_most_why_ = d.value("resume_why", resume_at_most_why_);
-          bad_through_ = d.value("bad_through", bad_through_);
-          bound_generation_ = e.generation;
-        }
-        break;
-      case EventKind::kResumeBoundCleared:
-        resume_at_most_ = -1;
-        resume_at_most_why_.clear();
-        bad_through_ = -1;
-        break;
-      case EventKind::kTorchCheckpointDir:
-        if (detail().contains("dir") && torch_checkpoint_dirs_.size() < 16) {
-          torch_checkpoint_dirs_.insert(d.value("dir", ""));
         }
         break;
       case EventKind::kCheckpointCommitted:
@@ -206,21 +173,7 @@ Status JobController::Resume() {
       stragglers_.RestoreReported(unit, StragglerSignalFromName(d.value("signal", "")),
                                   d.value("first_step", std::int64_t{0}), d.value("evict", false));
     }
-    replicas_.Reset(active_nnodes_ * config_.nproc_per_node);
-    if (!replica_sets.empty()) {
-      std::vector<std::vector<int>> sets;
-      try {
-        sets = replica_sets.get<std::vector<std::vector<int>>>();
-      } catch (const json::exception&) {
-        sets.clear();
-      }
-      if (!replicas_.Restore(sets, replicas_agreed)) {
-        std::fprintf(stderr, "trainguard: warning: the recorded replica sets %s do not fit generation %lld; "
-                     "they are learned again\n", replica_sets.dump().c_str(), static_cast<long long>(generation_));
-      }
-    }
-    numeric_.Reset(active_nnodes_ * config_.nproc_per_node);
-    gen_commits_.clear();
+    sdc_.FinishReplay(generation_, active_nnodes_ * config_.nproc_per_node);
     for (const auto& [node_id, slot] : slot_of) {
       Node n;
       n.node_id = node_id;
@@ -257,6 +210,7 @@ Status JobController::Resume() {
   }
   for (const auto& [conn, reg] : early_registrations_) HandleRegister(conn, reg);
   early_registrations_.clear();
+  Reconcile();  // the same loop as every tick's, from the rebuilt status
   return Status::Ok();
 }
 

@@ -62,5 +62,46 @@ TEST_F(JobControllerSdcTest, AReplayThatDisagreesBeforeTheSuspectStepReproducesT
       << failures[1].message;
 }
 
+// A controller that dies while a suspicion is being replayed: its successor
+// (a restart, or a standby taking over) goes on with the replay and decides
+// it, rather than forgetting it and letting the replay pass as a normal run.
+TEST_F(JobControllerSdcTest, AReplayGoesOnAcrossAControllerRestart) {
+  Make(2, 1);
+  Register(0);
+  Register(1);
+  Beat(0, 0, 0, 8, {{4, 1}, {8, 2}});
+  Beat(1, 0, 1, 8, {{4, 1}, {8, 2}});
+  Beat(0, 0, 0, 12, {{12, 5}});
+  Beat(1, 0, 1, 12, {{12, 6}});
+  ASSERT_EQ(controller_->state(), JobState::kStopping);
+  Stopped(0, 0);
+  Stopped(1, 0);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);  // generation 1 replays step 12
+  Beat(0, 1, 0, 8, {{4, 1}, {8, 2}});
+  Beat(1, 1, 1, 8, {{4, 1}, {8, 2}});
+  ASSERT_TRUE(controller_->FlushStore(std::chrono::seconds(5)));
+  ASSERT_TRUE(Restart().ok());
+  Reconnect(0, 1, 8);
+  Reconnect(1, 1, 8);
+  conn_base_ = 10;
+  ASSERT_EQ(EventsOf("job_resumed").size(), 1u);
+  // The replay reaches step 12: rank 1 now holds rank 0's value, so rank 1 computed wrong, once.
+  Beat(0, 1, 0, 12, {{12, 5}});
+  Beat(1, 1, 1, 12, {{12, 5}});
+  auto decided = EventsOf("sdc_confirmation");
+  ASSERT_EQ(decided.size(), 1u);
+  EXPECT_NE(decided[0].message.find("not reproduced: step 12 replayed on the same nodes cleanly: a transient fault "
+                                    "of rank 1 on node1"),
+            std::string::npos)
+      << decided[0].message;
+  EXPECT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_EQ(EventsOf("failure").size(), 1u);
+  // Each change of the suspicion is recorded once: set, then decided.
+  auto said = EventsOf("sdc_suspicion");
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(said[0].detail_json).value("stage", -1), 1);
+  EXPECT_EQ(nlohmann::json::parse(said[1].detail_json).value("stage", -1), 0);
+}
+
 }  // namespace
 }  // namespace trainguard

@@ -196,6 +196,37 @@ class JobControllerTest : public testing::Test {
     return store_;
   }
 
+  // The old controller is gone without a word; a new one resumes.
+  Status Restart() {
+    controller_.reset();
+    links_.clear();
+    clock_.Advance(3 * kSecond);
+    controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, rules_.get());
+    controller_->SetOffLockThreads(0);
+    return controller_->Resume();
+  }
+  // Node `i` reconnects (conn 10 + i) asking to keep its ranks of `generation`
+  // (-1: none), each at `step`.
+  FakeAgentLink* Reconnect(int i, std::int64_t generation, std::int64_t step = 14) {
+    auto link = std::make_shared<FakeAgentLink>();
+    links_.push_back(link);
+    controller_->OnConnect(10 + i, link);
+    v1::AgentMessage m;
+    v1::Register* r = m.mutable_register_();
+    r->set_protocol_version(kProtocolVersion);
+    r->set_node_id("node" + std::to_string(i));
+    r->set_address("10.0.0." + std::to_string(i));
+    r->set_free_port(41000 + i);
+    if (generation >= 0) {
+      r->set_resume_generation(generation);
+      r->set_resume_group_rank(i);
+      const int nproc = config_.nproc_per_node;
+      for (int local = 0; local < nproc; ++local) *r->add_resume_ranks() = Rank(i * nproc + local, step);
+    }
+    controller_->OnMessage(10 + i, m);
+    return link.get();
+  }
+
   std::vector<Event> EventsOf(const std::string& kind) {
     std::vector<Event> out;
     for (const auto& e : Stored().Events("job").value()) {

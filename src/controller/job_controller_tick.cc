@@ -1,6 +1,7 @@
-// JobController::Tick: what time alone decides — silent nodes
+// JobController::Tick: what time alone tells — silent nodes
 // (heartbeat_detector), hangs (hang_detector, located by hang_locator), stops
-// that never came, diagnosis deadlines, and a rendezvous that never completed.
+// that never came, diagnosis deadlines, the off-lock work that finished —
+// then the loop (job_controller_reconcile.cc) takes the next step.
 #include "controller/job_controller.h"
 
 #include <algorithm>
@@ -33,7 +34,6 @@ void JobController::Tick() {
       incident_->AddLine({-1, id, "trainguard: the scheduler backend did not say within " + Seconds(kExplainWait) +
                                       " why node " + id + " was lost"});
     }
-    MaybeAllStopped();
   }
   if (state_ != JobState::kRunning) next_hang_check_mono_ = 0;  // a new generation is checked in full
   if (state_ != JobState::kRunning && state_ != JobState::kStopping) next_silence_check_mono_ = 0;
@@ -48,9 +48,7 @@ void JobController::Tick() {
     case JobState::kRunning:
       CheckHeartbeats();
       // Judgements a burst of heartbeats left throttled (docs/sdc.md) are made here at the latest.
-      if (state_ == JobState::kRunning) CheckReplicas();
-      if (state_ == JobState::kRunning) CheckNumeric();
-      if (state_ == JobState::kRunning) CheckConfirmation();
+      CheckSdc(/*after_heartbeat=*/false);
       // Only once the earliest rank could be hung (reports move it:
       // UpdateRank): at 100,000 ranks, no pass over them every tick.
       if (state_ == JobState::kRunning && now >= next_hang_check_mono_) {
@@ -73,37 +71,11 @@ void JobController::Tick() {
       }
       break;
     case JobState::kDiagnosing:
-      if (diagnosis_) {
-        diagnosis_->CheckTimeouts(now);
-        SendDiagnosisOrders();
-        MaybeFinishDiagnosis();
-      }
-      break;
-    case JobState::kStarting:
-    case JobState::kRestarting:
-      if (MinNodes() < config_.nnodes) MaybeStartGeneration();  // the elastic wait may be over
-      if ((state_ == JobState::kStarting || state_ == JobState::kRestarting) &&
-          now - waiting_since_mono_ > config_.rendezvous_timeout) {
-        int present = 0;
-        for (const auto& n : nodes_) present += (n.conn != 0 && n.group_rank >= 0) ? 1 : 0;
-        std::string evicted;
-        for (const auto& n : nodes_) {
-          if (n.conn == 0 && n.group_rank < 0) evicted += (evicted.empty() ? "" : ", ") + n.node_id;
-        }
-        Finish(JobState::kFailed, "job " + config_.job_id + " FAILED: only " +
-                                      std::to_string(present) + " of " +
-                                      std::to_string(config_.nnodes) + " nodes" +
-                                      (MinNodes() < config_.nnodes
-                                           ? " (at least " + std::to_string(MinNodes()) + " needed)"
-                                           : std::string()) +
-                                      " joined within " +
-                                      Seconds(config_.rendezvous_timeout) +
-                                      (evicted.empty() ? "" : "; gone: " + evicted) +
-                                      (config_.spares > 0 ? "; no spare left" : ""));
-      }
+      if (diagnosis_) diagnosis_->CheckTimeouts(now);
       break;
     default: break;
   }
+  Reconcile();
 }
 
 void JobController::NoteWatchGap(Nanos now) {
