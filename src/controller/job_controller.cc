@@ -200,41 +200,6 @@ bool JobController::WaitFinished(std::chrono::milliseconds timeout) {
   });
 }
 
-// Both lookups remember where they found a node and check it is still
-// there before trusting it (nodes_ shifts on the rare erase): every agent
-// message looks its node up, and a scan of 12,500 nodes for each would cost
-// more than the message.
-JobController::Node* JobController::NodeByConn(std::uint64_t conn) {
-  if (conn == 0) return nullptr;
-  if (auto it = conn_pos_.find(conn); it != conn_pos_.end()) {
-    if (it->second < nodes_.size() && nodes_[it->second].conn == conn) return &nodes_[it->second];
-    conn_pos_.erase(it);
-  }
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].conn == conn) {
-      if (conn_pos_.size() > 2 * nodes_.size() + 64) conn_pos_.clear();  // closed connections' entries
-      conn_pos_[conn] = i;
-      return &nodes_[i];
-    }
-  }
-  return nullptr;
-}
-
-JobController::Node* JobController::NodeById(const std::string& id) {
-  if (auto it = id_pos_.find(id); it != id_pos_.end()) {
-    if (it->second < nodes_.size() && nodes_[it->second].node_id == id) return &nodes_[it->second];
-    id_pos_.erase(it);
-  }
-  for (std::size_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].node_id == id) {
-      if (id_pos_.size() > 2 * nodes_.size() + 64) id_pos_.clear();
-      id_pos_[id] = i;
-      return &nodes_[i];
-    }
-  }
-  return nullptr;
-}
-
 namespace {
 
 // Every message to the agent carries the controller's lead (its fencing
@@ -297,7 +262,7 @@ void JobController::Dispatch(std::uint64_t conn, const v1::AgentMessage& msg, v1
     }
     return;
   }
-  Node* node = NodeByConn(conn);
+  Node* node = nodes_.ByConn(conn);
   if (node == nullptr) return;  // not registered: ignore
   switch (msg.kind_case()) {
     case v1::AgentMessage::kHeartbeat:

@@ -82,6 +82,7 @@
 #include "controller/gpu_series.h"
 #include "controller/link_monitor.h"
 #include "controller/node_health_cache.h"
+#include "controller/node_registry.h"
 #include "controller/node_provider.h"
 #include "controller/recovery_policy.h"
 #include "controller/sdc_monitor.h"
@@ -166,26 +167,7 @@ class JobController {
   StoreWriter::Stats StoreStats() const { return writer_->stats(); }
 
  private:
-  // A node as the controller holds it: what detectors see, and its session.
-  struct Node : NodeView {
-    std::uint64_t conn = 0;  // 0: not connected
-    std::shared_ptr<AgentLink> link;
-    std::string address;
-    int free_port = 0;
-    std::int64_t stopped_generation = -1;
-    bool asked_for_slot = false;  // registered asking for its group rank
-    bool runs_diagnostics = false;  // its agent answers RunDiagnostics
-    int diag_port = 0;              // its diagnostics peer server (0: none)
-    int memory_port = 0;            // its server of node memory copies (0: none)
-    std::string rack;               // its top-of-rack switch ("" = none given)
-    int standbys_ready = 0;         // from its newest heartbeat
-    std::int64_t standby_rss_kb = 0;
-    std::int64_t memory_checkpoint_bytes = 0;
-    std::vector<v1::GpuHealth> gpus;  // from its latest heartbeat
-    NodeCpu cpu;                      // from its latest heartbeat
-    double tcp_retrans_pct = -1;      // from its latest heartbeat
-    std::vector<v1::MountIo> mounts;  // from its latest heartbeat
-  };
+  using Node = JobNode;  // node_registry.h
   // A node's place in its rack's all-reduce during that stage of a round.
   struct RackSeat {
     int rank = 0;
@@ -194,8 +176,6 @@ class JobController {
     bool nccl = false;   // every node of the rack has GPUs
   };
 
-  Node* NodeByConn(std::uint64_t conn);
-  Node* NodeById(const std::string& id);
   void HandleRegister(std::uint64_t conn, const v1::Register& reg);
   // While resuming: takes back a node of the running generation that
   // reconnected with its ranks (true: welcomed). A node of it that came back
@@ -319,8 +299,6 @@ class JobController {
   void EvictCordonedNodes();
   // Idle spares take the empty group ranks.
   void PromoteSpares();
-  int IdleSpares() const;
-  std::string NodeOfRank(int rank) const;
   void Finish(JobState final_state, const std::string& summary);
   void SetState(JobState s, const std::string& why);
   void RecordDowntime(const RestartPath& path);
@@ -376,10 +354,8 @@ class JobController {
   std::atomic<bool> tick_waiting_{false};  // Tick wants mu_: OnMessage lets it go first
   std::condition_variable finished_cv_;
   JobState state_ = JobState::kStarting;
-  std::vector<Node> nodes_;  // registered nodes
+  NodeRegistry nodes_;  // registered nodes
   std::unordered_map<std::uint64_t, std::shared_ptr<AgentLink>> pending_links_;  // connected, not registered yet
-  std::unordered_map<std::uint64_t, std::size_t> conn_pos_;  // NodeByConn's memory: conn -> index in nodes_
-  std::unordered_map<std::string, std::size_t> id_pos_;      // NodeById's
   std::size_t stop_scan_hint_ = 0;  // MaybeAllStopped: the first node found still running
   int exited_ok_ranks_ = 0;  // ranks of the generation that exited 0 (a recount confirms "all")
   std::int64_t generation_ = -1;     // generation running or being stopped

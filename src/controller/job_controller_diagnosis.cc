@@ -47,7 +47,7 @@ void JobController::StartDiagnosis(DiagnosisPurpose why) {
 void JobController::SendDiagnosisOrders() {
   if (!diagnosis_) return;
   for (const auto& id : diagnosis_->NextToAsk(clock_->MonotonicNanos())) {
-    Node* node = NodeById(id);
+    Node* node = nodes_.ById(id);
     if (node == nullptr || node->conn == 0) {
       diagnosis_->NodeGone(id, "its agent went away before the diagnostics");
       continue;
@@ -90,7 +90,7 @@ void JobController::SendDiagnosisOrders() {
 std::vector<std::string> JobController::NetworkPeersOf(const std::string& node_id) {
   std::vector<const Node*> ring;
   for (const auto& id : diagnosis_->nodes()) {
-    const Node* n = NodeById(id);
+    const Node* n = nodes_.ById(id);
     if (n != nullptr && n->conn != 0 && n->diag_port > 0) ring.push_back(n);
   }
   auto self = std::find_if(ring.begin(), ring.end(), [&](const Node* n) { return n->node_id == node_id; });
@@ -115,7 +115,7 @@ bool JobController::HasGpus(const std::string& node_id) const {
 bool JobController::StartNextCollectiveStage() {
   std::vector<std::string> nodes;
   for (const auto& id : diagnosis_->nodes()) {
-    const Node* n = NodeById(id);
+    const Node* n = nodes_.ById(id);
     if (n != nullptr && n->conn != 0 && diagnosis_->FiguresOf(id) != nullptr) nodes.push_back(id);
   }
   if (diagnosis_->stage() == DiagStage::kSuite) {
@@ -134,7 +134,7 @@ bool JobController::StartNextCollectiveStage() {
   // on its free port (no rank runs now; it reports a new one after).
   std::vector<std::pair<std::string, std::vector<std::string>>> racks;
   for (const auto& id : nodes) {
-    const std::string& rack = NodeById(id)->rack;
+    const std::string& rack = nodes_.ById(id)->rack;
     if (rack.empty()) continue;  // no rack given: no rack to all-reduce with
     auto it = std::find_if(racks.begin(), racks.end(), [&](const auto& r) { return r.first == rack; });
     if (it == racks.end()) it = racks.insert(racks.end(), {rack, {}});
@@ -144,7 +144,7 @@ bool JobController::StartNextCollectiveStage() {
   std::vector<std::vector<std::string>> groups;
   for (const auto& [rack, members] : racks) {
     if (members.size() < 2) continue;
-    const Node* first = NodeById(members[0]);
+    const Node* first = nodes_.ById(members[0]);
     const std::string master = first->address + ":" + std::to_string(first->free_port);
     const bool nccl = std::all_of(members.begin(), members.end(), [&](const std::string& m) { return HasGpus(m); });
     for (std::size_t i = 0; i < members.size(); ++i) {
@@ -208,7 +208,7 @@ void JobController::MaybeFinishDiagnosis() {
   std::vector<std::string> failing;
   for (const NodeVerdict& v : round.Judge(JudgePolicy{})) {
     nodes.push_back({{"node", v.node}, {"healthy", v.healthy}, {"failures", v.failures}});
-    const Node* node = NodeById(v.node);
+    const Node* node = nodes_.ById(v.node);
     if (v.healthy || node == nullptr || node->conn == 0) continue;  // gone: NodeLost has said so
     failing.push_back(v.node);
     json figures = json::array();

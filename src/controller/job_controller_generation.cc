@@ -123,7 +123,7 @@ void JobController::AssignMemoryPeers(const std::vector<Node*>& slots, v1::Start
   const Node* next = slots[(node.group_rank + 1) % slots.size()];
   if (next->memory_port > 0) start->set_memory_peer(next->address + ":" + std::to_string(next->memory_port));
   if (memory_holders_.size() != slots.size()) return;  // a resize renumbered the ranks
-  const Node* holder = NodeById(memory_holders_[node.group_rank]);
+  const Node* holder = nodes_.ById(memory_holders_[node.group_rank]);
   if (holder == nullptr || holder->conn == 0 || holder->memory_port <= 0 || holder == &node) return;
   start->set_memory_restore_from(holder->address + ":" + std::to_string(holder->memory_port));
   start->set_memory_restore_node(holder->node_id);

@@ -181,13 +181,6 @@ void JobController::CarryOut(const Verdict& verdict) {
   Restart(verdict);
 }
 
-std::string JobController::NodeOfRank(int rank) const {
-  for (const auto& n : nodes_) {
-    if (n.ranks.count(rank)) return n.node_id;
-  }
-  return "";
-}
-
 Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
   const Incident& inc = *incident_;
   Verdict v = policy_.Decide(b, inc, fleet);

@@ -17,12 +17,6 @@ namespace trainguard {
 
 using nlohmann::json;
 
-int JobController::IdleSpares() const {
-  int idle = 0;
-  for (const auto& n : nodes_) idle += (n.conn != 0 && !n.node_id.empty() && n.group_rank < 0) ? 1 : 0;
-  return idle;
-}
-
 void JobController::PromoteSpares() {
   // One pass, no allocation per node: every registration calls this (via
   // MaybeStartGeneration), and 12,500 nodes register at a job's start.
@@ -48,7 +42,7 @@ void JobController::PromoteSpares() {
     taken[g] = 1;
     Emit(EventKind::kSparePromoted, spare->node_id, -1, -1,
          "spare node " + spare->node_id + " takes group rank " + std::to_string(g),
-         json{{"group_rank", g}, {"idle_spares_left", IdleSpares()}}.dump(-1, ' ', false, kReplaceBadUtf8));
+         json{{"group_rank", g}, {"idle_spares_left", nodes_.IdleSpares()}}.dump(-1, ' ', false, kReplaceBadUtf8));
   }
 }
 
@@ -76,7 +70,7 @@ bool JobController::MayStartWithout(const std::vector<int>& empty) {
   if (empty.size() > kNamed) ranks += ", ... (" + std::to_string(empty.size()) + " in all)";
   std::string why = "waiting for group rank(s) " + ranks + " (" + std::to_string(present) + " of " +
                     std::to_string(config_.nnodes) + " nodes present" +
-                    (config_.spares > 0 && IdleSpares() == 0 ? ", no spare left" : "") + "): ";
+                    (config_.spares > 0 && nodes_.IdleSpares() == 0 ? ", no spare left" : "") + "): ";
   if (present < MinNodes() || present == 0) {
     why += "the job needs " + std::to_string(MinNodes()) + " and fails if they have not joined within " +
            Seconds(config_.rendezvous_timeout);
@@ -89,7 +83,7 @@ bool JobController::MayStartWithout(const std::vector<int>& empty) {
     waiting_said_ = why;
     Emit(EventKind::kWaitingForNodes, "", -1, -1, why,
          json{{"empty_group_ranks", empty}, {"present", present}, {"min_nnodes", MinNodes()},
-              {"max_nnodes", config_.nnodes}, {"idle_spares", IdleSpares()}}
+              {"max_nnodes", config_.nnodes}, {"idle_spares", nodes_.IdleSpares()}}
              .dump(-1, ' ', false, kReplaceBadUtf8));
   }
   return false;
@@ -119,7 +113,7 @@ void JobController::RenumberGroupRanks(std::vector<Node*>* slots) {
 }
 
 void JobController::Evict(const std::string& node_id, const std::string& why, const std::string& evidence) {
-  Node* node = NodeById(node_id);
+  Node* node = nodes_.ById(node_id);
   if (node == nullptr) return;
   const std::string by = "controller of job " + config_.job_id;
   json e = json::parse(evidence, nullptr, false);
@@ -162,7 +156,7 @@ void JobController::EvictCordonedNodes() {
     if (health.ok() && health->status == "cordoned") cordoned.push_back(n.node_id);
   }
   for (const auto& id : cordoned) {
-    Node* node = NodeById(id);
+    Node* node = nodes_.ById(id);
     Emit(EventKind::kNodeEvicted, id, -1, -1, "node " + id + " leaves the job: it was cordoned during the job",
          json{{"reason", "cordoned during the job"}, {"group_rank", node->group_rank}}.dump(-1, ' ', false, kReplaceBadUtf8));
     RemoveFromJob(node, "cordoned");

@@ -70,7 +70,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
            "); `trainguard uncordon " + reg.node_id() + "` returns it");
     return;
   }
-  Node* node = NodeById(reg.node_id());
+  Node* node = nodes_.ById(reg.node_id());
   if (node != nullptr && node->conn != 0 && !node->address.empty() && node->address != reg.address()) {
     // Not a restarted agent: another host that goes by the same name.
     refuse("node id " + reg.node_id() + " is in use by the agent at " + node->address +
@@ -87,11 +87,10 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     if (node->group_rank >= 0 && state_ == JobState::kRunning) {
       NodeLost(node, "re-registered with a new session", clock_->WallNanos());
     }
-    node = NodeById(reg.node_id());
+    node = nodes_.ById(reg.node_id());
   }
   if (node == nullptr) {
-    nodes_.push_back(Node{});
-    node = &nodes_.back();
+    node = &nodes_.Add(Node{});
     node->node_id = reg.node_id();
   }
   // A node takes the slot it asks for if free, else its old slot if free,
@@ -133,7 +132,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     for (auto& n : nodes_) {
       if (&n != node && n.group_rank == wanted && !n.asked_for_slot) bumped = &n;
     }
-    bool elsewhere = static_cast<int>(taken.size()) < config_.nnodes || IdleSpares() < config_.spares;
+    bool elsewhere = static_cast<int>(taken.size()) < config_.nnodes || nodes_.IdleSpares() < config_.spares;
     if (bumped != nullptr && elsewhere) {
       taken.erase(wanted);
     } else {
@@ -166,10 +165,9 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
          json{{"group_rank", bumped->group_rank}, {"spare", bumped->group_rank < 0}}.dump(-1, ' ', false, kReplaceBadUtf8));
   }
   const bool spare = node->group_rank < 0;
-  if (spare && IdleSpares() >= config_.spares) {
+  if (spare && nodes_.IdleSpares() >= config_.spares) {
     std::string id = node->node_id;
-    nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(),
-                              [&](const Node& n) { return n.node_id == id; }));
+    nodes_.Remove(id);
     refuse("job already has all " + std::to_string(config_.nnodes) + " nodes" +
            (config_.spares > 0 ? " and " + std::to_string(config_.spares) + " spare(s)" : ""));
     return;

@@ -271,7 +271,7 @@ void JobController::HandleLogAlert(Node* node, const v1::LogAlert& alert) {
 void JobController::OnDisconnect(std::uint64_t conn) {
   std::lock_guard<std::mutex> lock(mu_);
   if (pending_links_.erase(conn) > 0) return;  // never registered
-  Node* node = NodeByConn(conn);
+  Node* node = nodes_.ByConn(conn);
   if (node == nullptr) return;
   node->conn = 0;
   node->link.reset();
@@ -280,7 +280,7 @@ void JobController::OnDisconnect(std::uint64_t conn) {
   if (node->group_rank < 0) {  // an idle spare (or an evicted node) went away: no rank of the job is hit
     std::string id = node->node_id;
     Emit(EventKind::kSpareLost, id, -1, -1, "idle node " + id + " went away (connection to its agent closed)");
-    nodes_.erase(std::find_if(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.node_id == id; }));
+    nodes_.Remove(id);
   } else {
     NodeLost(node, "connection to its agent closed", clock_->WallNanos());
   }

@@ -179,7 +179,7 @@ Status JobController::Resume() {
       n.node_id = node_id;
       n.group_rank = slot;
       n.stopped_generation = -1;
-      nodes_.push_back(n);
+      nodes_.Add(n);
     }
     plan = "waiting up to " + std::to_string(config_.reconnect_window / kSecond) + " s for the agents of generation " +
            std::to_string(generation_) + " to reconnect with their ranks";
@@ -280,7 +280,7 @@ void JobController::CheckResumeDeadline() {
     if (n.group_rank >= 0 && n.conn == 0) missing.push_back(n.node_id);
   }
   for (const auto& id : missing) {
-    if (Node* n = NodeById(id); n != nullptr && n->group_rank >= 0 && n->conn == 0) {
+    if (Node* n = nodes_.ById(id); n != nullptr && n->group_rank >= 0 && n->conn == 0) {
       NodeLost(n, "its agent did not reconnect within " + std::to_string(config_.reconnect_window / kSecond) +
                       " s of the controller's restart",
                clock_->WallNanos());

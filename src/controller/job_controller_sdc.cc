@@ -23,9 +23,7 @@ class JobController::SdcFacts final : public SdcJob {
     }
     return "";
   }
-  bool HasNode(const std::string& node) const override {  // rare: a replay's verdict
-    return std::any_of(job_.nodes_.begin(), job_.nodes_.end(), [&](const Node& n) { return n.node_id == node; });
-  }
+  bool HasNode(const std::string& node) const override { return job_.nodes_.ById(node) != nullptr; }
   std::int64_t MaxStep() const override { return job_.MaxStep(); }
   int SdcHistory(const std::string& node) const override { return job_.health_.SdcConfirmed(node); }
 

@@ -119,7 +119,7 @@ void JobController::CheckHeartbeats() {
   RefreshLiveness();
   for (const Finding& f : DetectSilentNodes(View(), config_)) {
     if (state_ != JobState::kRunning && state_ != JobState::kStopping) return;
-    Node* node = NodeById(f.node);
+    Node* node = nodes_.ById(f.node);
     if (node != nullptr && node->conn != 0 && node->group_rank >= 0) {
       NodeLost(node, f.description, f.fault_wall);
     }

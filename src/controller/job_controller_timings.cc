@@ -216,7 +216,7 @@ void JobController::ActOnStraggler(const StragglerFinding& original) {
             {"action", StragglerActionName(config_.straggler_action)}};
   Emit(StragglerEventKind(f.kind), f.node, f.rank, f.last_step, f.message, d.dump(-1, ' ', false, kReplaceBadUtf8));
   if (f.kind != StragglerKind::kStraggler || !f.evict || config_.straggler_action != StragglerAction::kEvict) return;
-  Node* node = NodeById(f.node);
+  Node* node = nodes_.ById(f.node);
   if (node == nullptr || node->group_rank < 0 || state_ != JobState::kRunning) return;
   Fail(StragglerFailure(f, cause, clock_->WallNanos(), d.dump(-1, ' ', false, kReplaceBadUtf8)));
 }

@@ -13,6 +13,7 @@
 #include <memory>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,11 @@ struct Event {
   std::int64_t step = -1;
   std::string message;       // one human-readable line
   std::string detail_json;   // structured evidence, a JSON object ("{}" if none)
+  // The writer's own name for the event, unique in the store ("" for none;
+  // not read back): an append of an event whose uid the store holds already
+  // stores nothing and succeeds. So a write retried after a commit whose
+  // answer was lost (a connection dropped at COMMIT) is stored once.
+  std::string uid;
 };
 
 // One attributed incident, kept across jobs for the history checks.
@@ -141,6 +147,7 @@ class EventStore {
   virtual Status CreateJob(const JobRecord& job) = 0;
   virtual Status UpdateJob(const std::string& job_id, const std::string& state,
                            const std::string& summary) = 0;
+  // An event whose uid the store holds already is not stored again (Event::uid).
   virtual Status Append(const Event& event) = 0;
   // Appends every event, in order, or none of them (one transaction): the
   // store writer's batches (a restart at 12,500 nodes records 12,500
@@ -275,6 +282,7 @@ class InMemoryEventStore final : public EventStore {
   std::int64_t fenced_by_ = 0;
   std::vector<JobRecord> jobs_;
   std::vector<Event> events_;
+  std::set<std::string> event_uids_;  // of the events stored with one
   std::vector<IncidentRecord> incidents_;
   std::vector<NodeHealth> health_;
   std::vector<NodeAction> actions_;

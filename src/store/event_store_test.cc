@@ -11,6 +11,8 @@
 #include <set>
 #include <thread>
 
+#include <sqlite3.h>
+
 #include "store/postgres_test_server.h"
 #include "testing/scratch_dir.h"
 #include "testing/wait_until.h"
@@ -290,6 +292,38 @@ TEST_P(EventStoreTest, KeepsGpuSeriesReplacesRepeatsAndThinsOldIntervals) {
   EXPECT_EQ(times, (std::set<Nanos>{0, 30 * kSecond, 40 * kSecond, 50 * kSecond}));
   EXPECT_EQ(all->size(), 8u);
   EXPECT_EQ(store_->GpuSamples("j2", 0, 0)->size(), 1u);
+}
+
+// A write retried after the answer to its commit was lost (a connection
+// dropped at COMMIT) comes again with the same uid: the store keeps it once,
+// alone or in a batch, on any connection. Events without a uid are each new.
+TEST_P(EventStoreTest, AnEventStoredUnderItsUidIsNotStoredAgain) {
+  ASSERT_TRUE(store_->CreateJob({"j", 1, "c", "{}", "RUNNING", ""}).ok());
+  Event a;
+  a.job_id = "j";
+  a.kind = "a";
+  a.uid = "writer1-1";
+  a.detail_json = "{}";
+  Event b = a;
+  b.kind = "b";
+  b.uid = "writer1-2";
+  Event plain = a;
+  plain.kind = "plain";
+  plain.uid.clear();
+  ASSERT_TRUE(store_->Append(a).ok());
+  ASSERT_TRUE(store_->Append(a).ok());
+  ASSERT_TRUE(store_->AppendEvents({a, b}).ok());
+  ASSERT_TRUE(store_->AppendEvents({a, b}).ok());
+  ASSERT_TRUE(store_->Append(plain).ok());
+  ASSERT_TRUE(store_->Append(plain).ok());
+  EventStore* other = Another();
+  ASSERT_NE(other, nullptr);
+  ASSERT_TRUE(other->AppendEvents({b}).ok());
+  auto events = store_->Events("j");
+  ASSERT_TRUE(events.ok());
+  std::vector<std::string> kinds;
+  for (const Event& e : *events) kinds.push_back(e.kind);
+  EXPECT_EQ(kinds, (std::vector<std::string>{"a", "b", "plain", "plain"}));
 }
 
 // The stores behind a file or a server (the memory store keeps bytes as given).
@@ -630,6 +664,43 @@ TEST(SqliteEventStoreTest, EventsSurviveReopen) {
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 1u);
   EXPECT_EQ((*events)[0].kind, "rank_exited");
+}
+
+// A store file of an earlier version (events without a uid column) is
+// opened, given the column, and keeps its events.
+TEST(SqliteEventStoreTest, AStoreOfAnEarlierVersionGetsEventUids) {
+  testutil::ScratchDir dir("event_store_old");
+  const std::string path = dir / "store.db";
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    const char* old_schema =
+        "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, wall_ns INTEGER NOT NULL, "
+        "kind TEXT NOT NULL, node TEXT NOT NULL, rank INTEGER NOT NULL, generation INTEGER NOT NULL, "
+        "step INTEGER NOT NULL, message TEXT NOT NULL, detail_json TEXT NOT NULL);"
+        "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json) "
+        "VALUES('j', 1, 'old', '', -1, 0, 3, 'before', '{}');";
+    EXPECT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto s = OpenSqliteEventStore(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  Event e;
+  e.job_id = "j";
+  e.kind = "new";
+  e.uid = "w-1";
+  ASSERT_TRUE((*s)->Append(e).ok());
+  ASSERT_TRUE((*s)->Append(e).ok());
+  auto events = (*s)->Events("j");
+  ASSERT_TRUE(events.ok());
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[0].kind, "old");
+  EXPECT_EQ((*events)[1].kind, "new");
+  // Opened again: the column is there, nothing is added twice.
+  s->reset();
+  auto again = OpenSqliteEventStore(path);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->Events("j")->size(), 2u);
 }
 
 TEST(SqliteEventStoreTest, UnwritablePathIsAClearError) {

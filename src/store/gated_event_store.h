@@ -2,8 +2,10 @@
 // one. While down(), every write fails with kUnavailable (a stopped
 // PostgreSQL); while held(), every write waits until released (a SQLite file
 // another process holds locked, a stalled server); events of a refused kind
-// are refused as wrong (kInvalidArgument). Reads pass through. For tests of
-// what writes to a store (StoreWriter, the controller).
+// are refused as wrong (kInvalidArgument); after LoseAnswers(n), the next n
+// writes are stored and then answered kUnavailable (a connection dropped at
+// COMMIT: the write is in, its writer does not know). Reads pass through.
+// For tests of what writes to a store (StoreWriter, the controller).
 #pragma once
 
 #include <atomic>
@@ -21,6 +23,7 @@ class GatedEventStore final : public EventStore {
   explicit GatedEventStore(EventStore* inner) : inner_(inner) {}
 
   void SetDown(bool down) { down_ = down; }
+  void LoseAnswers(int n) { lose_answers_ = n; }
   // Appends of events of this kind fail with kInvalidArgument (set before use).
   void RefuseEventsOfKind(std::string kind) { refused_kind_ = std::move(kind); }
   void Hold() {
@@ -128,11 +131,16 @@ class GatedEventStore final : public EventStore {
       std::lock_guard<std::mutex> lock(mu_);
       written_.push_back(name);
     }
+    if (st.ok() && lose_answers_ > 0) {
+      --lose_answers_;
+      return Unavailable("the connection dropped after the commit (GatedEventStore)");
+    }
     return st;
   }
 
   EventStore* const inner_;
   std::atomic<bool> down_{false};
+  std::atomic<int> lose_answers_{0};
   std::atomic<int> attempts_{0};
   std::atomic<int> waiting_{0};
   mutable std::mutex mu_;

@@ -33,19 +33,15 @@ Status InMemoryEventStore::UpdateJob(const std::string& job_id, const std::strin
   return NotFound("job " + job_id);
 }
 
-Status InMemoryEventStore::Append(const Event& event) {
-  std::lock_guard<std::mutex> lock(mu_);
-  TG_RETURN_IF_ERROR(Fence("Append"));
-  events_.push_back(event);
-  events_.back().id = static_cast<std::int64_t>(events_.size());
-  return Status::Ok();
-}
+Status InMemoryEventStore::Append(const Event& event) { return AppendEvents({event}); }
 
 Status InMemoryEventStore::AppendEvents(const std::vector<Event>& events) {
   std::lock_guard<std::mutex> lock(mu_);
   TG_RETURN_IF_ERROR(Fence("AppendEvents"));
   for (const Event& event : events) {
+    if (!event.uid.empty() && !event_uids_.insert(event.uid).second) continue;  // stored already
     events_.push_back(event);
+    events_.back().uid.clear();  // not read back
     events_.back().id = static_cast<std::int64_t>(events_.size());
   }
   return Status::Ok();

@@ -55,6 +55,8 @@ CREATE TABLE IF NOT EXISTS events (
   detail_json TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
+ALTER TABLE events ADD COLUMN IF NOT EXISTS uid TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS events_by_uid ON events(uid);
 CREATE TABLE IF NOT EXISTS incidents (
   id BIGSERIAL PRIMARY KEY,
   job_id TEXT NOT NULL,
@@ -143,6 +145,18 @@ Param Text(const std::string& s) {
 Param Int(std::int64_t v) { return std::to_string(v); }
 Param Json(const std::string& s, const char* empty) { return Text(s.empty() ? std::string(empty) : s); }
 
+// An event already stored under its uid is not stored again (Event::uid);
+// without one (NULL) it never conflicts.
+constexpr const char* kInsertEvent =
+    "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json, uid) "
+    "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) ON CONFLICT (uid) DO NOTHING";
+
+std::vector<Param> EventParams(const Event& e) {
+  return {Text(e.job_id), Int(e.wall_ns), Text(e.kind),    Text(e.node),
+          Int(e.rank),    Int(e.generation), Int(e.step), Text(e.message),
+          Json(e.detail_json, "{}"), e.uid.empty() ? Param() : Text(e.uid)};
+}
+
 // An owned PGresult.
 class Result {
  public:
@@ -223,12 +237,7 @@ class PostgresEventStore final : public EventStore {
   Status Append(const Event& e) override {
     std::lock_guard<std::mutex> lock(mu_);
     return Fenced("Append", [&]() -> Status {
-      return Run("insert event " + e.kind,
-                 "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json) "
-                 "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
-                 {Text(e.job_id), Int(e.wall_ns), Text(e.kind), Text(e.node), Int(e.rank), Int(e.generation),
-                  Int(e.step), Text(e.message), Json(e.detail_json, "{}")})
-          .status();
+      return Run("insert event " + e.kind, kInsertEvent, EventParams(e)).status();
     });
   }
 
@@ -238,12 +247,7 @@ class PostgresEventStore final : public EventStore {
       return InTransaction("insert events", [&]() -> Status {
         for (const Event& e : events) {
           // Once, not Run: inside the transaction a statement is not retried alone.
-          TG_RETURN_IF_ERROR(Once("insert event " + e.kind,
-                                  "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, "
-                                  "detail_json) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9)",
-                                  {Text(e.job_id), Int(e.wall_ns), Text(e.kind), Text(e.node), Int(e.rank),
-                                   Int(e.generation), Int(e.step), Text(e.message), Json(e.detail_json, "{}")})
-                                  .status());
+          TG_RETURN_IF_ERROR(Once("insert event " + e.kind, kInsertEvent, EventParams(e)).status());
         }
         return Status::Ok();
       });

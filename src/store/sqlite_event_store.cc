@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS events (
   generation INTEGER NOT NULL,
   step INTEGER NOT NULL,
   message TEXT NOT NULL,
-  detail_json TEXT NOT NULL
+  detail_json TEXT NOT NULL,
+  uid TEXT
 );
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
 CREATE TABLE IF NOT EXISTS incidents (
@@ -138,8 +139,8 @@ class Stmt {
 };
 
 constexpr const char* kInsertEvent =
-    "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json) "
-    "VALUES(?,?,?,?,?,?,?,?,?)";
+    "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json, uid) "
+    "VALUES(?,?,?,?,?,?,?,?,?,?) ON CONFLICT(uid) DO NOTHING";
 
 void BindEvent(Stmt* s, const Event& e) {
   s->Bind(1, e.job_id);
@@ -151,6 +152,11 @@ void BindEvent(Stmt* s, const Event& e) {
   s->Bind(7, e.step);
   s->Bind(8, e.message);
   s->Bind(9, e.detail_json.empty() ? std::string("{}") : e.detail_json);
+  if (e.uid.empty()) {
+    sqlite3_bind_null(s->get(), 10);  // NULLs never conflict
+  } else {
+    s->Bind(10, e.uid);
+  }
 }
 
 }  // namespace
@@ -165,13 +171,22 @@ class SqliteEventStore final : public EventStore {
   // taken up front (BEGIN IMMEDIATE waits through the busy handler), and a
   // "locked" that SQLite answers without waiting (switching to WAL, a lock
   // it cannot upgrade) is tried again, for at most 10 s.
+  // A store of an earlier version gets what this one adds (events.uid), in
+  // the same transaction.
   Status Init() {
-    const std::string schema = std::string("BEGIN IMMEDIATE;") + kSchema + "COMMIT;";
+    const std::string schema = std::string("BEGIN IMMEDIATE;") + kSchema;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     for (;;) {
       int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
       if (rc == SQLITE_OK) rc = sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
       if (rc == SQLITE_OK) rc = sqlite3_exec(db_, schema.c_str(), nullptr, nullptr, nullptr);
+      if (rc == SQLITE_OK && !Stmt(db_, "SELECT uid FROM events LIMIT 0").ok()) {
+        rc = sqlite3_exec(db_, "ALTER TABLE events ADD COLUMN uid TEXT", nullptr, nullptr, nullptr);
+      }
+      if (rc == SQLITE_OK) {
+        rc = sqlite3_exec(db_, "CREATE UNIQUE INDEX IF NOT EXISTS events_by_uid ON events(uid); COMMIT;", nullptr,
+                          nullptr, nullptr);
+      }
       if (rc == SQLITE_OK) return Status::Ok();
       Status failed = Error("create the schema");
       if (!sqlite3_get_autocommit(db_)) (void)Exec("ROLLBACK");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <random>
 
 #include "common/signal_free_thread.h"
 
@@ -18,7 +19,21 @@ const char* StoreWriterLaneName(StoreWriter::Lane lane) {
 
 StoreWriter::StoreWriter(EventStore* store) : StoreWriter(store, Options()) {}
 
-StoreWriter::StoreWriter(EventStore* store, Options options) : store_(store), options_(options) {
+namespace {
+
+// 64 random bits in hex: no two writers (controllers, restarts, standbys) share one.
+std::string RandomName() {
+  std::random_device random;
+  const std::uint64_t bits = (static_cast<std::uint64_t>(random()) << 32) ^ random();
+  char name[24];
+  std::snprintf(name, sizeof(name), "%016llx-", static_cast<unsigned long long>(bits));
+  return name;
+}
+
+}  // namespace
+
+StoreWriter::StoreWriter(EventStore* store, Options options)
+    : store_(store), options_(options), uid_prefix_(RandomName()) {
   thread_ = SignalFreeThread([this] { Run(); });
 }
 
@@ -84,6 +99,7 @@ StoreWriter::Ticket StoreWriter::Enqueue(Lane lane, Op op) {
 }
 
 StoreWriter::Ticket StoreWriter::Append(Event event) {
+  if (event.uid.empty()) event.uid = uid_prefix_ + std::to_string(uids_.fetch_add(1) + 1);
   Op op;
   op.what = "event " + event.kind;
   op.write = [e = event](EventStore* s) { return s->Append(e); };

@@ -6,7 +6,8 @@
 // thread carries them out. While the store fails (a PostgreSQL restart or
 // fail-over, a SQLite file another process holds locked), a write is retried
 // with backoff (kRetryMin doubling to kRetryMax) until it succeeds: nothing
-// is dropped and nothing is reordered. Only a write the store refuses as
+// is dropped and nothing is reordered; an event whose commit went through
+// but whose answer was lost is not stored twice (Event::uid). Only a write the store refuses as
 // wrong (kInvalidArgument, kFailedPrecondition: it would never succeed) is
 // given up, counted and printed on stderr.
 //
@@ -42,6 +43,7 @@
 // writes it could not store.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -97,6 +99,8 @@ class StoreWriter {
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;
 
+  // An event without a uid gets one of this writer's (Event::uid): retried
+  // after a commit whose answer was lost, it is stored once.
   Ticket Append(Event event);
   Ticket UpdateJob(std::string job_id, std::string state, std::string summary);
   Ticket RecordIncident(IncidentRecord incident);
@@ -140,6 +144,10 @@ class StoreWriter {
 
   EventStore* const store_;
   const Options options_;
+  // Every event's uid (Event::uid) is this writer's random name and a
+  // count: a retry of a write the store took stores nothing twice.
+  const std::string uid_prefix_;
+  std::atomic<std::uint64_t> uids_{0};
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;   // the thread: something to do, or stop

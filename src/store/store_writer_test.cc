@@ -23,6 +23,13 @@ Event Ev(const std::string& kind, int i) {
   return e;
 }
 
+// The job's events in `store` are steps 0..n-1, each once, in order.
+void ExpectSteps(EventStore& store, int n) {
+  auto events = store.Events("job").value();
+  ASSERT_EQ(events.size(), static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) EXPECT_EQ(events[i].step, i);
+}
+
 StoreWriter::Options Fast() {
   StoreWriter::Options o;
   o.retry_min = milliseconds(1);
@@ -36,9 +43,7 @@ TEST(StoreWriterTest, WritesEverythingInOrder) {
   StoreWriter w(&store, Fast());
   for (int i = 0; i < 500; ++i) w.Append(Ev("e", i));
   ASSERT_TRUE(w.Flush(milliseconds(10000)));
-  auto events = store.Events("job").value();
-  ASSERT_EQ(events.size(), 500u);
-  for (int i = 0; i < 500; ++i) EXPECT_EQ(events[i].step, i);
+  ExpectSteps(store, 500);
   EXPECT_EQ(w.stats().written, 500);
   EXPECT_EQ(w.stats().queued, 0);
 }
@@ -69,6 +74,26 @@ TEST(StoreWriterTest, AnOutageLosesNothingAndDuplicatesNothing) {
   EXPECT_EQ(inner.GetNodeHealth("n1")->status, "cordoned");
   EXPECT_FALSE(w.PendingHealth("n1").has_value());
   EXPECT_FALSE(w.stats().failing);
+}
+
+// The store took a write but its answer was lost (a connection dropped at
+// COMMIT): the writer tries it again, and the store keeps it once, whether
+// it went alone or in a batch.
+TEST(StoreWriterTest, AWriteRetriedAfterItsAnswerWasLostIsStoredOnce) {
+  InMemoryEventStore inner;
+  GatedEventStore store(&inner);
+  StoreWriter w(&store, Fast());
+  store.LoseAnswers(1);
+  w.Append(Ev("e", 0));
+  ASSERT_TRUE(w.Flush(milliseconds(10000)));
+  store.Hold();  // the next ones queue up and go as one batch
+  for (int i = 1; i < 20; ++i) w.Append(Ev("e", i));
+  store.LoseAnswers(1);
+  store.Release();
+  ASSERT_TRUE(w.Flush(milliseconds(10000)));
+  ExpectSteps(inner, 20);
+  EXPECT_GE(w.stats().retries, 2);
+  EXPECT_EQ(w.stats().written, 20);
 }
 
 // When the store comes back, cordons and incidents go before the events
