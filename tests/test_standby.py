@@ -3,9 +3,9 @@ dies. Two `trainguard controller` processes for one job share a real
 PostgreSQL store; one leads (holds the job's lead in the store), the other
 waits. Two agents are given both addresses. The leader is killed (kill -9),
 or paused (SIGSTOP) for 30 s and continued: the standby leads, the agents follow
-it with their ranks (same PIDs), the job goes on and ends, every event is
-stored once, and a paused leader that wakes up steps down having written
-nothing. Real processes, a DDP script that does not import trainguard."""
+it with their ranks (same PIDs), the job goes on and ends with the parameters
+of an uninterrupted run, every event is stored once, and a paused leader that
+wakes up steps down having written nothing. Real processes, a DDP script that does not import trainguard."""
 
 import os
 import shutil
@@ -15,9 +15,26 @@ import time
 
 import pytest
 
-from conftest import PYTHON, ROOT, TRAINGUARD, PostgresServer, events, free_port, status_page_step, wait_for
+from conftest import PYTHON, ROOT, TRAINGUARD, Job, PostgresServer, events, free_port, status_page_step, wait_for
 
 PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
+
+REFERENCE = {}  # steps -> the checksum of an uninterrupted run's final parameters
+
+
+def uninterrupted(tmp_path, steps):
+    """The checksum of the final parameters of the same training without a
+    fault: `trainguard run` of the same script on 2 nodes x 2 ranks, once per
+    number of steps (without the step delay: it only sleeps)."""
+    if steps not in REFERENCE:
+        ref = tmp_path / ("reference-%d" % steps)
+        ref.mkdir()
+        job = Job(ref, "reference-%d" % steps, [PYTHON, PLAIN_DDP, "--steps", str(steps), "--ckpt-every", "10",
+                                                "--ckpt", str(ref / "ck.pt"), "--out", str(ref / "out")])
+        assert job.wait() == 0, job.output()[-2000:]
+        REFERENCE[steps] = (ref / "out").read_text().strip()
+        assert len(REFERENCE[steps]) == 64, REFERENCE[steps]  # a SHA-256 in hex
+    return REFERENCE[steps]
 
 
 class Pair:
@@ -28,7 +45,9 @@ class Pair:
         address); by default both on this host's loopback. `controller_store`:
         the store's URL as the controllers reach it."""
         self.tmp = str(tmp_path)
+        self.tmp_path = tmp_path
         self.job_id = job_id
+        self.steps = steps
         self.store = pg.new_database()
         self.controller_store = self.store if controller_store is None else controller_store(self.store)
         self.hosts = hosts or [(None, "127.0.0.1"), (None, "127.0.0.1")]
@@ -105,10 +124,14 @@ class Pair:
         return pids
 
     def finish(self, leader):
-        """The new leader and the agents end well."""
+        """The new leader and the agents end well, with the parameters an
+        uninterrupted run ends with."""
         assert leader.wait(timeout=240) == 0, self.logs()
         for a in self.agents:
             assert a.wait(timeout=60) == 0, self.logs()
+        with open(os.path.join(self.tmp, "out")) as f:
+            trained = f.read().strip()
+        assert trained == uninterrupted(self.tmp_path, self.steps), "the parameters differ from an uninterrupted run's"
 
     def kill_all(self):
         for p in self.controllers + self.agents:

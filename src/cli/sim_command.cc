@@ -23,7 +23,7 @@ namespace {
 
 // A shipped model by name (next to the binary, or installed), or a file.
 StatusOr<FailureModel> ResolveModel(const std::string& name) {
-  if (name.find('/') != std::string::npos || name.size() > 5 && name.substr(name.size() - 5) == ".json" ||
+  if (name.find('/') != std::string::npos || (name.size() > 5 && name.substr(name.size() - 5) == ".json") ||
       fs::exists(name)) {
     return FailureModel::Load(name);
   }

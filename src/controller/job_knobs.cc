@@ -69,19 +69,6 @@ Knob Ratio(std::string name, std::string flags, std::string help, double JobConf
   return k;
 }
 
-Knob Choice(std::string name, std::string flags, std::string help, std::string JobConfig::*member,
-            std::vector<std::string> choices) {
-  Knob k;
-  k.name = std::move(name);
-  k.flags = std::move(flags);
-  k.kind = KnobKind::kChoice;
-  k.help = std::move(help);
-  k.choices = std::move(choices);
-  k.get = [member](const JobConfig& c) { return c.*member; };
-  k.put = [member](JobConfig* c, const std::string& v) { c->*member = v; };
-  return k;
-}
-
 // A choice kept as an enum: `values` in the order shown, named by `name_of`.
 template <typename E>
 Knob Choice(std::string name, std::string flags, std::string help, E JobConfig::*member, std::vector<E> values,

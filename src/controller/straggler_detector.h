@@ -102,7 +102,7 @@ struct RankStep {
   std::map<std::string, double> phases;  // totals by key (step_timing_text.h)
   // Its collectives: (group id, sequence number, when it entered, µs on the
   // controller's clock), from the journal.
-  std::vector<std::tuple<int, std::int64_t, double>> collectives;
+  std::vector<std::tuple<int, std::int64_t, double>> collectives{};
 };
 
 // forward, backward, optimizer (and their "gpu:" device times).

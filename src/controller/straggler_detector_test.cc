@@ -196,7 +196,9 @@ TEST(StragglerDetectorTest, AWindowWaitsForRanksNotHeardFromYet) {
         d.Add(s);
       }
     }
-    if (step < 9) EXPECT_TRUE(d.Evaluate().empty());
+    if (step < 9) {
+      EXPECT_TRUE(d.Evaluate().empty());
+    }
   }
   for (const auto& s : late) d.Add(s);
   auto f = d.Evaluate();

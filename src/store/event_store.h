@@ -46,7 +46,7 @@ struct Event {
   // not read back): an append of an event whose uid the store holds already
   // stores nothing and succeeds. So a write retried after a commit whose
   // answer was lost (a connection dropped at COMMIT) is stored once.
-  std::string uid;
+  std::string uid{};
 };
 
 // One attributed incident, kept across jobs for the history checks.
@@ -61,6 +61,7 @@ struct IncidentRecord {
   std::string action;        // the decision taken
   std::int64_t failure_step = -1;
   std::string detail_json;
+  std::string uid{};  // as Event::uid: a retried write is stored once
 };
 
 // What is known about a node across jobs.
@@ -85,6 +86,7 @@ struct NodeAction {
   std::string reason;
   std::string job_id;         // "" when not in a job
   std::string evidence_json;  // a JSON object ("{}" if none): figures, attribution
+  std::string uid{};          // as Event::uid: a retried write is stored once
 };
 
 // One run of the diagnostics suite on one node (`trainguard diag`, or an
@@ -96,6 +98,7 @@ struct DiagnosticsRecord {
   std::string mode;          // "quick" or "full"
   std::string job_id;        // the job that ordered it, "" when an operator ran it
   std::string figures_json;  // [{"name": ..., "value": ..., "error": ...}, ...]
+  std::string uid{};         // as Event::uid: a retried write is stored once
 };
 
 // One rank's timings of one step (docs/telemetry.md). Written by the
@@ -282,7 +285,9 @@ class InMemoryEventStore final : public EventStore {
   std::int64_t fenced_by_ = 0;
   std::vector<JobRecord> jobs_;
   std::vector<Event> events_;
-  std::set<std::string> event_uids_;  // of the events stored with one
+  std::set<std::string> uids_;  // of the records stored with one (events, incidents, node actions, diagnostics)
+  // Whether a record with `uid` is new (and now known); one without is always new.
+  bool NewUid(const std::string& uid) { return uid.empty() || uids_.insert(uid).second; }
   std::vector<IncidentRecord> incidents_;
   std::vector<NodeHealth> health_;
   std::vector<NodeAction> actions_;

@@ -326,6 +326,30 @@ TEST_P(EventStoreTest, AnEventStoredUnderItsUidIsNotStoredAgain) {
   EXPECT_EQ(kinds, (std::vector<std::string>{"a", "b", "plain", "plain"}));
 }
 
+// The same for the other records a retry could store twice.
+TEST_P(EventStoreTest, IncidentsNodeActionsAndDiagnosticsStoredUnderTheirUidAreNotStoredAgain) {
+  IncidentRecord incident{"j", 1, 10, "node1", 3, "gpu_hardware", "xid-79", "evict", 40, "{}", "w-1"};
+  NodeAction action{"node1", 11, "cordon", "controller of job j", "xid 79", "j", "{}", "w-2"};
+  DiagnosticsRecord diag{"node1", 12, "quick", "j", "[]", "w-3"};
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    ASSERT_TRUE(store_->RecordIncident(incident).ok());
+    ASSERT_TRUE(store_->RecordNodeAction(action).ok());
+    ASSERT_TRUE(store_->RecordDiagnostics(diag).ok());
+  }
+  action.uid.clear();  // an operator's, without a uid: each is new
+  ASSERT_TRUE(store_->RecordNodeAction(action).ok());
+  ASSERT_TRUE(store_->RecordNodeAction(action).ok());
+  EXPECT_EQ(store_->IncidentsOnNode("node1")->size(), 1u);
+  EXPECT_EQ(store_->NodeActions("node1")->size(), 3u);
+  diag.wall_ns = 13;
+  diag.uid = "w-4";
+  ASSERT_TRUE(store_->RecordDiagnostics(diag).ok());
+  auto newest = store_->LatestDiagnostics();
+  ASSERT_TRUE(newest.ok());
+  ASSERT_EQ(newest->size(), 1u);
+  EXPECT_EQ((*newest)[0].wall_ns, 13);
+}
+
 // The stores behind a file or a server (the memory store keeps bytes as given).
 class DurableEventStoreTest : public EventStoreTest {};
 
@@ -666,8 +690,8 @@ TEST(SqliteEventStoreTest, EventsSurviveReopen) {
   EXPECT_EQ((*events)[0].kind, "rank_exited");
 }
 
-// A store file of an earlier version (events without a uid column) is
-// opened, given the column, and keeps its events.
+// A store file of an earlier version (events and incidents without a uid
+// column) is opened, given the columns, and keeps its rows.
 TEST(SqliteEventStoreTest, AStoreOfAnEarlierVersionGetsEventUids) {
   testutil::ScratchDir dir("event_store_old");
   const std::string path = dir / "store.db";
@@ -679,7 +703,10 @@ TEST(SqliteEventStoreTest, AStoreOfAnEarlierVersionGetsEventUids) {
         "kind TEXT NOT NULL, node TEXT NOT NULL, rank INTEGER NOT NULL, generation INTEGER NOT NULL, "
         "step INTEGER NOT NULL, message TEXT NOT NULL, detail_json TEXT NOT NULL);"
         "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json) "
-        "VALUES('j', 1, 'old', '', -1, 0, 3, 'before', '{}');";
+        "VALUES('j', 1, 'old', '', -1, 0, 3, 'before', '{}');"
+        "CREATE TABLE incidents (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, incident INTEGER NOT "
+        "NULL, wall_ns INTEGER NOT NULL, node TEXT NOT NULL, rank INTEGER NOT NULL, category TEXT NOT NULL, "
+        "rule TEXT NOT NULL, action TEXT NOT NULL, failure_step INTEGER NOT NULL, detail_json TEXT NOT NULL);";
     EXPECT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK);
     sqlite3_close(db);
   }
@@ -696,6 +723,10 @@ TEST(SqliteEventStoreTest, AStoreOfAnEarlierVersionGetsEventUids) {
   ASSERT_EQ(events->size(), 2u);
   EXPECT_EQ((*events)[0].kind, "old");
   EXPECT_EQ((*events)[1].kind, "new");
+  IncidentRecord incident{"j", 1, 10, "node1", 3, "gpu_hardware", "xid-79", "evict", 40, "{}", "w-2"};
+  ASSERT_TRUE((*s)->RecordIncident(incident).ok());
+  ASSERT_TRUE((*s)->RecordIncident(incident).ok());
+  EXPECT_EQ((*s)->IncidentsOnNode("node1")->size(), 1u);
   // Opened again: the column is there, nothing is added twice.
   s->reset();
   auto again = OpenSqliteEventStore(path);

@@ -39,7 +39,7 @@ Status InMemoryEventStore::AppendEvents(const std::vector<Event>& events) {
   std::lock_guard<std::mutex> lock(mu_);
   TG_RETURN_IF_ERROR(Fence("AppendEvents"));
   for (const Event& event : events) {
-    if (!event.uid.empty() && !event_uids_.insert(event.uid).second) continue;  // stored already
+    if (!NewUid(event.uid)) continue;  // stored already
     events_.push_back(event);
     events_.back().uid.clear();  // not read back
     events_.back().id = static_cast<std::int64_t>(events_.size());
@@ -66,7 +66,7 @@ StatusOr<std::vector<JobRecord>> InMemoryEventStore::Jobs() {
 Status InMemoryEventStore::RecordIncident(const IncidentRecord& incident) {
   std::lock_guard<std::mutex> lock(mu_);
   TG_RETURN_IF_ERROR(Fence("RecordIncident"));
-  incidents_.push_back(incident);
+  if (NewUid(incident.uid)) incidents_.push_back(incident);
   return Status::Ok();
 }
 
@@ -110,7 +110,7 @@ StatusOr<std::vector<NodeHealth>> InMemoryEventStore::ListNodeHealth() {
 Status InMemoryEventStore::RecordNodeAction(const NodeAction& action) {
   std::lock_guard<std::mutex> lock(mu_);
   TG_RETURN_IF_ERROR(Fence("RecordNodeAction"));
-  actions_.push_back(action);
+  if (NewUid(action.uid)) actions_.push_back(action);
   return Status::Ok();
 }
 
@@ -126,7 +126,7 @@ StatusOr<std::vector<NodeAction>> InMemoryEventStore::NodeActions(const std::str
 Status InMemoryEventStore::RecordDiagnostics(const DiagnosticsRecord& record) {
   std::lock_guard<std::mutex> lock(mu_);
   TG_RETURN_IF_ERROR(Fence("RecordDiagnostics"));
-  diagnostics_.push_back(record);
+  if (NewUid(record.uid)) diagnostics_.push_back(record);
   return Status::Ok();
 }
 

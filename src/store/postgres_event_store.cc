@@ -57,6 +57,8 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_job ON events(job_id, id);
 ALTER TABLE events ADD COLUMN IF NOT EXISTS uid TEXT;
 CREATE UNIQUE INDEX IF NOT EXISTS events_by_uid ON events(uid);
+-- The uids of the other rows a retry could store twice (incidents,
+-- node_actions, node_diagnostics) come after their tables, below.
 CREATE TABLE IF NOT EXISTS incidents (
   id BIGSERIAL PRIMARY KEY,
   job_id TEXT NOT NULL,
@@ -131,6 +133,12 @@ CREATE TABLE IF NOT EXISTS job_leases (
   epoch BIGINT NOT NULL,
   expires_ns BIGINT NOT NULL
 );
+ALTER TABLE incidents ADD COLUMN IF NOT EXISTS uid TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS incidents_by_uid ON incidents(uid);
+ALTER TABLE node_actions ADD COLUMN IF NOT EXISTS uid TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS node_actions_by_uid ON node_actions(uid);
+ALTER TABLE node_diagnostics ADD COLUMN IF NOT EXISTS uid TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS node_diagnostics_by_uid ON node_diagnostics(uid);
 COMMIT;
 )sql";
 
@@ -151,10 +159,13 @@ constexpr const char* kInsertEvent =
     "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json, uid) "
     "VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10) ON CONFLICT (uid) DO NOTHING";
 
+// A row's uid, or NULL.
+Param Uid(const std::string& uid) { return uid.empty() ? Param() : Text(uid); }
+
 std::vector<Param> EventParams(const Event& e) {
   return {Text(e.job_id), Int(e.wall_ns), Text(e.kind),    Text(e.node),
           Int(e.rank),    Int(e.generation), Int(e.step), Text(e.message),
-          Json(e.detail_json, "{}"), e.uid.empty() ? Param() : Text(e.uid)};
+          Json(e.detail_json, "{}"), Uid(e.uid)};
 }
 
 // An owned PGresult.
@@ -298,9 +309,10 @@ class PostgresEventStore final : public EventStore {
     return Fenced("RecordIncident", [&]() -> Status {
       return Run("insert incident",
                  "INSERT INTO incidents(job_id, incident, wall_ns, node, rank, category, rule, action, "
-                 "failure_step, detail_json) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)",
+                 "failure_step, detail_json, uid) VALUES($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11) "
+                 "ON CONFLICT (uid) DO NOTHING",
                  {Text(i.job_id), Int(i.incident), Int(i.wall_ns), Text(i.node), Int(i.rank), Text(i.category),
-                  Text(i.rule), Text(i.action), Int(i.failure_step), Json(i.detail_json, "{}")})
+                  Text(i.rule), Text(i.action), Int(i.failure_step), Json(i.detail_json, "{}"), Uid(i.uid)})
           .status();
     });
   }
@@ -358,10 +370,10 @@ class PostgresEventStore final : public EventStore {
     std::lock_guard<std::mutex> lock(mu_);
     return Fenced("RecordNodeAction", [&]() -> Status {
       return Run("insert node action on " + a.node,
-                 "INSERT INTO node_actions(node, wall_ns, action, \"by\", reason, job_id, evidence_json) "
-                 "VALUES($1,$2,$3,$4,$5,$6,$7)",
+                 "INSERT INTO node_actions(node, wall_ns, action, \"by\", reason, job_id, evidence_json, uid) "
+                 "VALUES($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (uid) DO NOTHING",
                  {Text(a.node), Int(a.wall_ns), Text(a.action), Text(a.by), Text(a.reason), Text(a.job_id),
-                  Json(a.evidence_json, "{}")})
+                  Json(a.evidence_json, "{}"), Uid(a.uid)})
           .status();
     });
   }
@@ -385,8 +397,10 @@ class PostgresEventStore final : public EventStore {
     std::lock_guard<std::mutex> lock(mu_);
     return Fenced("RecordDiagnostics", [&]() -> Status {
       return Run("insert diagnostics of " + d.node,
-                 "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json) VALUES($1,$2,$3,$4,$5)",
-                 {Text(d.node), Int(d.wall_ns), Text(d.mode), Text(d.job_id), Json(d.figures_json, "[]")})
+                 "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json, uid) "
+                 "VALUES($1,$2,$3,$4,$5,$6) ON CONFLICT (uid) DO NOTHING",
+                 {Text(d.node), Int(d.wall_ns), Text(d.mode), Text(d.job_id), Json(d.figures_json, "[]"),
+                  Uid(d.uid)})
           .status();
     });
   }

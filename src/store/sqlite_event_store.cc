@@ -48,7 +48,8 @@ CREATE TABLE IF NOT EXISTS incidents (
   rule TEXT NOT NULL,
   action TEXT NOT NULL,
   failure_step INTEGER NOT NULL,
-  detail_json TEXT NOT NULL
+  detail_json TEXT NOT NULL,
+  uid TEXT
 );
 CREATE INDEX IF NOT EXISTS incidents_by_node ON incidents(node, id);
 CREATE TABLE IF NOT EXISTS node_health (
@@ -66,7 +67,8 @@ CREATE TABLE IF NOT EXISTS node_actions (
   by TEXT NOT NULL,
   reason TEXT NOT NULL,
   job_id TEXT NOT NULL,
-  evidence_json TEXT NOT NULL
+  evidence_json TEXT NOT NULL,
+  uid TEXT
 );
 CREATE INDEX IF NOT EXISTS node_actions_by_node ON node_actions(node, id);
 CREATE TABLE IF NOT EXISTS node_diagnostics (
@@ -75,7 +77,8 @@ CREATE TABLE IF NOT EXISTS node_diagnostics (
   wall_ns INTEGER NOT NULL,
   mode TEXT NOT NULL,
   job_id TEXT NOT NULL,
-  figures_json TEXT NOT NULL
+  figures_json TEXT NOT NULL,
+  uid TEXT
 );
 CREATE INDEX IF NOT EXISTS node_diagnostics_by_node ON node_diagnostics(node, id);
 CREATE TABLE IF NOT EXISTS step_timings (
@@ -138,6 +141,18 @@ class Stmt {
   int rc_;
 };
 
+// The tables whose rows carry their writer's uid (Event::uid).
+constexpr const char* kTablesWithUids[] = {"events", "incidents", "node_actions", "node_diagnostics"};
+
+// A row's uid, or NULL (NULLs never conflict).
+void BindUid(Stmt* s, int at, const std::string& uid) {
+  if (uid.empty()) {
+    sqlite3_bind_null(s->get(), at);
+  } else {
+    s->Bind(at, uid);
+  }
+}
+
 constexpr const char* kInsertEvent =
     "INSERT INTO events(job_id, wall_ns, kind, node, rank, generation, step, message, detail_json, uid) "
     "VALUES(?,?,?,?,?,?,?,?,?,?) ON CONFLICT(uid) DO NOTHING";
@@ -152,11 +167,7 @@ void BindEvent(Stmt* s, const Event& e) {
   s->Bind(7, e.step);
   s->Bind(8, e.message);
   s->Bind(9, e.detail_json.empty() ? std::string("{}") : e.detail_json);
-  if (e.uid.empty()) {
-    sqlite3_bind_null(s->get(), 10);  // NULLs never conflict
-  } else {
-    s->Bind(10, e.uid);
-  }
+  BindUid(s, 10, e.uid);
 }
 
 }  // namespace
@@ -171,8 +182,8 @@ class SqliteEventStore final : public EventStore {
   // taken up front (BEGIN IMMEDIATE waits through the busy handler), and a
   // "locked" that SQLite answers without waiting (switching to WAL, a lock
   // it cannot upgrade) is tried again, for at most 10 s.
-  // A store of an earlier version gets what this one adds (events.uid), in
-  // the same transaction.
+  // A store of an earlier version gets what this one adds (the uid columns
+  // and their unique indexes), in the same transaction.
   Status Init() {
     const std::string schema = std::string("BEGIN IMMEDIATE;") + kSchema;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -180,13 +191,18 @@ class SqliteEventStore final : public EventStore {
       int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
       if (rc == SQLITE_OK) rc = sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
       if (rc == SQLITE_OK) rc = sqlite3_exec(db_, schema.c_str(), nullptr, nullptr, nullptr);
-      if (rc == SQLITE_OK && !Stmt(db_, "SELECT uid FROM events LIMIT 0").ok()) {
-        rc = sqlite3_exec(db_, "ALTER TABLE events ADD COLUMN uid TEXT", nullptr, nullptr, nullptr);
+      for (const char* table : kTablesWithUids) {
+        if (rc == SQLITE_OK && !Stmt(db_, ("SELECT uid FROM " + std::string(table) + " LIMIT 0").c_str()).ok()) {
+          rc = sqlite3_exec(db_, ("ALTER TABLE " + std::string(table) + " ADD COLUMN uid TEXT").c_str(), nullptr,
+                            nullptr, nullptr);
+        }
+        if (rc == SQLITE_OK) {
+          const std::string index = "CREATE UNIQUE INDEX IF NOT EXISTS " + std::string(table) + "_by_uid ON " +
+                                    std::string(table) + "(uid)";
+          rc = sqlite3_exec(db_, index.c_str(), nullptr, nullptr, nullptr);
+        }
       }
-      if (rc == SQLITE_OK) {
-        rc = sqlite3_exec(db_, "CREATE UNIQUE INDEX IF NOT EXISTS events_by_uid ON events(uid); COMMIT;", nullptr,
-                          nullptr, nullptr);
-      }
+      if (rc == SQLITE_OK) rc = sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr);
       if (rc == SQLITE_OK) return Status::Ok();
       Status failed = Error("create the schema");
       if (!sqlite3_get_autocommit(db_)) (void)Exec("ROLLBACK");
@@ -294,7 +310,7 @@ class SqliteEventStore final : public EventStore {
     std::lock_guard<std::mutex> lock(mu_);
     return Fenced("RecordIncident", [&]() -> Status {
       Stmt s(db_, "INSERT INTO incidents(job_id, incident, wall_ns, node, rank, category, rule, "
-                  "action, failure_step, detail_json) VALUES(?,?,?,?,?,?,?,?,?,?)");
+                  "action, failure_step, detail_json, uid) VALUES(?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(uid) DO NOTHING");
       if (!s.ok()) return Error("prepare insert incident");
       s.Bind(1, i.job_id);
       s.Bind(2, static_cast<std::int64_t>(i.incident));
@@ -306,6 +322,7 @@ class SqliteEventStore final : public EventStore {
       s.Bind(8, i.action);
       s.Bind(9, i.failure_step);
       s.Bind(10, i.detail_json.empty() ? std::string("{}") : i.detail_json);
+      BindUid(&s, 11, i.uid);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert incident");
       return Status::Ok();
     });
@@ -372,8 +389,8 @@ class SqliteEventStore final : public EventStore {
   Status RecordNodeAction(const NodeAction& a) override {
     std::lock_guard<std::mutex> lock(mu_);
     return Fenced("RecordNodeAction", [&]() -> Status {
-      Stmt s(db_, "INSERT INTO node_actions(node, wall_ns, action, by, reason, job_id, evidence_json) "
-                  "VALUES(?,?,?,?,?,?,?)");
+      Stmt s(db_, "INSERT INTO node_actions(node, wall_ns, action, by, reason, job_id, evidence_json, uid) "
+                  "VALUES(?,?,?,?,?,?,?,?) ON CONFLICT(uid) DO NOTHING");
       if (!s.ok()) return Error("prepare insert node action");
       s.Bind(1, a.node);
       s.Bind(2, a.wall_ns);
@@ -382,6 +399,7 @@ class SqliteEventStore final : public EventStore {
       s.Bind(5, a.reason);
       s.Bind(6, a.job_id);
       s.Bind(7, a.evidence_json.empty() ? std::string("{}") : a.evidence_json);
+      BindUid(&s, 8, a.uid);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert node action on " + a.node);
       return Status::Ok();
     });
@@ -406,13 +424,15 @@ class SqliteEventStore final : public EventStore {
   Status RecordDiagnostics(const DiagnosticsRecord& d) override {
     std::lock_guard<std::mutex> lock(mu_);
     return Fenced("RecordDiagnostics", [&]() -> Status {
-      Stmt s(db_, "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json) VALUES(?,?,?,?,?)");
+      Stmt s(db_, "INSERT INTO node_diagnostics(node, wall_ns, mode, job_id, figures_json, uid) "
+                  "VALUES(?,?,?,?,?,?) ON CONFLICT(uid) DO NOTHING");
       if (!s.ok()) return Error("prepare insert diagnostics");
       s.Bind(1, d.node);
       s.Bind(2, d.wall_ns);
       s.Bind(3, d.mode);
       s.Bind(4, d.job_id);
       s.Bind(5, d.figures_json.empty() ? std::string("[]") : d.figures_json);
+      BindUid(&s, 6, d.uid);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("insert diagnostics of " + d.node);
       return Status::Ok();
     });

@@ -98,8 +98,10 @@ StoreWriter::Ticket StoreWriter::Enqueue(Lane lane, Op op) {
   return t;
 }
 
+std::string StoreWriter::NextUid() { return uid_prefix_ + std::to_string(uids_.fetch_add(1) + 1); }
+
 StoreWriter::Ticket StoreWriter::Append(Event event) {
-  if (event.uid.empty()) event.uid = uid_prefix_ + std::to_string(uids_.fetch_add(1) + 1);
+  if (event.uid.empty()) event.uid = NextUid();
   Op op;
   op.what = "event " + event.kind;
   op.write = [e = event](EventStore* s) { return s->Append(e); };
@@ -117,6 +119,7 @@ StoreWriter::Ticket StoreWriter::UpdateJob(std::string job_id, std::string state
 }
 
 StoreWriter::Ticket StoreWriter::RecordIncident(IncidentRecord incident) {
+  if (incident.uid.empty()) incident.uid = NextUid();
   Op op;
   op.what = "incident " + std::to_string(incident.incident);
   op.write = [i = std::move(incident)](EventStore* s) { return s->RecordIncident(i); };
@@ -132,6 +135,7 @@ StoreWriter::Ticket StoreWriter::SetNodeHealth(NodeHealth health) {
 }
 
 StoreWriter::Ticket StoreWriter::RecordNodeAction(NodeAction action) {
+  if (action.uid.empty()) action.uid = NextUid();
   Op op;
   op.what = action.action + " of node " + action.node;
   op.write = [a = std::move(action)](EventStore* s) { return s->RecordNodeAction(a); };
@@ -139,6 +143,7 @@ StoreWriter::Ticket StoreWriter::RecordNodeAction(NodeAction action) {
 }
 
 StoreWriter::Ticket StoreWriter::RecordDiagnostics(DiagnosticsRecord record) {
+  if (record.uid.empty()) record.uid = NextUid();
   Op op;
   op.what = "diagnostics of node " + record.node;
   op.write = [r = std::move(record)](EventStore* s) { return s->RecordDiagnostics(r); };

@@ -99,8 +99,9 @@ class StoreWriter {
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;
 
-  // An event without a uid gets one of this writer's (Event::uid): retried
-  // after a commit whose answer was lost, it is stored once.
+  // An event (as an incident, a node action, a diagnostics record) without
+  // a uid gets one of this writer's (Event::uid): retried after a commit
+  // whose answer was lost, it is stored once.
   Ticket Append(Event event);
   Ticket UpdateJob(std::string job_id, std::string state, std::string summary);
   Ticket RecordIncident(IncidentRecord incident);
@@ -144,8 +145,10 @@ class StoreWriter {
 
   EventStore* const store_;
   const Options options_;
-  // Every event's uid (Event::uid) is this writer's random name and a
-  // count: a retry of a write the store took stores nothing twice.
+  // The uid (Event::uid) of every event, incident, node action and
+  // diagnostics record: this writer's random name and a count. A retry of a
+  // write the store took stores nothing twice.
+  std::string NextUid();
   const std::string uid_prefix_;
   std::atomic<std::uint64_t> uids_{0};
 
