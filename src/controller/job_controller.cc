@@ -120,10 +120,10 @@ void JobController::SetOffLockThreads(int threads) {
   blame_->WaitIdle();
   std::lock_guard<std::mutex> lock(mu_);
   TakeOffLockResults();
-  Reconcile();
   explain_ = std::make_unique<OffLockRunner>(threads);
   blame_ = std::make_unique<OffLockRunner>(std::min(threads, 1));
   health_reading_ = false;  // what the old runners did is not taken
+  Reconcile();  // on the new runners: work the loop starts now is not dropped with the old ones
 }
 
 Status JobController::Start() {
