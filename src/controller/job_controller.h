@@ -1,8 +1,8 @@
 // JobController: the per-job state machine. It wires the detectors
 // (crash_detector, hang_detector, heartbeat_detector), which find failures in
-// a read-only JobView, and its components (the SDC monitor, sdc_monitor.h;
-// the straggler detector; the diagnosis round; the link monitor), which
-// judge what they own, to the recovery policy (recovery_policy), which says
+// a read-only JobView, and its components (the node registry,
+// node_registry.h; the SDC monitor, sdc_monitor.h; the straggler detector;
+// the diagnosis round; the link monitor), which keep and judge what they own, to the recovery policy (recovery_policy), which says
 // what to do about them, and carries that out. One loop moves the job from
 // state to state (Reconcile, job_controller_reconcile.cc); handlers and Tick
 // only record what they observed and the findings.
