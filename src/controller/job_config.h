@@ -125,6 +125,10 @@ struct JobConfig {
   // every message to an agent, which acts on none below the highest it saw
   // (0: a controller without standbys). Not a knob: the store grants it.
   std::int64_t lead_epoch = 0;
+  // How long a new generation's Start waits for its generation_started
+  // event to be in the store (then it goes anyway, and the event follows;
+  // docs/events.md, "what is durable when"). Not a knob: tests set it.
+  Nanos start_record_wait = 200 * kMillisecond;
 };
 
 }  // namespace trainguard

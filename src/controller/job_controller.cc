@@ -45,13 +45,14 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
       provider_(provider),
       explain_(std::make_unique<OffLockRunner>(4)),
       blame_(std::make_unique<OffLockRunner>(1)),
+      starter_(std::make_unique<OffLockRunner>(1)),
       policy_(config_.no_progress_restarts, config_.min_confidence),
       link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}),
-      gpu_series_(config_.job_id, config_.gpu_series_interval),
-      stragglers_(config_.straggler),
-      sdc_(config_.job_id, config_.nproc_per_node) {}
+      sdc_(config_.job_id, config_.nproc_per_node),
+      telemetry_(config_, clock_, writer_.get()) {}
 
 JobController::~JobController() {
+  starter_.reset();  // its work takes mu_ and sends: bounded by start_record_wait
   explain_.reset();  // their work reads the members below: it ends first
   blame_.reset();
 }  // then writer_ drains (bounded) and stops
@@ -118,10 +119,13 @@ void JobController::SetNodeProvider(NodeProvider* provider) {
 void JobController::SetOffLockThreads(int threads) {
   explain_->WaitIdle();
   blame_->WaitIdle();
+  starter_->WaitIdle();
   std::lock_guard<std::mutex> lock(mu_);
   TakeOffLockResults();
   explain_ = std::make_unique<OffLockRunner>(threads);
   blame_ = std::make_unique<OffLockRunner>(std::min(threads, 1));
+  starter_ = std::make_unique<OffLockRunner>(std::min(threads, 1));
+  off_lock_threads_ = threads;
   health_reading_ = false;  // what the old runners did is not taken
   Reconcile();  // on the new runners: work the loop starts now is not dropped with the old ones
 }
@@ -242,18 +246,31 @@ void JobController::HandleMessage(std::uint64_t conn, const v1::AgentMessage& ms
   // A Tick waiting for the lock goes first: a burst of thousands of
   // messages (every node's Stopped) would otherwise take the mutex back
   // before the ticker wakes, and hold the detectors up for seconds.
+  if (IngestTelemetry(conn, msg, arrived_mono)) return;
   while (tick_waiting_.load(std::memory_order_acquire)) std::this_thread::yield();
   std::lock_guard<std::mutex> lock(mu_);
   const JobState was = state_;
-  Dispatch(conn, msg, owned, arrived_mono);
-  // Telemetry (thousands a second) moves the loop only when it opened an
+  Dispatch(conn, msg, owned);
+  // Heartbeats (thousands a second) move the loop only when they opened an
   // incident; what else an agent says may be the step the loop waits for.
-  const bool telemetry = msg.has_heartbeat() || msg.has_timings() || msg.has_clock_echo();
-  if (!telemetry || state_ != was) Reconcile();
+  if (!msg.has_heartbeat() || state_ != was) Reconcile();
 }
 
-void JobController::Dispatch(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned,
-                             Nanos arrived_mono) {
+bool JobController::IngestTelemetry(std::uint64_t conn, const v1::AgentMessage& msg, Nanos arrived_mono) {
+  if (msg.has_clock_echo()) {
+    telemetry_.OnClockEcho(conn, msg.clock_echo(), arrived_mono);
+    return true;
+  }
+  if (!msg.has_timings()) return false;
+  if (!telemetry_.OnTimings(conn, msg.timings())) return true;  // nothing found: the job's lock is not needed
+  std::lock_guard<std::mutex> lock(mu_);
+  const JobState was = state_;
+  TakeTelemetry();
+  if (state_ != was) Reconcile();
+  return true;
+}
+
+void JobController::Dispatch(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned) {
   if (msg.has_register_()) {
     if (!started_) {
       early_registrations_.emplace_back(conn, msg.register_());
@@ -275,8 +292,6 @@ void JobController::Dispatch(std::uint64_t conn, const v1::AgentMessage& msg, v1
     case v1::AgentMessage::kStopped: HandleStopped(node, msg.stopped()); break;
     case v1::AgentMessage::kLogAlert: HandleLogAlert(node, msg.log_alert()); break;
     case v1::AgentMessage::kDiagnostics: HandleDiagnostics(node, msg.diagnostics()); break;
-    case v1::AgentMessage::kTimings: HandleTimings(node, msg.timings()); break;
-    case v1::AgentMessage::kClockEcho: HandleClockEcho(node, msg.clock_echo(), arrived_mono); break;
     case v1::AgentMessage::kStandbyImports: HandleStandbyImports(node, msg.standby_imports()); break;
     default: break;
   }
@@ -302,7 +317,7 @@ void JobController::Finish(JobState final_state, const std::string& summary) {
        summary, json{{"restart_count", restart_count_}, {"last_step_unix_ms", last_step_wall / kMillisecond},
                      {"checkpoint_overhead_ms", CheckpointOverheadMs()},
                      {"checkpoint_wait_ms", CheckpointWaitMs()},
-                     {"data_wait_ms", data_wait_.TotalUs() / 1000}}.dump(-1, ' ', false, kReplaceBadUtf8));
+                     {"data_wait_ms", telemetry_.DataWaitMs()}}.dump(-1, ' ', false, kReplaceBadUtf8));
   writer_->UpdateJob(config_.job_id, JobStateName(final_state), ValidUtf8(summary));
   v1::ControllerMessage msg;
   msg.mutable_shutdown()->set_reason(summary);
@@ -318,6 +333,7 @@ void JobController::SetState(JobState s, const std::string& why) {
   if (s == state_) return;
   JobState old = state_;
   state_ = s;
+  telemetry_.SetRunning(s == JobState::kRunning);
   Emit(EventKind::kState, "", -1, -1, std::string(JobStateName(old)) + " -> " + JobStateName(s) + ": " + why,
        json{{"from", JobStateName(old)}, {"to", JobStateName(s)}}.dump(-1, ' ', false, kReplaceBadUtf8));
   if (s != JobState::kSucceeded && s != JobState::kFailed) {

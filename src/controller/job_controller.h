@@ -2,8 +2,10 @@
 // (crash_detector, hang_detector, heartbeat_detector), which find failures in
 // a read-only JobView, and its components (the node registry,
 // node_registry.h; the SDC monitor, sdc_monitor.h; the straggler detector;
-// the diagnosis round; the link monitor), which keep and judge what they own, to the recovery policy (recovery_policy), which says
-// what to do about them, and carries that out. One loop moves the job from
+// the telemetry ingest, telemetry_ingest.h, which needs no job lock; the
+// diagnosis round; the link monitor), which keep and judge what they own,
+// to the recovery policy (recovery_policy), which says what to do about
+// them, and carries that out. One loop moves the job from
 // state to state (Reconcile, job_controller_reconcile.cc); handlers and Tick
 // only record what they observed and the findings.
 //
@@ -32,8 +34,9 @@
 // order, on a StoreWriter (store/store_writer.h) whose thread writes them and
 // retries them while the store is away; a full queue holds a caller up for
 // at most StoreWriter::Options::backpressure_wait. Only the
-// generation_started event is waited for, briefly (kDurableStartWait),
-// before its Start is sent (docs/events.md, "what is durable when"). Reads
+// generation_started event is waited for, briefly (start_record_wait), and
+// off the lock, before its Start is sent (docs/events.md, "what is durable
+// when"). Reads
 // run off the lock: the job's record before Start/Resume take it, the
 // nodes' health into a cache (node_health_cache.h) at the start, every
 // kHealthRefresh and with each incident's blame, other jobs' incidents with
@@ -41,7 +44,8 @@
 // queued cordons.
 //
 // Thread safety: all public methods may be called from any thread; one mutex
-// serializes them. AgentLink::Send and NodeProvider::ReplaceNode are called
+// serializes them, except for step timings and clock echoes, which the
+// telemetry ingest takes under a lock of its own. AgentLink::Send and NodeProvider::ReplaceNode are called
 // with that mutex held and must not block or call back into the controller.
 // What takes seconds at a fleet's size runs off the mutex, on threads of
 // OffLockRunner (off_lock_runner.h), and comes back through Tick: asking
@@ -68,7 +72,6 @@
 #include "attribution/attribution.h"
 #include "common/clock.h"
 #include "controller/agent_link.h"
-#include "controller/clock_sync.h"
 #include "controller/downtime.h"
 #include "controller/event_kind.h"
 #include "controller/event_listener.h"
@@ -79,16 +82,15 @@
 #include "controller/job_config.h"
 #include "controller/job_snapshot.h"
 #include "controller/job_view.h"
-#include "controller/gpu_series.h"
 #include "controller/link_monitor.h"
 #include "controller/node_health_cache.h"
 #include "controller/node_registry.h"
 #include "controller/node_provider.h"
 #include "controller/recovery_policy.h"
 #include "controller/sdc_monitor.h"
-#include "controller/data_wait.h"
 #include "controller/straggler_cause.h"
 #include "controller/straggler_detector.h"
+#include "controller/telemetry_ingest.h"
 #include "proto/protocol.h"
 #include "store/event_store.h"
 #include "store/store_writer.h"
@@ -187,7 +189,7 @@ class JobController {
   // `owned`: the same message, whose statuses may be taken (null: copied).
   void HandleMessage(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned, Nanos arrived_mono);
   // The message to its handler (under the lock; the loop runs after it).
-  void Dispatch(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned, Nanos arrived_mono);
+  void Dispatch(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned);
   void HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Heartbeat* owned);
   void HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned);
   void HandleRankExited(Node* node, const v1::RankExited& exited);
@@ -197,16 +199,16 @@ class JobController {
   void HandleStandbyImports(Node* node, const v1::StandbyImports& imports);
   // The parts of a Start every node of the generation shares.
   void FillStart(v1::Start* start) const;
-  // Step timings (job_controller_timings.cc): into the store with the node's
-  // clock offset removed, and through the straggler detector.
-  void HandleTimings(Node* node, const v1::Timings& timings);
-  void HandleClockEcho(Node* node, const v1::ClockEcho& echo, Nanos arrived_mono);
+  // Step timings and clock echoes go to the telemetry ingest without the
+  // lock (telemetry_ingest.h); the lock is taken only when it found
+  // something. True: the message was telemetry.
+  bool IngestTelemetry(std::uint64_t conn, const v1::AgentMessage& msg, Nanos arrived_mono);
+  // Takes the ingest's findings and acts on them (job_controller_timings.cc).
+  void TakeTelemetry();
   // Probes every connected node's clock every clock_probe_interval.
   void ProbeClocks();
   // Records a straggler finding; with --straggler-action evict, fails the
   // generation so that the node is evicted (the "straggler" rule).
-  void KeepGpuSeries(Node* node);  // the node's GPUs into the series (HandleHeartbeat)
-  void WriteGpuSeries();            // closed intervals to the store, quiet GPUs closed, retention (Tick)
   void ActOnStraggler(const StragglerFinding& f);
   // The SDC monitor (sdc_monitor.h) judges what came in, when running;
   // what it decided is carried out in order (job_controller_sdc.cc).
@@ -230,6 +232,12 @@ class JobController {
   // One step; true when it changed the state (the loop looks again).
   bool ReconcileStep();
   void MaybeStartGeneration();
+  // Each node's Start, to send once the generation_started event is in the store.
+  using Starts = std::vector<std::pair<std::shared_ptr<AgentLink>, v1::ControllerMessage>>;
+  // Sends `starts` once `decided` is in the store, or after
+  // config_.start_record_wait: off the lock (on starter_), unless the
+  // runners are inline; not if the generation was stopped meanwhile.
+  void SendWhenRecorded(StoreWriter::Ticket decided, Starts starts);
   // The nodes did not come within the rendezvous timeout: the job fails.
   void GiveUpWaiting();
   // With some of the job's group ranks empty (`empty`): whether the job may
@@ -323,9 +331,6 @@ class JobController {
 
   // How often the store's node health is read again (off the lock).
   static constexpr Nanos kHealthRefresh = 5 * kSecond;
-  // How long a new generation's Start waits for its generation_started event
-  // to be in the store (then it goes anyway, and the event follows).
-  static constexpr std::chrono::milliseconds kDurableStartWait{200};
   // How long an incident opened by a lost node waits for the backend to say
   // why (bounded by the backend itself: Slurm's answers take up to 4 s).
   static constexpr Nanos kExplainWait = 10 * kSecond;
@@ -342,6 +347,10 @@ class JobController {
   // must not hold a decision up).
   std::unique_ptr<OffLockRunner> explain_;
   std::unique_ptr<OffLockRunner> blame_;
+  // Sends a generation's Start once its record is in the store (its work
+  // takes the lock itself).
+  std::unique_ptr<OffLockRunner> starter_;
+  int off_lock_threads_ = 4;  // SetOffLockThreads (0: inline)
   std::map<std::string, std::string> explaining_;  // lost node -> why, until its explanation is back
   std::string awaiting_explanation_;               // the lost node the open incident waits to hear of
   Nanos awaiting_since_mono_ = 0;
@@ -399,25 +408,14 @@ class JobController {
   Verdict pending_verdict_;                  // the restart a diagnosis round holds up
   std::map<std::string, RackSeat> rack_seats_;  // the round's rack all-reduce stage
   LinkMonitor link_monitor_;
-  GpuSeries gpu_series_;                     // each GPU downsampled for the store
-  std::vector<GpuSampleRecord> gpu_rows_;    // closed intervals not yet handed to the writer
-  Nanos gpu_series_flushed_ = 0;             // when Flush last ran
-  Nanos gpu_series_compacted_ = 0;           // when the retention last ran
-  ClockSync clock_sync_;
   Nanos next_clock_probe_mono_ = 0;
   Nanos last_tick_mono_ = 0;
   Nanos next_hang_check_mono_ = 0;
   Nanos next_silence_check_mono_ = 0;  // CheckHeartbeats need not look before  // DetectHang need not run before (hang_detector.h: HangDeadline)
   Nanos silence_from_mono_ = 0;  // JobView::silence_from_mono
-  StragglerDetector stragglers_;
-  StepMaxSum data_wait_;  // this generation's steps' longest waits for data (controller/data_wait.h)
   SdcMonitor sdc_;  // silent data corruption and numeric sentinels (docs/sdc.md)
-  std::map<std::string, std::int64_t> timings_dropped_;  // per node, the last count reported
-  std::int64_t timing_newest_step_ = -1;
-  std::int64_t timing_compacted_below_ = 0;
-  std::int64_t timing_rows_this_generation_ = 0;
-  std::int64_t layout_generation_ = -1;  // the generation whose layout was recorded
-  std::int64_t layout_next_try_rows_ = 0;
+  // Timings, clocks, stragglers, data waits, GPU series: a lock of its own.
+  TelemetryIngest telemetry_;
   bool resuming_ = false;               // after Resume, until every node is back or the deadline
   Nanos resume_deadline_mono_ = 0;
   JobState resumed_from_ = JobState::kStarting;

@@ -10,6 +10,7 @@
 #include "common/json_text.h"
 #include "common/utf8.h"
 #include "controller/describe.h"
+#include "controller/off_lock_runner.h"
 
 namespace trainguard {
 
@@ -51,11 +52,8 @@ void JobController::MaybeStartGeneration() {
   first_step_seen_ = false;
   first_step_wall_ = 0;
   first_step_no_ = -1;
-  stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
+  telemetry_.StartGeneration(generation_, active_nnodes_ * config_.nproc_per_node);
   sdc_.StartGeneration(generation_, active_nnodes_ * config_.nproc_per_node);
-  timing_rows_this_generation_ = 0;
-  data_wait_.Reset();
-  layout_next_try_rows_ = 0;
   generation_start_wall_ = clock_->WallNanos();
   const Node* master = slots[0];
   v1::ControllerMessage msg;
@@ -75,10 +73,6 @@ void JobController::MaybeStartGeneration() {
                std::to_string(config_.max_restarts) + "), master " + master->address + ":" +
                std::to_string(master->free_port),
            d.dump(-1, ' ', false, kReplaceBadUtf8));
-  if (!writer_->WaitDurable(decided, kDurableStartWait)) {
-    std::fprintf(stderr, "trainguard: generation %lld starts before the store has its record (the store is slow or "
-                         "away; the record follows)\n", static_cast<long long>(generation_));
-  }
   exited_ok_ranks_ = 0;
   // What nodes outside the new generation last reported is not of it: a node
   // evicted generations ago must not lend its step to MaxStep (the failure
@@ -86,16 +80,43 @@ void JobController::MaybeStartGeneration() {
   // evicted node's old step standing as every later failure's).
   for (auto& n : nodes_) n.ranks.clear();
   std::vector<std::string> holders(slots.size());
+  Starts starts;
   for (Node* n : slots) {
     start->set_group_rank(n->group_rank);
     AssignMemoryPeers(slots, start, *n);
     holders[n->group_rank] = slots[(n->group_rank + 1) % slots.size()]->node_id;
     n->stopped_generation = -1;
     n->last_heartbeat_mono = clock_->MonotonicNanos();
-    n->link->Send(msg);
+    starts.emplace_back(n->link, msg);
   }
   memory_holders_ = slots.size() > 1 ? holders : std::vector<std::string>{};
   SetState(JobState::kRunning, "generation " + std::to_string(generation_) + " started");
+  SendWhenRecorded(decided, std::move(starts));
+}
+
+void JobController::SendWhenRecorded(StoreWriter::Ticket decided, Starts starts) {
+  const std::int64_t generation = generation_;
+  auto warn = [generation] {
+    std::fprintf(stderr, "trainguard: generation %lld starts before the store has its record (the store is slow or "
+                         "away; the record follows)\n", static_cast<long long>(generation));
+  };
+  if (off_lock_threads_ == 0) {  // inline (unit tests): waited for here, under the lock
+    if (!writer_->WaitDurable(decided, std::chrono::milliseconds(config_.start_record_wait / kMillisecond))) warn();
+    for (auto& [link, msg] : starts) link->Send(msg);
+    return;
+  }
+  // Off the lock: messages, Tick and the API go on while the record is
+  // written. The Start goes only if nothing stopped the generation
+  // meanwhile: a Stop sent before it is answered (Stopped, no ranks) and
+  // the generation is over.
+  starter_->Run([this, decided, generation, warn, starts = std::move(starts)]() -> OffLockRunner::Apply {
+    const bool recorded = writer_->WaitDurable(decided, std::chrono::milliseconds(config_.start_record_wait / kMillisecond));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (generation_ != generation || state_ != JobState::kRunning) return nullptr;
+    if (!recorded) warn();
+    for (const auto& [link, msg] : starts) link->Send(msg);
+    return nullptr;
+  });
 }
 
 void JobController::GiveUpWaiting() {

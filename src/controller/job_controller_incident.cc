@@ -70,7 +70,7 @@ void JobController::Fail(const Finding& f) {
   d["last_step_unix_ms"] = inc.last_step_wall / kMillisecond;
   d["checkpoint_overhead_ms"] = CheckpointOverheadMs();
   d["checkpoint_wait_ms"] = CheckpointWaitMs();
-  d["data_wait_ms"] = data_wait_.TotalUs() / 1000;
+  d["data_wait_ms"] = telemetry_.DataWaitMs();
   Emit(EventKind::kFailure, f.node, f.rank, inc.failure_step,
        "incident " + std::to_string(inc.number) + ": " + kind + ": " + description, d.dump(-1, ' ', false, kReplaceBadUtf8));
 

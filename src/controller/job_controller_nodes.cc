@@ -134,6 +134,7 @@ void JobController::RemoveFromJob(Node* node, const std::string& why) {
     bye.mutable_shutdown()->set_reason("evicted from job " + config_.job_id + ": " + why);
     bye.mutable_shutdown()->set_exit_status(0);
     std::shared_ptr<AgentLink> link = node->link;
+    telemetry_.Left(node->conn);
     node->conn = 0;
     node->link.reset();
     link->Send(bye);

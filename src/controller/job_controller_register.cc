@@ -81,6 +81,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     // The same node registers again while we still hold a connection: the old
     // session is stale (the agent restarted); its ranks are gone.
     std::shared_ptr<AgentLink> old = node->link;
+    telemetry_.Left(node->conn);
     node->conn = 0;
     node->link.reset();
     old->Close();
@@ -173,6 +174,7 @@ void JobController::HandleRegister(std::uint64_t conn, const v1::Register& reg) 
     return;
   }
   node->conn = conn;
+  telemetry_.Joined(conn, node->node_id);
   node->link = link;
   node->runs_diagnostics = reg.runs_diagnostics();
   node->diag_port = reg.diag_port();

@@ -101,7 +101,7 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
       }
     }
     node->gpus = std::move(now);
-    KeepGpuSeries(node);
+    telemetry_.AddGpus(node->node_id, node->gpus);  // the GPU series (telemetry_ingest.h)
   }
   if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
   for (int i = 0; i < hb.ranks_size(); ++i) {
@@ -273,6 +273,7 @@ void JobController::OnDisconnect(std::uint64_t conn) {
   if (pending_links_.erase(conn) > 0) return;  // never registered
   Node* node = nodes_.ByConn(conn);
   if (node == nullptr) return;
+  telemetry_.Left(node->conn);
   node->conn = 0;
   node->link.reset();
   if (state_ == JobState::kSucceeded || state_ == JobState::kFailed) return;
@@ -292,6 +293,7 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
   int group_rank = node->group_rank;
   if (node->link) {
     std::shared_ptr<AgentLink> link = node->link;
+    telemetry_.Left(node->conn);
     node->conn = 0;
     node->link.reset();
     link->Close();
@@ -332,6 +334,7 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
 void JobController::TakeOffLockResults() {
   for (const auto& apply : explain_->Take()) apply();
   for (const auto& apply : blame_->Take()) apply();
+  starter_->Take();  // nothing to apply: its work sent the Start itself
 }
 
 void JobController::ApplyExplanation(const std::string& id, const LossExplanation& known) {

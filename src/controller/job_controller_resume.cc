@@ -47,6 +47,7 @@ Status JobController::Resume() {
   std::map<std::string, int> slot_of;  // the running generation's nodes, by their registrations
   std::map<std::string, int> registered_as;
   std::map<std::string, json> named_stragglers;  // unit -> its straggler event's detail, until cleared
+  std::int64_t layout_generation = -1;           // the newest generation whose layout was recorded
   for (const Event& e : *events) {
     last_wall = std::max(last_wall, e.wall_ns);
     const std::optional<EventKind> kind = EventKindFromName(e.kind);
@@ -123,7 +124,7 @@ Status JobController::Resume() {
         }
         break;
       case EventKind::kLayout:
-        layout_generation_ = detail().value("generation", layout_generation_);
+        layout_generation = detail().value("generation", layout_generation);
         break;
       case EventKind::kDiagnosis:
       case EventKind::kDiagnosisStarted:
@@ -168,11 +169,12 @@ Status JobController::Resume() {
     state_ = JobState::kRunning;
     resuming_ = true;
     resume_deadline_mono_ = now + config_.reconnect_window;
-    stragglers_.Reset(active_nnodes_ * config_.nproc_per_node);
+    std::vector<ReportedStraggler> reported;
     for (const auto& [unit, d] : named_stragglers) {
-      stragglers_.RestoreReported(unit, StragglerSignalFromName(d.value("signal", "")),
-                                  d.value("first_step", std::int64_t{0}), d.value("evict", false));
+      reported.push_back({unit, StragglerSignalFromName(d.value("signal", "")), d.value("first_step", std::int64_t{0}),
+                          d.value("evict", false)});
     }
+    telemetry_.Resume(generation_, active_nnodes_ * config_.nproc_per_node, reported, layout_generation);
     sdc_.FinishReplay(generation_, active_nnodes_ * config_.nproc_per_node);
     for (const auto& [node_id, slot] : slot_of) {
       Node n;
@@ -233,6 +235,7 @@ bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLi
   }
   Node& node = *placeholder;
   node.conn = conn;
+  telemetry_.Joined(conn, node.node_id);
   node.link = link;
   node.runs_diagnostics = reg.runs_diagnostics();
   node.diag_port = reg.diag_port();

@@ -43,7 +43,7 @@ JobSnapshot JobController::Snapshot() const {
   s.checkpoint_step = checkpoint_step_;
   s.checkpoint_overhead_ms = CheckpointOverheadMs();
   s.checkpoint_wait_ms = CheckpointWaitMs();
-  s.data_wait_ms = data_wait_.TotalUs() / 1000;
+  s.data_wait_ms = telemetry_.DataWaitMs();
   s.incident_open = incident_.has_value();
   s.incidents = incident_count_;
   const StoreWriter::Stats w = writer_->stats();
@@ -61,7 +61,7 @@ JobSnapshot JobController::Snapshot() const {
   s.now_wall = clock_->WallNanos();
   s.heartbeat_interval = config_.heartbeat_interval;
   const Nanos now_mono = clock_->MonotonicNanos();
-  const std::set<std::string> stragglers = stragglers_.Stragglers();
+  const std::set<std::string> stragglers = telemetry_.Stragglers();
   double slowest_rate = 0;
   bool rate_known = false;
   for (const Node& n : nodes_) {

@@ -38,7 +38,8 @@ void JobController::Tick() {
   if (state_ != JobState::kRunning) next_hang_check_mono_ = 0;  // a new generation is checked in full
   if (state_ != JobState::kRunning && state_ != JobState::kStopping) next_silence_check_mono_ = 0;
   ProbeClocks();
-  WriteGpuSeries();
+  telemetry_.WriteGpuSeries();
+  TakeTelemetry();  // what the ingest found since (OnMessage takes it at once, this is the backstop)
   if (now >= next_health_read_mono_) {  // cordons an operator made meanwhile, off the lock
     next_health_read_mono_ = now + kHealthRefresh;
     ReadHealthOffLock();

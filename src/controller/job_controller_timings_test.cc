@@ -1,5 +1,10 @@
 // JobController: step timings on the controller's clock, stragglers
 // reported and, with --straggler-action evict, evicted at every job size.
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <thread>
+
 #include "controller/job_controller_test_fixture.h"
 
 namespace trainguard {
@@ -31,6 +36,84 @@ TEST_F(JobControllerTest, StepTimingsAreStoredOnTheControllersClock) {
   EXPECT_EQ(rows[1].start_us, 10'000'000);
   EXPECT_EQ(rows[0].totals, "forward=30000;backward=60000;comm:all_reduce=500");
   EXPECT_EQ(rows[0].intervals.substr(0, 18), "forward,1,0,30000;");
+}
+
+// A link whose Send waits until the test opens it: the controller holds
+// its lock all the while.
+class GatedLink final : public AgentLink {
+ public:
+  void Send(const v1::ControllerMessage&) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++entered_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+  }
+  void Close() override {}
+  Nanos LastHeardMono() const override { return 0; }
+  void Shut() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  bool WaitEntered(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return entered_ >= n; });
+  }
+  int entered() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entered_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  int entered_ = 0;
+};
+
+// Step timings and clock echoes need no job lock (telemetry_ingest.h): while
+// the controller is held up inside a send, under its lock, another node's
+// timings are still stored and its clock still measured.
+TEST_F(JobControllerTest, StepTimingsAreTakenInWhileTheJobsLockIsHeld) {
+  Make(2, 1);
+  auto gated = std::make_shared<GatedLink>();
+  controller_->OnConnect(1, gated);
+  v1::AgentMessage reg;
+  reg.mutable_register_()->set_protocol_version(kProtocolVersion);
+  reg.mutable_register_()->set_node_id("node0");
+  reg.mutable_register_()->set_address("10.0.0.0");
+  reg.mutable_register_()->set_free_port(40000);
+  controller_->OnMessage(1, reg);
+  Register(1);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  Timings(1, 0, 1, 0, 1);  // the generation's first rows: a try at its layout, under the lock
+  gated->Shut();
+  const int sent = gated->entered();
+  std::thread ticker([&] { controller_->Tick(); });  // probes the clocks: stuck in node0's send
+  ASSERT_TRUE(gated->WaitEntered(sent + 1));
+  auto timings = std::async(std::launch::async, [&] {
+    Timings(1, 0, 1, 1, 3);
+    v1::AgentMessage echo;
+    echo.mutable_clock_echo()->set_controller_unix_us(clock_.WallNanos() / 1000);
+    echo.mutable_clock_echo()->set_agent_unix_us(clock_.WallNanos() / 1000 + 2'000'000);
+    controller_->OnMessage(2, echo);
+  });
+  const bool taken = timings.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  gated->Open();
+  ticker.join();
+  timings.wait();
+  EXPECT_TRUE(taken) << "the timings waited for the job's lock";
+  auto rows = Stored().StepTimings("job", 0, 100).value();
+  EXPECT_EQ(rows.size(), 3u);
+  // The echo counted: node1's next steps are put on the controller's clock.
+  Timings(1, 0, 1, 3, 4, 1.0, -1, 10'000'000);
+  rows = Stored().StepTimings("job", 3, 4).value();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_NEAR(static_cast<double>(rows[0].start_us), 10'000'000 + 3 * 100000 - 2'000'000, 1000);
 }
 
 TEST_F(JobControllerTest, AStragglerIsReportedAndWithEvictTakenOutOfTheJob) {
