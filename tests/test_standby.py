@@ -5,11 +5,12 @@ waits. Two agents are given both addresses. The leader is killed (kill -9),
 or paused (SIGSTOP) for 30 s and continued: the standby leads, the agents follow
 it with their ranks (same PIDs), the job goes on and ends with the parameters
 of an uninterrupted run, every event is stored once, and a paused leader that
-wakes up steps down having written nothing. Real processes, a DDP script that does not import trainguard."""
+wakes up steps down having written nothing and stands by again. Real processes, a DDP script that does not import trainguard."""
 
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 
@@ -165,6 +166,22 @@ def assert_taken_over_once(pair, pids):
     return stored
 
 
+def assert_stands_by_again(pair, old, port=None):
+    """The old leader steps down and waits as a standby again, the same
+    process (PID), having written nothing; its old port (`port`, on this
+    host) is free: nothing of the old controller was kept."""
+    log = lambda: pair.log("controller0.log")
+    pair.wait_for(lambda: "this controller steps down" in log() or old.poll() is not None, 30,
+                  "the old leader to step down")
+    pair.wait_for(lambda: "standby: job %s is led by" % pair.job_id in log() or old.poll() is not None, 30,
+                  "the old leader to stand by again")
+    assert old.poll() is None, log()[-2000:]
+    assert log().index("this controller steps down") < log().index("standby: job %s is led by" % pair.job_id)
+    if port is not None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # EADDRINUSE if its listening socket outlived the old image
+
+
 def takeover_seconds(stored, lost_at):
     """Leader lost -> the standby recorded that it took the job -> every agent back with its ranks."""
     led = next(e for e in stored if e["kind"] == "controller_restarted")["wall_ns"] / 1e9 - lost_at
@@ -201,7 +218,7 @@ def test_a_paused_leader_is_replaced_and_once_continued_steps_down_having_writte
     pg = PostgresServer()
     pair = None
     try:
-        pair = Pair(tmp_path, pg, "standby-pause", steps=400)
+        pair = Pair(tmp_path, pg, "standby-pause", steps=700)
         pair.wait_for(lambda: pair.step("host1", 3) >= 20, 120, "20 steps on every rank")
         pids = pair.rank_pids()
         old = pair.controllers[0]
@@ -212,10 +229,10 @@ def test_a_paused_leader_is_replaced_and_once_continued_steps_down_having_writte
         # Paused for 30 s in all; then it wakes up, finds its lead gone and goes.
         time.sleep(max(0.0, 30 - (time.time() - lost_at)))
         old.send_signal(signal.SIGCONT)
-        assert old.wait(timeout=30) == 3, pair.logs()
-        assert "this controller steps down" in pair.log("controller0.log"), pair.log("controller0.log")[-2000:]
+        assert_stands_by_again(pair, old, pair.ports[0])
         assert len(pair.events()) >= stored_before
         pair.finish(pair.controllers[1])
+        assert old.wait(timeout=60) == 0, pair.logs()  # the standby again: the job ended, nothing to take over
         stored = assert_taken_over_once(pair, pids)
         led, followed = takeover_seconds(stored, lost_at)
         print("takeover after SIGSTOP: the standby led after %.1f s, every agent followed after %.1f s" % (led, followed))
@@ -330,7 +347,7 @@ def test_a_leader_cut_off_the_network_is_replaced_and_once_back_steps_down(tmp_p
     pg = PostgresServer(also_on=bridge_ip)
     pair = None
     try:
-        pair = Pair(tmp_path, pg, "standby-cut", steps=400, hosts=[(ns, addr) for ns, addr, _ in hosts],
+        pair = Pair(tmp_path, pg, "standby-cut", steps=500, hosts=[(ns, addr) for ns, addr, _ in hosts],
                     controller_store=lambda url: url.replace("127.0.0.1", bridge_ip))
         pair.wait_for(lambda: pair.step("host1", 3) >= 20, 120, "20 steps on every rank")
         pids = pair.rank_pids()
@@ -341,9 +358,9 @@ def test_a_leader_cut_off_the_network_is_replaced_and_once_back_steps_down(tmp_p
         time.sleep(max(0.0, 15 - (time.time() - lost_at)))
         sh("ip", "-n", ns, "link", "set", dev, "up")
         old = pair.controllers[0]
-        assert old.wait(timeout=30) == 3, pair.logs()
-        assert "this controller steps down" in pair.log("controller0.log"), pair.log("controller0.log")[-2000:]
+        assert_stands_by_again(pair, old)
         pair.finish(pair.controllers[1])
+        assert old.wait(timeout=60) == 0, pair.logs()
         stored = assert_taken_over_once(pair, pids)
         led, followed = takeover_seconds(stored, lost_at)
         print("takeover after a cut link: the standby led after %.1f s, every agent followed after %.1f s"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/supervise.h"
 #include "cli/torchrun_options.h"
 #include "controller/event_kind.h"
 #include "controller/job_knobs.h"
@@ -491,6 +492,7 @@ std::vector<std::string> TakeTrainingCommand(std::vector<std::string>* args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  trainguard::RememberCommandLine(argc, argv);  // a controller that steps down stands by again as it
   CLI::App app{"trainguard: supervise distributed PyTorch training jobs"};
   app.set_version_flag("--version", std::string("trainguard ") + TG_VERSION + " (commit " + TG_GIT_COMMIT + ")",
                        "print the version and the commit it was built from, and exit");

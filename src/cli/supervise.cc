@@ -1,6 +1,7 @@
 // Supervise: a job's controller (store, rules, API, alerts, the gRPC
 // server, the ticker) and the agents this process starts beside it, from
 // the start until the job ends and its record is read back.
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <filesystem>
 #include <iostream>
@@ -72,6 +74,34 @@ void PrintDowntime(EventStore* store, const std::string& job_id) {
   }
 }
 
+std::vector<std::string>& CommandLine() {
+  static std::vector<std::string> line;
+  return line;
+}
+
+// A controller whose lead passed becomes a standby of its job again: the
+// same command line in a fresh image of this process (the same PID; none
+// of the old controller's state, threads or connections is kept: gRPC's
+// and libpq's descriptors are close-on-exec, so its port is free and its
+// sessions end). If that cannot be done, it exits kSteppedDown.
+[[noreturn]] void StandByAgain() {
+  const std::vector<std::string>& line = CommandLine();
+  if (!line.empty()) {
+    std::vector<char*> argv;
+    for (const std::string& a : line) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    std::fflush(stdout);
+    // This thread blocks SIGINT and SIGTERM (SignalWatcher): the new image
+    // must not inherit that while it waits as a standby.
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    execv("/proc/self/exe", argv.data());
+    std::fprintf(stderr, "trainguard: could not start again as a standby (%s): exiting\n", std::strerror(errno));
+  }
+  std::_Exit(kSteppedDown);
+}
+
 // Waits as a standby until this process leads `job_id` (its own store
 // connection: renewals must not wait behind reads or writes), then fences
 // `write_store` to the lead and stamps it on `config`. -1: go on and lead;
@@ -100,6 +130,8 @@ int Lead(const std::string& where, const std::string& job_id, EventStore* store,
 }
 
 }  // namespace
+
+void RememberCommandLine(int argc, char** argv) { CommandLine().assign(argv, argv + argc); }
 
 bool SkipIfCordoned(EventStore* store, const std::string& id) {
   auto health = store->GetNodeHealth(id);
@@ -437,13 +469,14 @@ int Supervise(const JobOptions& o, const std::string& listen, std::vector<LocalN
   }
   if (lead) {
     // Another controller took the lead (this one was paused or cut off, or
-    // a write of it was fenced off): it acts on nothing more and goes; the
-    // new leader has the job, and the agents follow it.
+    // a write of it was fenced off): it acts on nothing more; the new
+    // leader has the job, and the agents follow it. This one stands by
+    // again, for the next loss.
     lead->KeepRenewing(write_store->get(), [job_id](const std::string& why) {
       std::fprintf(stderr, "trainguard: job %s: %s: this controller steps down (it writes and commands nothing "
-                           "more)\n", job_id.c_str(), why.c_str());
+                           "more) and stands by again\n", job_id.c_str(), why.c_str());
       std::fflush(stderr);
-      std::_Exit(kSteppedDown);
+      StandByAgain();
     });
   }
   std::atomic<bool> ticking{true};

@@ -39,8 +39,13 @@ constexpr Nanos kTickInterval = 50 * kMillisecond;
 // (renewed every third of it); a standby takes over once it expired
 // (docs/standby.md).
 constexpr Nanos kLeadTtl = 6 * kSecond;
-// The exit status of a controller that stepped down: another one leads.
+// The exit status of a controller that stepped down (another one leads)
+// and could not stand by again.
 constexpr int kSteppedDown = 3;
+
+// This process's command line, for a controller that stepped down to stand
+// by again as the same command (main calls it first).
+void RememberCommandLine(int argc, char** argv);
 
 JobConfig MakeConfig(const JobOptions& o, const std::string& job_id);
 

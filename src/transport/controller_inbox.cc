@@ -1,6 +1,7 @@
 #include "transport/controller_inbox.h"
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 namespace trainguard {
@@ -34,16 +35,20 @@ bool ControllerInbox::Message(std::uint64_t conn, v1::AgentMessage msg, Nanos ar
     }
     queued_timings_++;
   }
-  queue_.push_back({What::kMessage, conn, std::move(msg), nullptr, arrived_mono});
-  stats_.max_queued = std::max(stats_.max_queued, queue_.size());
+  const bool telemetry = msg.has_timings() || msg.has_clock_echo();
+  std::deque<Item>& lane = telemetry ? telemetry_ : queue_;
+  lane.push_back({What::kMessage, conn, std::move(msg), nullptr, arrived_mono});
+  stats_.max_queued = std::max(stats_.max_queued, queue_.size() + telemetry_.size());
   c.queued++;
-  if (heartbeat) {
+  if (telemetry) {
+    telemetry_cv_.notify_one();
+  } else if (heartbeat) {
     c.heartbeat = &queue_.back();  // a deque's elements stay put while it grows at the back
     heartbeat_conns_.push_back(conn);
   } else {
     c.heartbeat = nullptr;
   }
-  cv_.notify_one();
+  if (!telemetry) cv_.notify_one();
   if (c.queued >= kMaxQueuedPerConn) {
     c.paused = true;
     stats_.reads_paused++;
@@ -63,16 +68,18 @@ void ControllerInbox::Disconnect(std::uint64_t conn) {
   cv_.notify_one();
 }
 
-bool ControllerInbox::DeliverBatch(std::unique_lock<std::mutex>* lock) {
-  if (queue_.empty()) return false;
+bool ControllerInbox::DeliverBatch(std::deque<Item>* queue, std::unique_lock<std::mutex>* lock) {
+  if (queue->empty()) return false;
   std::deque<Item> batch;
-  batch.swap(queue_);
-  // What is being delivered can no longer take a newer heartbeat.
-  for (std::uint64_t conn : heartbeat_conns_) {
-    auto it = conns_.find(conn);
-    if (it != conns_.end()) it->second.heartbeat = nullptr;
+  batch.swap(*queue);
+  if (queue == &queue_) {
+    // What is being delivered can no longer take a newer heartbeat.
+    for (std::uint64_t conn : heartbeat_conns_) {
+      auto it = conns_.find(conn);
+      if (it != conns_.end()) it->second.heartbeat = nullptr;
+    }
+    heartbeat_conns_.clear();
   }
-  heartbeat_conns_.clear();
   lock->unlock();
   std::size_t timings = 0;
   for (Item& item : batch) {
@@ -108,10 +115,22 @@ bool ControllerInbox::DeliverBatch(std::unique_lock<std::mutex>* lock) {
 }
 
 void ControllerInbox::Run() {
+  std::thread telemetry([this] { RunTelemetry(); });
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (!DeliverBatch(&queue_, &lock) && stopping_) break;
+    }
+  }
+  telemetry.join();
+}
+
+void ControllerInbox::RunTelemetry() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (!DeliverBatch(&lock) && stopping_) return;
+    telemetry_cv_.wait(lock, [&] { return stopping_ || !telemetry_.empty(); });
+    if (!DeliverBatch(&telemetry_, &lock) && stopping_) return;
   }
 }
 
@@ -119,17 +138,19 @@ void ControllerInbox::Stop() {
   std::lock_guard<std::mutex> lock(mu_);
   stopping_ = true;
   cv_.notify_all();
+  telemetry_cv_.notify_all();
 }
 
 void ControllerInbox::DeliverQueued() {
   std::unique_lock<std::mutex> lock(mu_);
-  DeliverBatch(&lock);
+  DeliverBatch(&queue_, &lock);
+  DeliverBatch(&telemetry_, &lock);
 }
 
 ControllerInbox::Stats ControllerInbox::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   Stats s = stats_;
-  s.queued = queue_.size();
+  s.queued = queue_.size() + telemetry_.size();
   return s;
 }
 

@@ -1,5 +1,9 @@
 // ControllerInbox: what the transport's threads receive from agents, handed
-// in order to one dispatcher thread that feeds the JobController.
+// in order to a dispatcher thread that feeds the JobController; step
+// timings and clock echoes go to a second one (the telemetry lane), which
+// feeds the controller's telemetry ingest without its lock
+// (controller/telemetry_ingest.h). So the job's messages never wait behind
+// the heaviest traffic, and the two use two cores.
 //
 // The transport's threads never wait for the controller's lock: they stamp
 // a message's arrival (AgentLink::LastHeardMono, which the heartbeat detector
@@ -15,7 +19,11 @@
 // kMaxQueuedTimings are dropped and counted (the store writer drops them
 // too when full: they are sampled detail, never the job's decisions).
 //
-// Per connection, the order of connect, messages and disconnect is kept.
+// Per connection, the order of connect, messages and disconnect is kept,
+// and so is the order of its telemetry; telemetry is not ordered against
+// the rest (timings come after a node's registration was handled, as only a
+// Start, sent after it, makes ranks that time steps; a disconnect handled
+// before the node's last timings leaves them unstored).
 // Thread safety: Connect/Message/Disconnect from any thread; Run on one.
 #pragma once
 
@@ -68,10 +76,12 @@ class ControllerInbox {
   bool Message(std::uint64_t conn, v1::AgentMessage msg, Nanos arrived_mono = 0);
   void Disconnect(std::uint64_t conn);
 
-  // Delivers until Stop, then what is queued. Call on one thread.
+  // Delivers until Stop, then what is queued; the telemetry lane runs on a
+  // thread of its own meanwhile. Call on one thread.
   void Run();
   void Stop();
-  // Delivers what is queued now on the calling thread (tests).
+  // Delivers what is queued now on the calling thread, the job's lane then
+  // the telemetry lane (tests).
   void DeliverQueued();
   Stats stats() const;
 
@@ -91,13 +101,18 @@ class ControllerInbox {
     bool gone = false;            // Disconnect queued
     std::function<void()> resume;
   };
-  // Takes the queue and delivers it; true if something was delivered.
-  bool DeliverBatch(std::unique_lock<std::mutex>* lock);
+  // Takes `queue` (queue_ or telemetry_) and delivers it; true if
+  // something was delivered.
+  bool DeliverBatch(std::deque<Item>* queue, std::unique_lock<std::mutex>* lock);
+  // Delivers the telemetry lane until Stop, then what is queued in it.
+  void RunTelemetry();
 
   InboxSink* const sink_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Item> queue_;
+  std::deque<Item> telemetry_;  // timings and clock echoes
+  std::condition_variable telemetry_cv_;
   std::unordered_map<std::uint64_t, Conn> conns_;
   std::vector<std::uint64_t> heartbeat_conns_;  // conns whose `heartbeat` may be set
   std::size_t queued_timings_ = 0;
