@@ -47,6 +47,7 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
       blame_(std::make_unique<OffLockRunner>(1)),
       starter_(std::make_unique<OffLockRunner>(1)),
       policy_(config_.no_progress_restarts, config_.min_confidence),
+      diagnosis_(config_),
       link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}),
       sdc_(config_.job_id, config_.nproc_per_node),
       telemetry_(config_, clock_, writer_.get()) {}

@@ -3,7 +3,7 @@
 // a read-only JobView, and its components (the node registry,
 // node_registry.h; the SDC monitor, sdc_monitor.h; the straggler detector;
 // the telemetry ingest, telemetry_ingest.h, which needs no job lock; the
-// diagnosis round; the link monitor), which keep and judge what they own,
+// diagnosis coordinator, diagnosis_coordinator.h; the link monitor), which keep and judge what they own,
 // to the recovery policy (recovery_policy), which says what to do about
 // them, and carries that out. One loop moves the job from
 // state to state (Reconcile, job_controller_reconcile.cc); handlers and Tick
@@ -75,7 +75,7 @@
 #include "controller/downtime.h"
 #include "controller/event_kind.h"
 #include "controller/event_listener.h"
-#include "controller/diagnosis_round.h"
+#include "controller/diagnosis_coordinator.h"
 #include "controller/fleet_history.h"
 #include "controller/finding.h"
 #include "controller/incident.h"
@@ -170,13 +170,6 @@ class JobController {
 
  private:
   using Node = JobNode;  // node_registry.h
-  // A node's place in its rack's all-reduce during that stage of a round.
-  struct RackSeat {
-    int rank = 0;
-    int size = 0;
-    std::string master;  // HOST:PORT
-    bool nccl = false;   // every node of the rack has GPUs
-  };
 
   void HandleRegister(std::uint64_t conn, const v1::Register& reg);
   // While resuming: takes back a node of the running generation that
@@ -269,19 +262,13 @@ class JobController {
   void Restart(const Verdict& verdict, bool diagnosed = false);
   // Orders a diagnosis round of every connected node (DIAGNOSING); when it is
   // done, failing nodes are evicted and the job goes on: a restart with
-  // pending_verdict_, or the first start.
+  // pending_verdict_, or the first start (job_controller_diagnosis.cc; the
+  // round's logic: diagnosis_coordinator.h).
   void StartDiagnosis(DiagnosisPurpose why);
   void SendDiagnosisOrders();
-  // The network probe's neighbours of a node in the round: the nodes before
-  // and after it in the round's ring that serve the probe (HOST:PORT).
-  std::vector<std::string> NetworkPeersOf(const std::string& node_id);
   void HandleDiagnostics(Node* node, const v1::DiagnosticsResult& result);
-  // After the nodes' own probes: the all-to-all stage (when nodes have more
-  // than one rank), then the rack all-reduce stage (when a rack has two
-  // nodes or more; nodes without a rack take no part). False when none is left.
-  bool StartNextCollectiveStage();
-  // Whether the node's suite in this round listed GPUs (nvidia-smi).
-  bool HasGpus(const std::string& node_id) const;
+  // Carries out what the coordinator decided, in order.
+  void CarryOutDiagnosis(DiagActions actions);
   // Link health from a heartbeat's counters: records flaps, silent links;
   // a flapping node fails the job's generation (or, idle, is evicted).
   void ObserveLinks(Node* node, const v1::NodeMetrics& metrics);
@@ -401,12 +388,9 @@ class JobController {
   int blaming_ = 0;  // the incident whose blame runs off the lock (0: none)
   bool started_ = false;
   std::vector<std::pair<std::uint64_t, v1::Register>> early_registrations_;  // before Start
-  std::optional<DiagnosisRound> diagnosis_;  // in DIAGNOSING
-  DiagnosisPurpose diagnosis_purpose_ = DiagnosisPurpose::kPreflight;  // of diagnosis_
-  std::int64_t diagnosis_rounds_ = 0;
+  DiagnosisCoordinator diagnosis_;  // the diagnosis rounds (in DIAGNOSING)
   bool preflight_done_ = false;
   Verdict pending_verdict_;                  // the restart a diagnosis round holds up
-  std::map<std::string, RackSeat> rack_seats_;  // the round's rack all-reduce stage
   LinkMonitor link_monitor_;
   Nanos next_clock_probe_mono_ = 0;
   Nanos last_tick_mono_ = 0;

@@ -277,7 +277,7 @@ void JobController::OnDisconnect(std::uint64_t conn) {
   node->conn = 0;
   node->link.reset();
   if (state_ == JobState::kSucceeded || state_ == JobState::kFailed) return;
-  if (diagnosis_) diagnosis_->NodeGone(node->node_id, "its agent went away during the diagnostics");
+  diagnosis_.NodeGone(node->node_id, "its agent went away during the diagnostics");
   if (node->group_rank < 0) {  // an idle spare (or an evicted node) went away: no rank of the job is hit
     std::string id = node->node_id;
     Emit(EventKind::kSpareLost, id, -1, -1, "idle node " + id + " went away (connection to its agent closed)");

@@ -72,7 +72,7 @@ void JobController::Tick() {
       }
       break;
     case JobState::kDiagnosing:
-      if (diagnosis_) diagnosis_->CheckTimeouts(now);
+      diagnosis_.CheckTimeouts(now);
       break;
     default: break;
   }
