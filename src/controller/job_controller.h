@@ -390,6 +390,7 @@ class JobController {
   std::vector<std::pair<std::uint64_t, v1::Register>> early_registrations_;  // before Start
   DiagnosisCoordinator diagnosis_;  // the diagnosis rounds (in DIAGNOSING)
   bool preflight_done_ = false;
+  bool rediagnose_ = false;  // Resume: the incident's diagnosis round is run again before the restart
   Verdict pending_verdict_;                  // the restart a diagnosis round holds up
   LinkMonitor link_monitor_;
   Nanos next_clock_probe_mono_ = 0;

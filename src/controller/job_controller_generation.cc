@@ -32,6 +32,15 @@ void JobController::MaybeStartGeneration() {
   }
   if (!empty.empty() && !MayStartWithout(empty)) return;
   waiting_said_.clear();
+  if (rediagnose_) {  // the round a predecessor died in (Resume), then the restart it held up
+    rediagnose_ = false;
+    if (config_.diagnose != DiagnoseMode::kOff) {
+      pending_verdict_ = Verdict{};  // its evictions were made
+      StartDiagnosis(DiagnosisPurpose::kIncident);
+      return;
+    }
+    Restart(Verdict{}, /*diagnosed=*/true);  // counted and recorded; this generation follows
+  }
   if (state_ == JobState::kStarting && config_.diagnose != DiagnoseMode::kOff && !preflight_done_) {
     StartDiagnosis(DiagnosisPurpose::kPreflight);
     return;

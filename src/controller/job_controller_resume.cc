@@ -48,6 +48,7 @@ Status JobController::Resume() {
   std::map<std::string, int> registered_as;
   std::map<std::string, json> named_stragglers;  // unit -> its straggler event's detail, until cleared
   std::int64_t layout_generation = -1;           // the newest generation whose layout was recorded
+  bool round_open = false;                       // a diagnosis round started and not decided
   for (const Event& e : *events) {
     last_wall = std::max(last_wall, e.wall_ns);
     const std::optional<EventKind> kind = EventKindFromName(e.kind);
@@ -126,9 +127,12 @@ Status JobController::Resume() {
       case EventKind::kLayout:
         layout_generation = detail().value("generation", layout_generation);
         break;
-      case EventKind::kDiagnosis:
       case EventKind::kDiagnosisStarted:
-        preflight_done_ = true;
+        round_open = true;  // until its verdict
+        break;
+      case EventKind::kDiagnosis:
+        round_open = false;
+        if (detail().value("purpose", "") == "preflight") preflight_done_ = true;
         break;
       case EventKind::kNodeRegistered:
       case EventKind::kNodeReconnected:
@@ -186,8 +190,19 @@ Status JobController::Resume() {
     plan = "waiting up to " + std::to_string(config_.reconnect_window / kSecond) + " s for the agents of generation " +
            std::to_string(generation_) + " to reconnect with their ranks";
   } else if (generation_ < 0) {
-    state_ = JobState::kStarting;  // nothing ran yet: agents register as at a first start
-    plan = "no ranks ran yet: the job starts when its nodes register";
+    // Nothing ran yet: agents register as at a first start. A preflight
+    // round its predecessor had not decided is run again.
+    state_ = JobState::kStarting;
+    plan = "no ranks ran yet: the job starts when its nodes register" +
+           std::string(round_open ? ", after its preflight diagnosis, run again" : "");
+  } else if (last == JobState::kDiagnosing && round_open) {
+    // It died diagnosing the nodes after an incident (the verdict's
+    // evictions made): the round is run again once the nodes are back, and
+    // the job restarts after it, once.
+    state_ = JobState::kRestarting;
+    rediagnose_ = true;
+    plan = "generation " + std::to_string(generation_) +
+           " is stopped; its nodes are diagnosed again when they are back, then the job restarts";
   } else {
     // It died mid-recovery: the ranks were being stopped or restarted. The
     // restart is finished once the nodes are back.

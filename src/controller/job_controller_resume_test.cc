@@ -88,26 +88,8 @@ TEST_F(ResumeTest, AStragglerNamedBeforeARestartIsNotNamedAgain) {
   }
   ASSERT_EQ(EventsOf("straggler").size(), 1u);
   EXPECT_EQ(Detail("straggler")["unit"], "node2");
-  controller_.reset();
-  links_.clear();
-  clock_.Advance(3 * kSecond);
-  controller_ = std::make_unique<JobController>(config_, &clock_, &store_, &provider_, rules_.get());
-  controller_->SetOffLockThreads(0);
-  ASSERT_TRUE(controller_->Resume().ok());
-  for (int i = 0; i < 4; ++i) {
-    auto link = std::make_shared<FakeAgentLink>();
-    links_.push_back(link);
-    controller_->OnConnect(10 + i, link);
-    v1::AgentMessage m;
-    v1::Register* r = m.mutable_register_();
-    r->set_protocol_version(kProtocolVersion);
-    r->set_node_id("node" + std::to_string(i));
-    r->set_address("10.0.0." + std::to_string(i));
-    r->set_resume_generation(0);
-    r->set_resume_group_rank(i);
-    *r->add_resume_ranks() = Rank(i, step);
-    controller_->OnMessage(10 + i, m);
-  }
+  ASSERT_TRUE(Restart().ok());
+  for (int i = 0; i < 4; ++i) Reconnect(i, 0, step);
   ASSERT_EQ(EventsOf("job_resumed").size(), 1u);
   conn_base_ = 10;
   for (; controller_->state() == JobState::kRunning && step < 400; step += 10) {
@@ -118,6 +100,64 @@ TEST_F(ResumeTest, AStragglerNamedBeforeARestartIsNotNamedAgain) {
   EXPECT_TRUE(Detail("straggler", 1)["evict"].get<bool>());
   EXPECT_EQ(named[1].node, "node2");
   EXPECT_EQ(controller_->state(), JobState::kStopping);
+}
+
+// A controller that died while it diagnosed the nodes after an incident:
+// its successor diagnoses them again once they are back, then restarts the
+// job once.
+TEST_F(ResumeTest, ADiagnosisRoundUnderWayIsRunAgainByTheSuccessorThenTheJobRestartsOnce) {
+  config_.diagnose = DiagnoseMode::kQuick;
+  Make(2, 1, 3, /*attribute=*/true);
+  FakeAgentLink* a = Register(0);
+  FakeAgentLink* b = Register(1);
+  Diagnosed(0, a, 20);
+  Diagnosed(1, b, 20);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  Exit(1, 0, 1, 1);
+  Stopped(0, 0);
+  Stopped(1, 0);
+  ASSERT_EQ(controller_->state(), JobState::kDiagnosing);  // the incident's round: the old controller dies in it
+  ASSERT_EQ(EventsOf("diagnosis_started").size(), 2u);
+  ASSERT_TRUE(Restart().ok());
+  EXPECT_EQ(controller_->state(), JobState::kRestarting);
+  conn_base_ = 10;
+  FakeAgentLink* a2 = Reconnect(0, -1);
+  FakeAgentLink* b2 = Reconnect(1, -1);
+  ASSERT_EQ(controller_->state(), JobState::kDiagnosing) << "the round was not run again";
+  EXPECT_EQ(Detail("diagnosis_started", 2)["purpose"], "incident 1");
+  Diagnosed(0, a2, 20);
+  Diagnosed(1, b2, 21);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_EQ(EventsOf("restarting").size(), 1u);
+  EXPECT_EQ(controller_->restart_count(), 1);
+  EXPECT_EQ(EventsOf("diagnosis").size(), 2u);  // the preflight's and the successor's
+  EXPECT_EQ(EventsOf("generation_started").size(), 2u);
+  for (FakeAgentLink* l : {a2, b2}) {
+    ASSERT_NE(l->Last(Kind::kStart), nullptr);
+    EXPECT_EQ(l->Last(Kind::kStart)->start().generation(), 1);
+  }
+}
+
+// The same for a preflight round: the job's first start waits for it again.
+TEST_F(ResumeTest, APreflightRoundUnderWayIsRunAgainBeforeTheFirstStart) {
+  config_.diagnose = DiagnoseMode::kQuick;
+  Make(2, 1);
+  Register(0);
+  Register(1);
+  ASSERT_EQ(controller_->state(), JobState::kDiagnosing);
+  ASSERT_TRUE(Restart().ok());
+  conn_base_ = 10;
+  FakeAgentLink* a = Reconnect(0, -1);
+  FakeAgentLink* b = Reconnect(1, -1);
+  ASSERT_EQ(controller_->state(), JobState::kDiagnosing);
+  EXPECT_EQ(a->Count(Kind::kStart), 0);
+  Diagnosed(0, a, 20);
+  Diagnosed(1, b, 20);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_EQ(EventsOf("diagnosis").size(), 1u);
+  EXPECT_EQ(Detail("diagnosis")["purpose"], "preflight");
+  ASSERT_NE(b->Last(Kind::kStart), nullptr);
+  EXPECT_EQ(b->Last(Kind::kStart)->start().generation(), 0);
 }
 
 // The policy's memory is part of the job's status: a deterministic failure

@@ -73,7 +73,7 @@ class JobControllerTest : public testing::Test {
     m.mutable_diagnostics()->set_figures_json(
         nlohmann::json::array({{{"name", "compute_gflops"}, {"value", gflops}}}).dump());
     m.mutable_diagnostics()->set_wall_ms(2000);
-    controller_->OnMessage(i + 1, m);
+    controller_->OnMessage(conn_base_ + static_cast<std::uint64_t>(i), m);
   }
 
   // Node `i` answers a collective stage's order with `figures` and a new free port.
@@ -217,6 +217,7 @@ class JobControllerTest : public testing::Test {
     r->set_node_id("node" + std::to_string(i));
     r->set_address("10.0.0." + std::to_string(i));
     r->set_free_port(41000 + i);
+    r->set_runs_diagnostics(true);
     if (generation >= 0) {
       r->set_resume_generation(generation);
       r->set_resume_group_rank(i);
