@@ -244,10 +244,10 @@ void JobController::OnMessage(std::uint64_t conn, v1::AgentMessage&& msg, Nanos 
 
 void JobController::HandleMessage(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned,
                                   Nanos arrived_mono) {
+  if (IngestTelemetry(conn, msg, arrived_mono)) return;  // without the job's lock
   // A Tick waiting for the lock goes first: a burst of thousands of
   // messages (every node's Stopped) would otherwise take the mutex back
   // before the ticker wakes, and hold the detectors up for seconds.
-  if (IngestTelemetry(conn, msg, arrived_mono)) return;
   while (tick_waiting_.load(std::memory_order_acquire)) std::this_thread::yield();
   std::lock_guard<std::mutex> lock(mu_);
   const JobState was = state_;
