@@ -6,7 +6,8 @@
 // because the connection broke is sent once more on a fresh connection
 // (PQreset): what the controller records is not lost to a restarted server
 // or a dropped link. Should the server have committed it before the link
-// broke, an append can be there twice; a lost one cannot be told apart.
+// broke, the retry stores nothing: every row the controller writes carries
+// its writer's uid, held in a unique index (ON CONFLICT (uid) DO NOTHING).
 // PostgreSQL keeps text as UTF-8 without NUL bytes: such bytes are repaired
 // (U+FFFD) rather than refused.
 #include <libpq-fe.h>
