@@ -314,8 +314,11 @@ def test_with_evict_a_data_straggler_is_evicted_for_its_data_never_as_a_network_
     job = Job(run, "data-evict", [PYTHON, PLAIN, "--steps", "140", "--step-delay", "0.05", "--data-dir", url,
                                   "--loader-workers", "0", "--ckpt", str(run / "ck.pt"), "--out", str(run / "sum.txt")],
               nnodes=4, nproc=1,
+              # Heartbeats (and the timings they carry) every 0.5 s, for a quick verdict. The silence limit
+              # is not under test here: 10 missed (5 s), not 5 (2.5 s), which a loaded 2-core CI machine,
+              # five processes importing torch at once, reached once (every node "lost" at the start).
               flags=["--straggler-action", "evict", "--spares", "1", "--max-restarts", "2", "--heartbeat-interval",
-                     "0.5"])
+                     "0.5", "--missed-heartbeats", "10"])
     try:
         wait_for(lambda: job.events("node_evicted") or job.proc.poll() is not None, 240, "the data straggler's eviction")
         delay.clear()

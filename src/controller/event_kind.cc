@@ -16,7 +16,8 @@ const std::vector<EventKindInfo>& EventKinds() {
        "an agent is refused (protocol, duplicate id, cordoned node, no slot and no spare place)",
        "reason"},
       {EventKind::kGenerationStarted, "generation_started",
-       "ranks are (re)launched: recorded (and waited for, up to 200 ms) before the agents are told to start",
+       "ranks are (re)launched: recorded (and waited for, up to 200 ms, off the controller's lock) before the agents "
+       "are told to start; a generation stopped meanwhile is never started",
        "master address and port, restart count, `group_ranks` (node → group rank)"},
       {EventKind::kWaitingForNodes, "waiting_for_nodes",
        "an elastic job (`--nnodes MIN:MAX`) below MIN waits: which group ranks are empty and why "
