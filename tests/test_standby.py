@@ -8,6 +8,7 @@ of an uninterrupted run, every event is stored once, and a paused leader that
 wakes up steps down having written nothing and stands by again. Real processes, a DDP script that does not import trainguard."""
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -178,8 +179,12 @@ def assert_stands_by_again(pair, old, port=None):
     assert old.poll() is None, log()[-2000:]
     assert log().index("this controller steps down") < log().index("standby: job %s is led by" % pair.job_id)
     if port is not None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", port))  # EADDRINUSE if its listening socket outlived the old image
+        # EADDRINUSE if a listening socket of the old image outlived it: the agents' port, and its API's.
+        api = re.search(r"API and metrics at http://127\.0\.0\.1:(\d+)", log())
+        assert api, log()[-2000:]
+        for p in (port, int(api.group(1))):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p))
 
 
 def takeover_seconds(stored, lost_at):

@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -81,9 +83,10 @@ std::vector<std::string>& CommandLine() {
 
 // A controller whose lead passed becomes a standby of its job again: the
 // same command line in a fresh image of this process (the same PID; none
-// of the old controller's state, threads or connections is kept: gRPC's
-// and libpq's descriptors are close-on-exec, so its port is free and its
-// sessions end). If that cannot be done, it exits kSteppedDown.
+// of the old controller's state, threads or connections is kept: every
+// descriptor but stdin, stdout and stderr is made close-on-exec first, so
+// its ports are free and its sessions end). If that cannot be done, it
+// exits kSteppedDown.
 [[noreturn]] void StandByAgain() {
   const std::vector<std::string>& line = CommandLine();
   if (!line.empty()) {
@@ -96,6 +99,16 @@ std::vector<std::string>& CommandLine() {
     sigset_t none;
     sigemptyset(&none);
     pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    // Not every library marks its descriptors close-on-exec (a listening
+    // socket kept open would hold its port, and its callers would hang).
+    // Marked, not closed: other threads still use them until the exec.
+    if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {  // before Linux 5.11: one by one
+      const long most = std::min<long>(sysconf(_SC_OPEN_MAX), 1 << 16);
+      for (int fd = 3; fd < most; ++fd) {
+        const int flags = fcntl(fd, F_GETFD);
+        if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+      }
+    }
     execv("/proc/self/exe", argv.data());
     std::fprintf(stderr, "trainguard: could not start again as a standby (%s): exiting\n", std::strerror(errno));
   }
