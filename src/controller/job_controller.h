@@ -179,6 +179,10 @@ class JobController {
                   v1::ControllerMessage* welcome);
   // Nodes of the running generation not back by the deadline are lost.
   void CheckResumeDeadline();
+  // Every node of the resumed generation is back (`members` of them): the
+  // job goes on; or, if none of them ever got the generation's Start, it is
+  // started now; if only some did, the others are lost.
+  void FinishResume(int members);
   // `owned`: the same message, whose statuses may be taken (null: copied).
   void HandleMessage(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned, Nanos arrived_mono);
   // The message to its handler (under the lock; the loop runs after it).
@@ -403,6 +407,10 @@ class JobController {
   TelemetryIngest telemetry_;
   bool resuming_ = false;               // after Resume, until every node is back or the deadline
   Nanos resume_deadline_mono_ = 0;
+  // Nodes of the resumed generation with no ranks_started recorded, and
+  // those of them that came back without its ranks (its Start never went out).
+  std::set<std::string> unstarted_;
+  std::set<std::string> came_back_unstarted_;
   JobState resumed_from_ = JobState::kStarting;
 };
 

@@ -49,6 +49,7 @@ Status JobController::Resume() {
   std::map<std::string, json> named_stragglers;  // unit -> its straggler event's detail, until cleared
   std::int64_t layout_generation = -1;           // the newest generation whose layout was recorded
   bool round_open = false;                       // a diagnosis round started and not decided
+  std::set<std::string> started_here;            // nodes that reported the generation's ranks started
   for (const Event& e : *events) {
     last_wall = std::max(last_wall, e.wall_ns);
     const std::optional<EventKind> kind = EventKindFromName(e.kind);
@@ -78,6 +79,7 @@ Status JobController::Resume() {
         active_nnodes_ = detail().value("nnodes", active_nnodes_);
         generation_start_wall_ = e.wall_ns;
         named_stragglers.clear();
+        started_here.clear();
         first_step_seen_ = false;
         first_step_wall_ = 0;
         first_step_no_ = -1;
@@ -142,6 +144,7 @@ Status JobController::Resume() {
         break;
       case EventKind::kRanksStarted:
         if (e.generation == generation_) {
+          started_here.insert(e.node);
           // The group rank is in the event since controller restarts exist;
           // before, it is the one the node registered with (or moved to).
           int slot = detail().value("group_rank", registered_as.count(e.node) ? registered_as[e.node] : -1);
@@ -180,7 +183,9 @@ Status JobController::Resume() {
     }
     telemetry_.Resume(generation_, active_nnodes_ * config_.nproc_per_node, reported, layout_generation);
     sdc_.FinishReplay(generation_, active_nnodes_ * config_.nproc_per_node);
+    unstarted_.clear();
     for (const auto& [node_id, slot] : slot_of) {
+      if (!started_here.count(node_id)) unstarted_.insert(node_id);
       Node n;
       n.node_id = node_id;
       n.group_rank = slot;
@@ -238,8 +243,14 @@ bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLi
     return n.node_id == reg.node_id() && n.conn == 0 && n.group_rank >= 0;
   });
   if (placeholder == nodes_.end()) return false;
-  if (!reg.has_resume_generation() || reg.resume_generation() != generation_ ||
-      reg.resume_group_rank() != placeholder->group_rank) {
+  const bool with_its_ranks = reg.has_resume_generation() && reg.resume_generation() == generation_ &&
+                              reg.resume_group_rank() == placeholder->group_rank;
+  // No ranks of the generation, none recorded as started here either: its
+  // Start never went out (the controller died between recording the
+  // generation and sending it). Nothing of it ran: not a loss.
+  const bool never_started = !with_its_ranks && unstarted_.count(reg.node_id()) > 0 &&
+                             (!reg.has_resume_generation() || reg.resume_generation() < generation_);
+  if (!with_its_ranks && !never_started) {
     // It is back without the ranks it ran (its agent restarted too): they
     // are lost, and so is the generation.
     NodeLost(&*placeholder,
@@ -262,37 +273,77 @@ bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLi
   node.last_heartbeat_wall = clock_->WallNanos();
   node.ranks.clear();
   json pids = json::object();
-  for (const auto& status : reg.resume_ranks()) {
-    RankView& view = node.ranks[status.global_rank()];
-    view.status = status;
-    view.received_mono = clock_->MonotonicNanos();
-    pids[std::to_string(status.global_rank())] = status.pid();
+  if (with_its_ranks) {
+    for (const auto& status : reg.resume_ranks()) {
+      RankView& view = node.ranks[status.global_rank()];
+      view.status = status;
+      view.received_mono = clock_->MonotonicNanos();
+      pids[std::to_string(status.global_rank())] = status.pid();
+    }
+  } else {
+    came_back_unstarted_.insert(node.node_id);
   }
-  welcome->mutable_welcome()->set_resumed(true);
+  // Not resumed: the agent stops what it still holds of an older generation.
+  welcome->mutable_welcome()->set_resumed(with_its_ranks);
   if (rules_ != nullptr) welcome->mutable_welcome()->set_scan_rules(scan_rules_json_);
   link->Send(*welcome);
   Emit(EventKind::kNodeReconnected, node.node_id, -1, -1,
-       "node " + node.node_id + " (" + reg.hostname() + ", " + reg.address() + ") reconnected with its " +
-           std::to_string(reg.resume_ranks_size()) + " rank(s) of generation " + std::to_string(generation_),
+       "node " + node.node_id + " (" + reg.hostname() + ", " + reg.address() + ") reconnected " +
+           (with_its_ranks ? "with its " + std::to_string(reg.resume_ranks_size()) + " rank(s) of generation " +
+                                 std::to_string(generation_)
+                           : "without ranks: generation " + std::to_string(generation_) +
+                                 " was recorded but its Start never reached it"),
        json{{"hostname", reg.hostname()}, {"address", reg.address()}, {"agent_pid", reg.pid()},
             {"group_rank", node.group_rank}, {"pids", pids}}
            .dump(-1, ' ', false, kReplaceBadUtf8));
   // Ranks that exited while the controller was away are reported by the
   // agent right after this (RankExited), and handled as any exit.
   bool all_back = true;
-  for (const auto& n : nodes_) all_back &= n.group_rank < 0 || n.conn != 0;
-  if (all_back) {
-    resuming_ = false;
+  int members = 0;
+  for (const auto& n : nodes_) {
+    all_back &= n.group_rank < 0 || n.conn != 0;
+    members += n.group_rank >= 0 ? 1 : 0;
+  }
+  if (all_back) FinishResume(members);
+  return true;
+}
+
+void JobController::FinishResume(int members) {
+  resuming_ = false;
+  if (came_back_unstarted_.empty()) {
     Emit(EventKind::kJobResumed, "", -1, -1,
          "every node of generation " + std::to_string(generation_) + " is back: the job goes on without a restart",
          json{{"generation", generation_}}.dump(-1, ' ', false, kReplaceBadUtf8));
+    return;
   }
-  return true;
+  if (static_cast<int>(came_back_unstarted_.size()) == members) {
+    // No rank of it ran anywhere: it is started now, as decided (the same
+    // generation and restart count), without an incident.
+    came_back_unstarted_.clear();
+    Emit(EventKind::kJobResumed, "", -1, -1,
+         "every node of generation " + std::to_string(generation_) +
+             " is back; its Starts never went out before the controller restarted: it is started now",
+         json{{"generation", generation_}, {"started_again", true}}.dump(-1, ' ', false, kReplaceBadUtf8));
+    waiting_since_mono_ = clock_->MonotonicNanos();
+    SetState(JobState::kRestarting, "generation " + std::to_string(generation_) + " was never started");
+    return;
+  }
+  // Some nodes run the generation, some never got it: it cannot go on.
+  std::vector<std::string> unstarted(came_back_unstarted_.begin(), came_back_unstarted_.end());
+  came_back_unstarted_.clear();
+  for (const auto& id : unstarted) {
+    Node* n = nodes_.ById(id);
+    if (n != nullptr && n->group_rank >= 0 && state_ == JobState::kRunning) {
+      NodeLost(n, "its agent came back after the controller restarted without the ranks of generation " +
+                      std::to_string(generation_), clock_->WallNanos());
+    }
+  }
 }
 
 void JobController::CheckResumeDeadline() {
   if (!resuming_ || clock_->MonotonicNanos() < resume_deadline_mono_) return;
   resuming_ = false;
+  came_back_unstarted_.clear();  // the missing nodes' loss restarts the generation anyway
   std::vector<std::string> missing;
   for (const auto& n : nodes_) {
     if (n.group_rank >= 0 && n.conn == 0) missing.push_back(n.node_id);

@@ -382,6 +382,35 @@ TEST_F(ResumeTest, ANodeThatDoesNotComeBackInTheWindowIsLost) {
   EXPECT_EQ(controller_->state(), JobState::kStopping);
 }
 
+// The controller died between recording a generation and sending its
+// Starts: every agent comes back without its ranks (one still holds the
+// stopped ranks of the generation before). Nothing of it ran, so nothing is
+// lost: no incident, no eviction; the same generation is started now.
+TEST_F(ResumeTest, AGenerationWhoseStartsNeverWentOutIsStartedNotCountedAsALoss) {
+  RunGeneration0();
+  Exit(1, 0, 1, 1);
+  Stopped(0, 0);
+  Stopped(1, 0);
+  ASSERT_EQ(controller_->state(), JobState::kRunning);  // generation 1 recorded (and, here, sent)
+  ASSERT_EQ(EventsOf("generation_started").size(), 2u);
+  ASSERT_TRUE(Restart().ok());  // no RanksStarted of generation 1 had come: as if its Starts never went out
+  conn_base_ = 10;
+  FakeAgentLink* a = Reconnect(0, 0);   // still holds generation 0's stopped ranks
+  FakeAgentLink* b = Reconnect(1, -1);  // holds nothing
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_TRUE(EventsOf("node_lost").empty());
+  EXPECT_EQ(EventsOf("failure").size(), 1u);  // the exit's only
+  EXPECT_TRUE(EventsOf("node_evicted").empty());
+  EXPECT_FALSE(a->Last(Kind::kWelcome)->welcome().resumed());  // it stops what it holds
+  for (FakeAgentLink* l : {a, b}) {
+    ASSERT_NE(l->Last(Kind::kStart), nullptr);
+    EXPECT_EQ(l->Last(Kind::kStart)->start().generation(), 1);
+  }
+  EXPECT_EQ(controller_->restart_count(), 1);
+  EXPECT_EQ(EventsOf("generation_started").size(), 3u);
+  EXPECT_EQ(Detail("job_resumed")["started_again"], true);
+}
+
 TEST_F(ResumeTest, ANodeThatComesBackWithoutItsRanksIsLost) {
   // Node 1's agent came back as a new process: its ranks are gone.
   RunGeneration0();
