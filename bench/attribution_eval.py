@@ -26,6 +26,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,10 +57,14 @@ def first_keyword(log):
     return "other"
 
 
-def attribute(path, extra):
-    out = subprocess.run([os.path.join(BUILD, "trainguard"), "attribute", "--json", *extra, path],
+def attribute_all(paths, extra):
+    """`trainguard attribute --json --each` over the files, one process for all: an answer per file."""
+    out = subprocess.run([os.path.join(BUILD, "trainguard"), "attribute", "--json", "--each", *extra, *paths],
                          capture_output=True, text=True, check=True)
-    return json.loads(out.stdout)
+    answers = [json.loads(line) for line in out.stdout.splitlines()]
+    if len(answers) != len(paths):
+        sys.exit("trainguard attribute --each gave %d answers for %d logs" % (len(answers), len(paths)))
+    return answers
 
 
 def main():
@@ -72,12 +77,14 @@ def main():
     records = [json.loads(l) for l in open(args.data) if l.strip()]
     healthy = [json.loads(l) for l in open(args.healthy) if l.strip()] if args.healthy else []
     with tempfile.TemporaryDirectory() as tmp:
-        for rec in records + healthy:
-            path = os.path.join(tmp, rec["id"] + ".log")
-            with open(path, "w") as f:
+        paths = []
+        for i, rec in enumerate(records + healthy):
+            paths.append(os.path.join(tmp, "%d.log" % i))
+            with open(paths[-1], "w") as f:
                 f.write(rec["log"])
-            rec["with_model"] = attribute(path, [])
-            rec["rules_alone"] = attribute(path, ["--no-model"])
+        for rec, with_model, rules_alone in zip(records + healthy, attribute_all(paths, []),
+                                                attribute_all(paths, ["--no-model"])):
+            rec["with_model"], rec["rules_alone"] = with_model, rules_alone
     splits = sorted({r.get("split", "") for r in records} - {""})
     if splits:  # a corpus with splits: report each part apart, then the whole
         for split in splits:
@@ -138,11 +145,13 @@ def multi_failure(records, show_misses):
 def multi_failure_part(records, show_misses, start, title):
     pairs = multi_failure_pairs(records, start=start)
     with tempfile.TemporaryDirectory() as tmp:
-        for p in pairs:
-            path = os.path.join(tmp, "multi.log")
-            with open(path, "w") as f:
+        paths = []
+        for i, p in enumerate(pairs):
+            paths.append(os.path.join(tmp, "multi%d.log" % i))
+            with open(paths[-1], "w") as f:
                 f.write(p["log"])
-            p["got"] = attribute(path, [])
+        for p, got in zip(pairs, attribute_all(paths, [])):
+            p["got"] = got
     by_id = {r["id"]: r for r in records}
     print("%d multi-failure logs (%s)" % (len(pairs), title))
     for split in sorted({p["split"] for p in pairs}):

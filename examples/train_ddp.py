@@ -49,13 +49,19 @@ except ImportError:  # runs without trainguard too
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--ckpt-every", type=int, default=10)
+    p.add_argument("--ckpt-every", type=lambda v: v if v == "auto" else int(v), default=10,
+                   help="steps between checkpoints, or auto: the controller's checkpoint plan "
+                        "(trainguard.Checkpointer(save_every=\"auto\"))")
+    p.add_argument("--ckpt-storage-every", type=int, default=0,
+                   help="with --ckpt-every N: every Mth checkpoint goes to storage, the others to node memory alone")
     p.add_argument("--ckpt-dir", default="checkpoints")
     p.add_argument("--ckpt-engine", choices=["trainguard", "torch"], default="trainguard")
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--step-delay", type=float, default=0.0, help="extra seconds per step")
+    p.add_argument("--step-delay-first-attempt", action="store_true",
+                   help="the step delay in the first attempt only (a restart runs at full speed)")
     p.add_argument("--out", default="", help="rank 0 writes the final checksum here")
     p.add_argument("--crash-at-step", type=int, default=-1)
     p.add_argument("--hang-at-step", type=int, default=-1)
@@ -130,8 +136,12 @@ def main():
 
     start = 0
     ckpt = None
+    if args.ckpt_storage_every and (args.ckpt_every == "auto" or not (args.ckpt_engine == "trainguard" and trainguard)):
+        raise SystemExit("--ckpt-storage-every needs --ckpt-every N and trainguard's checkpointer")
+    if args.ckpt_every == "auto" and not (args.ckpt_engine == "trainguard" and trainguard):
+        raise SystemExit("--ckpt-every auto needs trainguard's checkpointer (--ckpt-engine trainguard)")
     if args.ckpt_engine == "trainguard" and trainguard:
-        ckpt = trainguard.Checkpointer(args.ckpt_dir, keep_last=2)
+        ckpt = trainguard.Checkpointer(args.ckpt_dir, keep_last=2, save_every=args.ckpt_every)
         restored = ckpt.load_latest()
         if restored:
             start, state = restored
@@ -196,18 +206,22 @@ def main():
             with torch.no_grad():
                 word = next(model.parameters()).view(-1)[:1].view(torch.int32)
                 word.bitwise_xor_(1 << 22)
-        if args.step_delay:
+        if args.step_delay and (restart == 0 or not args.step_delay_first_attempt):
             time.sleep(args.step_delay)
         if trainguard:
             trainguard.step(step)
         if step % 10 == 0 or step == args.steps:
             print("rank %d: step %d loss %.6f" % (rank, step, loss.item()), flush=True)
-        if step % args.ckpt_every == 0:
+        if ckpt.due(step) if ckpt else step % args.ckpt_every == 0:
             with ctx("checkpoint"):
                 if ckpt:
                     # Returns once the state is in host memory; the commit is
                     # reported to trainguard when every rank's part is durable.
-                    ckpt.save(step, {"model": model.state_dict(), "opt": opt.state_dict(), "step": step})
+                    tier = None  # the one due() named
+                    if args.ckpt_storage_every:  # every Mth save (by step) to storage, the others to memory alone
+                        storage = (step // args.ckpt_every) % args.ckpt_storage_every == 0
+                        tier = "storage" if storage else "memory"
+                    ckpt.save(step, {"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, tier=tier)
                 else:
                     t0 = time.perf_counter()
                     if rank == 0:

@@ -49,15 +49,21 @@ ANSWER_FROM = 0.5  # the model answers only when more likely right than wrong
 RULE_BINS = [0.3, 0.5, 0.8, 1.0]
 
 
-def run_trainguard(binary, args, log_text, tmp):
-    path = os.path.join(tmp, "log")
-    with open(path, "w") as f:
-        f.write(log_text)
+def run_trainguard(binary, args, log_texts, tmp):
+    """`trainguard attribute --each ARGS` over the texts, one process for all: a JSON answer per text."""
+    paths = []
+    for i, text in enumerate(log_texts):
+        paths.append(os.path.join(tmp, "log%d" % i))
+        with open(paths[-1], "w") as f:
+            f.write(text)
     env = dict(os.environ, TRAINGUARD_MODEL="none")
-    out = subprocess.run([binary, "attribute", *args, path], capture_output=True, text=True, env=env)
+    out = subprocess.run([binary, "attribute", "--each", *args, *paths], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit("trainguard attribute failed: " + out.stderr)
-    return json.loads(out.stdout)
+    answers = [json.loads(line) for line in out.stdout.splitlines()]
+    if len(answers) != len(paths):
+        sys.exit("trainguard attribute --each gave %d answers for %d logs" % (len(answers), len(paths)))
+    return answers
 
 
 def data_hash(records):
@@ -113,8 +119,8 @@ def main():
     if not train:
         sys.exit("no `read` records in " + args.data)
     with tempfile.TemporaryDirectory() as tmp:
-        feats = [run_trainguard(args.trainguard, ["--features"], r["log"], tmp) for r in train]
-        rule_answers = [run_trainguard(args.trainguard, ["--json", "--no-model"], r["log"], tmp) for r in held]
+        feats = run_trainguard(args.trainguard, ["--features"], [r["log"] for r in train], tmp)
+        rule_answers = run_trainguard(args.trainguard, ["--json", "--no-model"], [r["log"] for r in held], tmp)
     y = np.array([CATEGORIES.index(r["label"]) for r in train])
     count = {}
     for fl in feats:

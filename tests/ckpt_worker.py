@@ -50,9 +50,23 @@ def main():
                    help="N > 0: ranks r and r+N... hold the same state (N distinct shards)")
     p.add_argument("--keep-last", type=int, default=3)
     p.add_argument("--commit-timeout", type=float, default=30)
+    p.add_argument("--memory-root", default="",
+                   help="node memory copies in MEMORY_ROOT/node<N>, N = rank // --ranks-per-node; a step "
+                        "written as 20m in --steps goes to node memory alone")
+    p.add_argument("--ranks-per-node", type=int, default=1)
+    p.add_argument("--no-memory-rank", type=int, default=-1, help="this rank's node keeps no memory copies")
+    p.add_argument("--block-memory-step", type=int, default=-1,
+                   help="--kill-rank cannot write this step into its node's memory")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if args.memory_root and rank != args.no_memory_rank:
+        node_memory = os.path.join(args.memory_root, "node%d" % (rank // args.ranks_per_node))
+        os.makedirs(node_memory, exist_ok=True)
+        os.environ["TRAINGUARD_MEMORY_CHECKPOINTS"] = node_memory
+        if rank == args.kill_rank and args.block_memory_step >= 0:
+            with open(os.path.join(node_memory, "step-%012d" % args.block_memory_step), "w") as f:
+                f.write("not a directory")
     replicated, group, shard = bool(args.replicated), None, 0
     if args.shard_groups:
         world = dist.get_world_size()
@@ -66,7 +80,8 @@ def main():
     out = {"rank": rank}
     if args.mode == "save":
         results = []
-        for step in [int(s) for s in args.steps.split(",")]:
+        for entry in args.steps.split(","):
+            step, tier = int(entry.rstrip("m")), "memory" if entry.endswith("m") else "storage"
             if step == args.die_before_step and rank == args.kill_rank:
                 os.kill(os.getpid(), signal.SIGKILL)
             if step == args.rank0_first_at and rank != 0:
@@ -76,7 +91,7 @@ def main():
                     time.sleep(0.01)
                 # Rank 0's manifest of this save is durable; its poll finds the others' old ones.
                 time.sleep(0.2)
-            ck.save(step, state_for(step + offset, args.numel))
+            ck.save(step, state_for(step + offset, args.numel), tier=tier)
             if step == args.kill_at_step and rank == args.kill_rank:
                 os.kill(os.getpid(), signal.SIGKILL)  # during phase 2
             # Training goes on while phase 2 runs; a failed save does not stop it.
@@ -91,6 +106,7 @@ def main():
         out["matches_offsets"] = [o for o in range(0, 2001, 500)
                                   if bool(r) and matches(r[1], r[0] + 1000 * shard + o, args.numel)]
         out["bytes_read"] = ck.bytes_read
+        out["source"] = ck.last_source
     dist.barrier()
     print(json.dumps(out), flush=True)
     # Tear down as a well-behaved script does: the engine's thread and gloo's

@@ -39,6 +39,8 @@ TIERS = {
     "test_auth.py": ("slow",),
     "test_autoinstrument.py": ("slow",),
     "test_checkpoint_kill.py": ("slow",),
+    "test_checkpoint_plan_live.py": ("slow",),
+    "test_checkpoint_tiers_live.py": ("slow",),
     "test_controller_capacity.py": ("slow", "serial"),
     "test_controller_restart.py": ("slow",),
     "test_dashboard.py": ("browser", "slow"),
@@ -91,6 +93,67 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(getattr(pytest.mark, name))
         if SERIAL_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.serial)
+
+
+def _processes():
+    """(pid, the fields of /proc/PID/stat after the command's name, command line) of every live process."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        yield int(pid), fields, cmd
+
+
+def _cpu_snapshot():
+    """{pid: (cpu seconds, command)} of every process, and the machine's /proc/stat CPU line."""
+    tick = os.sysconf("SC_CLK_TCK")
+    procs = {pid: ((int(fields[11]) + int(fields[12])) / tick, cmd[:160]) for pid, fields, cmd in _processes()}
+    with open("/proc/stat") as f:
+        machine = [int(x) for x in f.readline().split()[1:]]
+    return procs, machine
+
+
+def _cpu_use_text(before, after, seconds):
+    """Who used the CPU between two snapshots: the machine's busy and steal
+    shares, then the ten processes that used the most (the ones that ended in
+    between are not seen)."""
+    (p0, m0), (p1, m1) = before, after
+    d = [b - a for a, b in zip(m0, m1)]
+    total = sum(d) or 1
+    busy = total - d[3] - d[4]  # idle, iowait
+    steal = d[7] if len(d) > 7 else 0
+    lines = ["machine over %.0f s: %d CPUs, busy %.0f %%, steal %.0f %%" % (
+        seconds, os.cpu_count(), 100 * busy / total, 100 * steal / total)]
+    used = sorted(((t - p0.get(pid, (0, ""))[0], pid, cmd) for pid, (t, cmd) in p1.items()), reverse=True)
+    lines += ["%7.1f s  pid %d  %s" % (u, pid, cmd or "?") for u, pid, cmd in used[:10] if u >= 0.1]
+    return "\n".join(lines)
+
+
+@pytest.fixture(autouse=True)
+def cpu_use_on_failure(request):
+    """A serial test needs a quiet machine: where one fails, its report says
+    whether the machine was (busy and steal shares, the processes that used
+    the CPU while it ran)."""
+    if request.node.get_closest_marker("serial") is not None:
+        request.node.cpu_before = (_cpu_snapshot(), time.monotonic())
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    before = getattr(item, "cpu_before", None)
+    if before is not None and report.when == "call" and report.failed:
+        snapshot, started = before
+        report.sections.append(("CPU use while the test ran",
+                                _cpu_use_text(snapshot, _cpu_snapshot(), time.monotonic() - started)))
 
 
 @pytest.fixture(autouse=True)
@@ -167,21 +230,8 @@ def status_page_step(job_id, node, rank, agent_pid=None):
 
 def processes_mentioning(token):
     """Pids of live processes whose command line contains `token`."""
-    found = []
     me = os.getpid()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit() or int(pid) == me:
-            continue
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open("/proc/%s/stat" % pid) as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if token in cmd and state != "Z":
-            found.append(int(pid))
-    return found
+    return [pid for pid, fields, cmd in _processes() if pid != me and token in cmd and fields[0] != "Z"]
 
 
 _next_port = []

@@ -202,20 +202,26 @@ def test_the_project_corpus_of_real_logs_stays_above_the_goal(corpus_answers):
         assert right >= floor * len(part) - 1e-9, (split, right, len(part))
 
 
-def _attribute(log_path):
-    got = subprocess.run([TRAINGUARD, "attribute", "--json", str(log_path)], capture_output=True, text=True)
-    assert got.returncode == 0, got.stderr
-    return json.loads(got.stdout)
-
-
 def _attribute_texts(texts, tmp_path):
-    """`trainguard attribute --json` of each text, one process per core at a time."""
+    """`trainguard attribute --json` of each text: `--each` over a share of
+    them in each of one process per core (the answers in the texts' order)."""
     paths = []
     for i, text in enumerate(texts):
-        paths.append(tmp_path / ("%d.log" % i))
-        paths[-1].write_text(text + "\n")
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        return list(pool.map(_attribute, paths))
+        paths.append(str(tmp_path / ("%d.log" % i)))
+        with open(paths[-1], "w") as f:
+            f.write(text + "\n")
+    workers = os.cpu_count() or 1
+    share = max(1, -(-len(paths) // workers))
+
+    def run(part):
+        got = subprocess.run([TRAINGUARD, "attribute", "--json", "--each", *part], capture_output=True, text=True)
+        assert got.returncode == 0, got.stderr
+        answers = [json.loads(line) for line in got.stdout.splitlines()]
+        assert len(answers) == len(part), (len(answers), len(part))
+        return answers
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        return [a for part in pool.map(run, [paths[i:i + share] for i in range(0, len(paths), share)]) for a in part]
 
 
 def _attribute_jsonl(path, tmp_path):

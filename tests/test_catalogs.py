@@ -10,6 +10,7 @@ import concurrent.futures
 import json
 import os
 import subprocess
+import tempfile
 
 import pytest
 
@@ -26,9 +27,28 @@ def attribute(lines):
 
 
 def attribute_each(texts):
-    """attribute([text]) of each text, one process per core at a time."""
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        return list(pool.map(lambda t: attribute([t]), texts))
+    """attribute(text.split("\\n")) of each text: `--each` over a share of
+    them in each of one process per core (the answers in the texts' order)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = []
+        for i, text in enumerate(texts):
+            paths.append(os.path.join(tmp, "%d.log" % i))
+            with open(paths[-1], "w") as f:
+                f.write(text + "\n")
+        workers = os.cpu_count() or 1
+        share = max(1, -(-len(paths) // workers))
+
+        def run(part):
+            out = subprocess.run([TRAINGUARD, "attribute", "--json", "--each", *part], capture_output=True,
+                                 text=True, timeout=120)
+            assert out.returncode == 0, out.stderr
+            answers = [json.loads(line) for line in out.stdout.splitlines()]
+            assert len(answers) == len(part), (len(answers), len(part))
+            return answers
+
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            return [a for part in pool.map(run, [paths[i:i + share] for i in range(0, len(paths), share)])
+                    for a in part]
 
 
 def table(name):
@@ -110,22 +130,24 @@ ERRNO_CATEGORIES = {
 
 def test_errnos_as_python_and_c_print_them_get_their_category():
     import errno
-    wrong = []
+    cases = []
     for name, category in ERRNO_CATEGORIES.items():
         number = getattr(errno, name)
         for form in ("OSError: [Errno %d] %s" % (number, os.strerror(number)),
                      "write failed: %s (%s)" % (name, os.strerror(number))):
-            a = attribute([form])
-            if a["category"] != category:
-                wrong.append((form, category, a["category"], a["rule"]))
+            cases.append((form, category))
+    wrong = [(form, category, a["category"], a["rule"])
+             for (form, category), a in zip(cases, attribute_each([form for form, _ in cases]))
+             if a["category"] != category]
     assert not wrong, wrong
 
 
 def test_no_errno_is_read_as_a_hardware_fault():
     import errno
     hardware = []
-    for number, name in sorted(errno.errorcode.items()):
-        a = attribute(["OSError: [Errno %d] %s" % (number, os.strerror(number)), "errno %s" % name])
+    codes = sorted(errno.errorcode.items())
+    texts = ["OSError: [Errno %d] %s\nerrno %s" % (number, os.strerror(number), name) for number, name in codes]
+    for (number, name), a in zip(codes, attribute_each(texts)):
         if a["hardware"] and name not in ("EIO", "ESTALE", "EROFS", "ENETDOWN", "ENETUNREACH", "EHOSTUNREACH",
                                           "EHOSTDOWN"):
             hardware.append((name, a["rule"]))
@@ -146,7 +168,7 @@ def test_every_rdma_completion_status_gets_its_category_by_number_name_and_text(
     other stacks the enum name or libibverbs' text for it. A status that is
     the software's or its setup's (memory registration, access rights) must
     not send a node out as a fabric fault; a retry or timeout must."""
-    wrong = []
+    cases = []
     for kind, number, name, text, category in IBV:
         if kind != "wc" or category == "-":
             continue
@@ -155,22 +177,20 @@ def test_every_rdma_completion_status_gets_its_category_by_number_name_and_text(
                  "h:1:2 [0] NCCL WARN NET/IB : Got completion with error %s, opcode 0, len 0, vendor err 129" % number,
                  "ibv_poll_cq: work completion %s failed" % name,
                  "Completion with error: %s (status %s)" % (text, number)]
-        for form in forms:
-            a = attribute([form])
-            if a["category"] != category:
-                wrong.append((form, category, a["category"], a["rule"]))
+        cases += [(form, category) for form in forms]
+    wrong = [(form, category, a["category"], a["rule"])
+             for (form, category), a in zip(cases, attribute_each([form for form, _ in cases]))
+             if a["category"] != category]
     assert not wrong, wrong
 
 
 def test_every_adapter_async_event_gets_its_category():
-    wrong = []
-    for kind, number, name, text, category in IBV:
-        if kind != "event":
-            continue
-        a = attribute(["h:1:2 [0] transport/net_ib.cc:101 NCCL WARN NET/IB : mlx5_0:1 Got async event : %s" % text])
-        expected = category if category != "-" else "other"
-        if a["category"] != expected:
-            wrong.append((text, expected, a["category"], a["rule"]))
+    events = [(text, category if category != "-" else "other")
+              for kind, number, name, text, category in IBV if kind == "event"]
+    lines = ["h:1:2 [0] transport/net_ib.cc:101 NCCL WARN NET/IB : mlx5_0:1 Got async event : %s" % text
+             for text, _ in events]
+    wrong = [(text, expected, a["category"], a["rule"])
+             for (text, expected), a in zip(events, attribute_each(lines)) if a["category"] != expected]
     assert not wrong, wrong
 
 

@@ -104,6 +104,9 @@ def test_the_dashboard_follows_a_failure_and_cordons_a_node(tmp_path, no_leftove
             "return [...document.querySelectorAll('#downtime tbody tr[data-part]')]"
             ".map(r => [r.dataset.part, parseFloat(r.children[1].textContent)]);"))
         assert set(parts) == {"data_wait_s", "checkpoint_wait_s"} and all(v >= 0 for v in parts.values()), parts
+        # What the script's checkpoint interval (every 5 steps, torch.save) cost, against the optimum.
+        wait.until(lambda d: text_of(d, "#downtime tr.checkpoints").startswith("checkpoints: "))
+        assert "of training: they cost" in text_of(browser, "#downtime tr.checkpoints")
         # The node list.
         wait.until(lambda d: text_of(d, "#restarts").startswith("1 /"))
         nodes = all_of(browser, "#nodes tbody tr", "data-node")

@@ -33,8 +33,9 @@ def remeasure_flagged(store, paths, keep=()):
     """What an operator does with a node flagged against the median: measure it
     again. This VM's speed changes by up to 2x over tens of seconds, and records
     of nodes measured one after the other can straddle such a change (the
-    controller's own rounds measure every node twice for that reason)."""
-    for _ in range(2):
+    controller's own rounds measure every node twice for that reason). Up to
+    three times: a busy CI machine's swings outlast two."""
+    for _ in range(3):
         _, nodes = shown(store)
         flagged = [n for n, v in nodes.items() if not v["healthy"] and n not in keep]
         if not flagged:

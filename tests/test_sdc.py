@@ -236,7 +236,10 @@ def test_a_script_that_overwrites_its_one_checkpoint_is_stopped_rather_than_resu
     rc = job.wait(300)
     d = job.events("numeric_anomaly")[0]["detail"]
     assert d["step"] == 69 and d["resume_at_most"] == 68, d
-    assert "started 2 rank(s) of generation 1" in job.event_lines()  # the replay was tried
+    # The replay was tried: generation 1 started. (Its ranks may not all have:
+    # a rank that refuses to resume stops the generation while a sibling still
+    # waits for its standby's imports, a busy machine's usual case.)
+    assert [e for e in job.events("ranks_started") if e["generation"] == 1], job.event_lines()[-3000:]
     if set_aside_files(run / "ckpt"):
         assert rc != 0, job.output()[-3000:]
         assert "trainguard: refusing to resume" in job.output()

@@ -3,9 +3,11 @@ or parameter file that is wrong refused with the field named, a run that
 cannot go on saying why, and a sweep's CSV and SVG."""
 import csv
 import json
+import os
+import signal
 import subprocess
 
-from conftest import TRAINGUARD
+from conftest import TRAINGUARD, wait_for
 
 
 def sim(*args):
@@ -60,3 +62,60 @@ def test_a_sweep_writes_a_row_and_a_point_per_run(tmp_path):
     assert all(0 < float(x["ettr"]) <= 1 for x in rows)
     svg = (tmp_path / "sim-sweep.svg").read_text()
     assert svg.startswith("<svg") and svg.count("<path") == 2 and "checkpoint_interval_s=600" in svg
+
+
+def test_the_automatic_checkpoint_policy_follows_the_controllers_plan():
+    """--checkpoint-policy auto: the simulated ranks save at the intervals the
+    real controller's plan sends, near Daly's optimum for the job's MTBF, and
+    lose far less work than the default 30-minute interval."""
+    fixed = json.loads(sim("--gpus", "2048", "--days", "4", "--failure-model", "meta_rsc", "--json").stdout)
+    r = sim("--gpus", "2048", "--days", "4", "--failure-model", "meta_rsc", "--checkpoint-policy", "auto", "--json")
+    assert r.returncode == 0, r.stderr
+    auto = json.loads(r.stdout)
+    c = auto["checkpoints"]
+    assert c["policy"] == "auto" and c["memory_interval_s"] > 0 and "memory every" in c["plan"], c
+    assert c["storage_interval_s"] > c["memory_interval_s"], c
+    assert abs(c["memory_interval_s"] - c["optimum_interval_s"]) <= 0.2 * c["optimum_interval_s"], c
+    assert abs(auto["ettr"] - c["optimum_ettr"]) < 0.02, c
+    assert auto["ettr"] > fixed["ettr"], (auto["ettr"], fixed["ettr"])
+    assert auto["report"]["downtime"]["lost_work_s"] < fixed["report"]["downtime"]["lost_work_s"] / 4
+    assert fixed["checkpoints"]["memory_interval_s"] == 0
+    r = sim("--checkpoint-policy", "sometimes")
+    assert r.returncode != 0 and "checkpoint-policy" in r.stderr
+
+
+def test_plan_recommends_settings_that_beat_the_defaults(tmp_path):
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    r = subprocess.run([TRAINGUARD, "plan", "--gpus", "1024", "--days", "3", "--failure-model", "meta_rsc",
+                        "--out", str(tmp_path), "--json"], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, TMPDIR=str(temp)))
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    knobs = [c["knob"] for c in j["candidates"]]
+    assert knobs[0] == "defaults" and {"checkpoints", "spares", "hang timeout"} <= set(knobs), knobs
+    assert j["ettr"] >= j["defaults_ettr"] and j["ettr"] == max(c["ettr"] for c in j["candidates"])
+    assert "--checkpoint-policy" in j["recommended"] and "--hang-timeout" in j["recommended"]
+    svg = (tmp_path / "plan.svg").read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") == len(j["candidates"])
+    assert not os.listdir(temp), "the candidates' stores were left behind"
+
+
+def test_an_interrupted_run_leaves_no_temporary_store(tmp_path):
+    """SIGINT or SIGTERM in the middle of a run: its SQLite store (and the
+    -wal, -shm, -journal files) is removed before the signal ends it."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        env = dict(os.environ, TMPDIR=str(tmp_path))
+        p = subprocess.Popen([TRAINGUARD, "sim", "--gpus", "100000", "--days", "30"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_for(lambda: [f for f in os.listdir(tmp_path) if f.startswith("trainguard-sim-")] or
+                     p.poll() is not None, 60, "the run's store")
+            assert p.poll() is None
+            p.send_signal(sig)
+            assert p.wait(timeout=60) == -sig
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        assert not os.listdir(tmp_path), os.listdir(tmp_path)

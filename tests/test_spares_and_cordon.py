@@ -19,8 +19,8 @@ from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, cpu_cgroup, remove_cgroup
 STEPS = 40
 
 
-def example(tmp_path, *extra):
-    return [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "10",
+def example(tmp_path, *extra, steps=STEPS):
+    return [PYTHON, EXAMPLE, "--steps", str(steps), "--ckpt-every", "10",
             "--ckpt-dir", os.path.join(str(tmp_path), "ckpt"),
             "--out", os.path.join(str(tmp_path), "checksum.txt"), *extra]
 
@@ -124,12 +124,17 @@ def half_cpu():
 def test_a_throttled_node_is_diagnosed_evicted_and_replaced_by_the_spare(tmp_path, half_cpu, no_leftovers):
     ref = tmp_path / "ref"
     ref.mkdir()
-    reference = Job(ref, "reference", example(ref, "--step-delay", "0.05"), nnodes=3, nproc=1)
+    # 200 steps of 50 ms: the job still runs when its standbys have settled,
+    # also on a machine where their imports take several seconds (seen: a
+    # 40-step job ended first); its restart runs at full speed. The step delay
+    # does not change the result.
+    reference = Job(ref, "reference", example(ref, steps=200), nnodes=3, nproc=1)
     assert reference.wait() == 0, reference.output()[-2000:]
 
     run = tmp_path / "diag"
     run.mkdir()
-    job = Job(run, "diag", example(run, "--step-delay", "0.05"), nnodes=3, nproc=1,
+    job = Job(run, "diag", example(run, "--step-delay", "0.05", "--step-delay-first-attempt", steps=200),
+              nnodes=3, nproc=1,
               flags=["--spares", "1", "--diagnose", "quick", "--max-restarts", "2", "--rendezvous-timeout", "60"])
     wait_for(lambda: (job.page_step("node1", 1) or -1) >= 12, 120, "rank 1 to reach step 12")
     preflight = job.events("diagnosis")

@@ -265,8 +265,9 @@ def test_a_rank_killed_just_after_the_leader_died_is_recovered_once_by_the_new_l
         for once in ["controller_restarted", "failure", "attribution", "decision", "restarting"]:
             assert kinds.count(once) == 1, (once, kinds)
         # The failure names the exit reported first (rank 3's, or a peer's that
-        # lost its connection to it: the agents report in a race); the
-        # attribution names rank 3, which died first in time.
+        # lost its connection to it: the agents reconnect in a race); the
+        # attribution, made once both nodes are back, names rank 3, which died
+        # first in time.
         failure = next(e for e in pair.events() if e["kind"] == "failure")
         assert failure["detail"]["failure_kind"] == "rank_failed", failure
         attribution = next(e for e in pair.events() if e["kind"] == "attribution")

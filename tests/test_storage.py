@@ -116,7 +116,11 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
     from conftest import api_url
     import urllib.request
     mount, _ = slow_mount
-    job = job_of(tmp_path, "storage-healthy", mount, steps=150)
+    # Two loader workers a rank, as users run them: each has two steps to
+    # bring its batch, so a FUSE server starved of CPU for a moment (a slow
+    # machine's usual case) does not hold the step; one worker held a busy
+    # CI machine's job 21 % of its step time.
+    job = job_of(tmp_path, "storage-healthy", mount, "--loader-workers", "2", steps=150)
     url = api_url(job)
 
     def node_reads():
@@ -139,8 +143,8 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
     reads = node_reads()
     assert reads[("trainguard_node_storage_read_bytes_total", "node0")] > 0, reads
     # Each step, each rank's loader worker opens its shard once: while node0's
-    # two ranks make 21 steps each, about 42 more opens (the loader prefetches
-    # 2 ahead), whatever the imports counted before.
+    # two ranks make 21 steps each, about 42 more opens (each of a rank's two
+    # workers prefetches 2 ahead), whatever the imports counted before.
     opens_key = ("trainguard_node_storage_file_opens_total", "node0")
 
     def node0_steps():
@@ -157,7 +161,7 @@ def test_a_healthy_job_reading_from_the_same_mount_raises_no_storage_finding(tmp
              "the opens of 21 steps in /metrics")
     opens = node_reads()[opens_key] - first_opens
     last_step = max(node0_steps())
-    assert 36 <= opens <= 2 * (last_step - low_step + 2) + 4, (opens, low_step, high_step, last_step)
+    assert 36 <= opens <= 2 * (last_step - low_step + 2) + 8, (opens, low_step, high_step, last_step)
     # Per mount, the kernel's counters of this machine's block devices: one
     # series per device (its first mount point), none for FUSE or tmpfs.
     assert {k[2] for k in reads if k[0] == "trainguard_node_mount_written_bytes_total" and k[1] == "node0"} == \

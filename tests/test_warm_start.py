@@ -123,23 +123,30 @@ def run_with_fault(tmp_path, job_id, fault):
     """The example job (its copy, importing one module from an installed-package
     directory first), with `fault` applied to its standbys before rank 1 is
     killed; returns the job and its final checksum."""
-    site = tmp_path / "site"
-    site.mkdir()
-    # Hangs in a warm standby (which runs trainguard._standby) once the flag exists.
+    site = tmp_path / "lib" / "site-packages"  # installed, not the script's own: the standbys import it
+    site.mkdir(parents=True)
+    # Hangs in a warm standby (which runs trainguard._standby) once the flag
+    # "hang" exists; with "slow", computes for 2 s there first.
     (site / "tg_slow_import.py").write_text(
         "import os, sys, time\n"
         "if 'trainguard._standby' in sys.modules and os.path.exists(%r):\n"
-        "    time.sleep(3600)\n" % str(tmp_path / "hang"))
+        "    time.sleep(3600)\n"
+        "if 'trainguard._standby' in sys.modules and os.path.exists(%r):\n"
+        "    end = time.monotonic() + 2\n"
+        "    while time.monotonic() < end:\n"
+        "        pass\n" % (str(tmp_path / "hang"), str(tmp_path / "slow")))
     with open(EXAMPLE) as f:
         source = f.read()
     script = tmp_path / "train.py"
     script.write_text(source.replace("import argparse\n", "import argparse\nimport tg_slow_import  # noqa: F401\n", 1))
     if fault is hang_imports:
         (tmp_path / "hang").touch()
+    if fault is slow_imports:
+        (tmp_path / "slow").touch()
     command = [PYTHON, str(script), "--steps", str(STEPS), "--ckpt-every", "20", "--step-delay", "0.02",
                "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")]
     job = Job(tmp_path, job_id, command, flags=["--max-restarts", "2"], env={"PYTHONPATH": str(site)})
-    if fault is hang_imports:
+    if fault in (hang_imports, slow_imports):
         wait_for(lambda: len(standby_pids(tmp_path)) >= 4 or job.proc.poll() is not None, 120, "4 standbys started")
     else:
         wait_ready(job, 4)
@@ -160,6 +167,10 @@ def hang_imports(tmp_path, script):
     """The flag was set before the start: the standbys hang in an import."""
 
 
+def slow_imports(tmp_path, script):
+    """The flag was set before the start: the standbys import for 2 s more."""
+
+
 def edit_script(tmp_path, script):
     with open(script, "a") as f:
         f.write("# edited between generations\n")
@@ -167,7 +178,7 @@ def edit_script(tmp_path, script):
 
 @pytest.mark.parametrize("fault,reason", [
     (kill_standbys, "killed by signal 9"),
-    (hang_imports, "still importing"),
+    (hang_imports, "still importing and made no progress for 2 s"),
     (edit_script, "changed since the standby was made"),
 ])
 def test_a_standby_that_cannot_serve_falls_back_cold(tmp_path, no_leftovers, plain_checksum, fault, reason):
@@ -178,6 +189,26 @@ def test_a_standby_that_cannot_serve_falls_back_cold(tmp_path, no_leftovers, pla
         assert e["detail"]["warm"] == [], e["message"]
         reasons = " ".join(e["detail"]["cold"])
         assert reason in reasons, e["message"]
+    assert checksum == plain_checksum
+
+
+def test_a_standby_still_importing_is_awaited_not_replaced_by_a_cold_start(tmp_path, no_leftovers, plain_checksum):
+    """Rank 1 dies while the standbys are still importing (each computes for
+    2 s in an import): the restart waits for them — they are ahead of a cold
+    process — and every rank starts warm; the wait is in the start's event and
+    in the restart's terms, and the job ends with a plain run's parameters."""
+    job, checksum = run_with_fault(tmp_path, "slow-imports", slow_imports)
+    started = [e for e in job.events("ranks_started") if e["generation"] == 1]
+    assert len(started) == 2
+    for e in started:
+        ranks = sorted(int(r) for r in e["detail"]["pids"])
+        assert sorted(e["detail"]["warm"]) == ranks, e["message"]
+        waited = e["detail"]["standby_wait_ms"]
+        assert sorted(int(r) for r in waited) == ranks and all(ms > 0 for ms in waited.values()), e["detail"]
+        assert "for 2 standby(s) still importing" in e["message"], e["message"]
+    terms = job.events("downtime")[0]["detail"]["restart_terms"]
+    assert terms["warm"] is True and terms["standby_wait_ms"] > 0, terms
+    assert "waited" in job.output() and "started warm" in job.output()
     assert checksum == plain_checksum
 
 

@@ -65,6 +65,12 @@ struct SaveRequest {
   // nonce of its own and counts the sequence itself.
   std::string attempt;
   std::int64_t sequence = 0;
+  // The memory tier (docs/checkpoint_format.md, "Saves to memory alone"):
+  // data and manifest go to the node's memory copies only, never to `dir`.
+  // Such a save counts once every rank has it: the caller agrees on that
+  // with the other ranks (SettleMemory, then CommitMemory on every rank).
+  // Needs CheckpointOptions::memory_dir.
+  bool memory_only = false;
 };
 
 enum class OverflowPolicy {
@@ -83,7 +89,7 @@ struct CheckpointOptions {
   // Node memory copies (docs/restart.md): each save's data file is also
   // written to MEMORY_DIR/step-N/SAVE/rank-R.data (a tmpfs the agent owns,
   // which outlives the rank); the newest `memory_keep` committed steps are
-  // kept there. "" = none.
+  // kept there (one more once saves to memory alone were committed). "" = none.
   std::string memory_dir;
   int memory_keep = 1;
 };
@@ -99,7 +105,17 @@ struct CheckpointStats {
   double last_snapshot_s = 0;        // phase 1 duration of the latest save
   double last_persist_s = 0;         // phase 2 duration (write + fsync) of the latest save
   double last_blocked_s = 0;         // time Save() waited for a previous save
+  double last_memory_persist_s = 0;  // the latest save to memory alone: its write into the node's memory
+  std::int64_t memory_commits = 0;   // saves to memory alone that every rank had
   std::string last_error;
+};
+
+// A save to memory alone whose write on this rank has finished.
+struct MemorySave {
+  std::int64_t step = 0;
+  std::string attempt;
+  std::int64_t sequence = 0;
+  bool ok = false;                   // this rank's data and manifest are whole in memory
 };
 
 class CheckpointEngine {
@@ -117,6 +133,14 @@ class CheckpointEngine {
   // Returns the first error since the previous Wait(), if any.
   virtual Status Wait() = 0;
   virtual CheckpointStats stats() const = 0;
+  // Waits for a save to memory alone still being written; returns the saves
+  // to memory alone written (or failed) since the last call, oldest first.
+  virtual std::vector<MemorySave> SettleMemory() = 0;
+  // Every rank calls this for each settled save, with `everywhere` = whether
+  // every rank's `ok` was true. Then it writes its commit marker (the save
+  // is restorable from memory) and reports the step as committed; otherwise
+  // it removes its files of that save.
+  virtual Status CommitMemory(const MemorySave& save, bool everywhere) = 0;
 };
 
 // ---- Reading ------------------------------------------------------------
@@ -192,6 +216,25 @@ struct MappedRange {
 };
 StatusOr<MappedRange> MapMemoryCopy(const std::string& dir, const RankManifest& manifest,
                                     const std::string& memory_dir, int threads = 4);
+// Saves to memory alone (SaveRequest::memory_only) that `rank` committed in
+// the node's memory at `memory_dir` (its own, or fetched from a peer):
+// newest first. Only the commit markers are read.
+struct MemorySaveInfo {
+  std::int64_t step = 0;
+  std::string attempt;
+  std::int64_t sequence = 0;
+  std::int64_t created_unix_ms = 0;  // when committed: of two saves of a step, the later comes first
+};
+std::vector<MemorySaveInfo> ListMemorySaves(const std::string& memory_dir, int rank);
+// One of them: its commit read, the manifest checked against the commit's
+// checksum, the data mapped privately and verified in place. Errors say
+// which file is missing or wrong.
+struct MemoryRestore {
+  RankManifest manifest;
+  MappedRange range;
+};
+StatusOr<MemoryRestore> MapMemorySave(const std::string& memory_dir, std::int64_t step, int rank,
+                                      const std::string& attempt, std::int64_t sequence, int threads = 4);
 // Checks a step: committed, every rank's manifest of the committed save and
 // its data present, every checksum right. Returns OK or the list of problems
 // (one per line).

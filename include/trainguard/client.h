@@ -80,9 +80,15 @@ void NumericObserved();
 // trainguard, nothing verified yet; -1: not under trainguard.
 std::int64_t VerifiedStep();
 
-// Adds time the training loop spent blocked in a checkpoint save; the
-// controller counts it as checkpoint overhead (trainguard's own checkpointer
-// calls this itself).
+// The controller's checkpoint plan as the agent wrote it to the page
+// (docs/checkpoint_policy.md): milliseconds between saves to node memory
+// and to storage. Both 0 with no plan yet or not under trainguard.
+void CheckpointPlanMs(std::int64_t* memory_ms, std::int64_t* storage_ms);
+
+// Adds time the training loop spent blocked in a checkpoint save, once per
+// save (the page counts the calls as saves); the controller counts it as
+// checkpoint overhead and measures a save's cost from it (trainguard's own
+// checkpointer calls this itself).
 void AddCheckpointOverhead(std::int64_t nanos);
 // Of that time, how long a save waited for the previous save's write to
 // storage (its phase 2) to finish: the downtime report names storage from it.

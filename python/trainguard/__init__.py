@@ -21,13 +21,14 @@ import signal
 from . import _core
 
 __all__ = ["init", "attached", "step", "phase", "timer", "checkpoint_committed", "add_checkpoint_overhead",
-           "shutdown",
+           "checkpoint_plan", "shutdown",
            "Checkpointer", "CheckpointError"]
 
 _STACKS_READY_MARKER = "trainguard-stacks-ready"
 _stacks_file = None
 _step_counter = -1
 _explicit_steps = False   # the script reports steps itself: automatic counting stops
+_counts_own_overhead = False  # the script reports its saves' blocking itself: torch.save's is not timed
 
 
 def init():
@@ -52,6 +53,19 @@ def init():
 
 def attached():
     return _core.attached()
+
+
+def checkpoint_plan():
+    """The controller's checkpoint plan (docs/checkpoint_policy.md), for
+    scripts that save on their own: {"memory_interval_s": ...,
+    "storage_interval_s": ...}, seconds between saves to node memory and to
+    storage; None with no plan yet or not under trainguard. It changes as
+    the job's failures and saves are measured: read it again from time to
+    time. trainguard.Checkpointer(save_every="auto") follows it by itself."""
+    memory_ms, storage_ms = _core.checkpoint_plan_ms()
+    if memory_ms <= 0 and storage_ms <= 0:
+        return None
+    return {"memory_interval_s": memory_ms / 1000.0, "storage_interval_s": storage_ms / 1000.0}
 
 
 def step(n=None):
@@ -97,7 +111,11 @@ def checkpoint_committed(step):
 
 def add_checkpoint_overhead(seconds):
     """Count `seconds` the training loop spent blocked saving a checkpoint
-    (trainguard.Checkpointer does this itself; for torch.save and the like)."""
+    (trainguard.Checkpointer does this itself; for torch.save and the like).
+    Once per save: each call counts one save. A script that calls it is
+    taken to count all its saves, and torch.save is no longer timed for it."""
+    global _counts_own_overhead
+    _counts_own_overhead = True
     _core.add_checkpoint_overhead(int(seconds * 1e9))
 
 

@@ -12,8 +12,9 @@ Cadence: after every K-th optimizer step, K a power of two (so ranks that
 chose different K still share the multiples of the larger), the smallest
 that keeps the fingerprint's cost under TRAINGUARD_FINGERPRINT_BUDGET of the
 step time (default 0.005) and fingerprints at least 0.25 s apart (the status
-page keeps the newest 16: a heartbeat's worth and more). Re-chosen every 64
-fingerprints. TRAINGUARD_FINGERPRINT_EVERY=N fixes K (0: off).
+page keeps the newest 16: a heartbeat's worth and more), reached by doubling
+(each doubling measured again), lowered in the first 4 fingerprints and
+every 64th. TRAINGUARD_FINGERPRINT_EVERY=N fixes K (0: off).
 """
 
 import os
@@ -57,12 +58,29 @@ class Fingerprinter:
         value = fingerprint(self.core, optimizer)
         self.core.report_fingerprint(step, value)
         cost = time.perf_counter() - t0
-        self.cost_s = cost if self.cost_s is None else 0.9 * self.cost_s + 0.1 * cost
+        # The least it took: a fingerprint taken while the process was
+        # descheduled (a busy node) must not stretch K past the rest of a
+        # run (a CI run's 10 ms outlier made K 512 and hid a divergence).
+        self.cost_s = cost if self.cost_s is None else min(self.cost_s, cost)
         self.taken += 1
-        if self.fixed is None and self.step_s and (self.taken <= 4 or self.taken % 64 == 0):
-            need = max(self.cost_s / (self.budget * self.step_s), MIN_SPACING_S / self.step_s, 1.0)
-            self.every = _pow2_at_least(need)
+        if self.fixed is None and self.step_s:
+            self.every = next_every(self.every, self.cost_s, self.step_s, self.budget, self.taken)
         self.last_step_at = time.perf_counter()  # the fingerprint is not the step's time
+
+
+def next_every(every, cost_s, step_s, budget, taken):
+    """K after the `taken`-th fingerprint. It grows at most twofold from one
+    fingerprint to the next, so each step up is measured again: a first
+    fingerprint taken while the process was descheduled (a restart's first
+    seconds on a busy node, its standbys importing beside it) made K 512 in
+    one go and no fingerprint followed in a 200-step run. It shrinks only
+    while the first few are taken and every 64th after (no flapping)."""
+    target = _pow2_at_least(max(cost_s / (budget * step_s), MIN_SPACING_S / step_s, 1.0))
+    if target > every:
+        return min(target, 2 * max(every, 1))
+    if target < every and (taken <= 4 or taken % 64 == 0):
+        return target
+    return every
 
 
 def fingerprint(core, optimizer):

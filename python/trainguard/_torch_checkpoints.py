@@ -13,6 +13,10 @@ restarts of scripts that never import trainguard.
   stored step, so a restarted generation numbers its steps as the first one
   did.
 
+- The time torch.save of a training checkpoint took is the rank's checkpoint
+  overhead, one save each (unless the script reports its own with
+  trainguard.add_checkpoint_overhead): the controller measures a save's cost
+  from it for its checkpoint plan, and the report says what the interval cost.
 - Every training checkpoint's directory goes into the rank's ledger
   (TRAINGUARD_SAVE_LEDGER, a line per directory), for the controller: after
   silent data corruption or a NaN, the next generation moves the files
@@ -27,6 +31,7 @@ on a rollback (said so, left in place).
 """
 
 import os
+import time
 from collections.abc import Mapping
 
 XATTR = "user.trainguard.step"
@@ -58,11 +63,19 @@ def hook_torch(torch):
     original_save, original_load = torch.save, torch.load
 
     def save(obj, f, *args, **kwargs):
+        began = time.perf_counter_ns()
         result = original_save(obj, f, *args, **kwargs)
+        took = time.perf_counter_ns() - began
         try:
             count = _autoinstrument._state["count"]
             path = _path(f)
             if path is not None and _is_training_checkpoint(obj):
+                # The training loop waited for the save: checkpoint overhead,
+                # from which the controller measures a save's cost (its plan,
+                # the report's interval cost). Not where the script counts
+                # its own (trainguard.add_checkpoint_overhead): once only.
+                if not trainguard._counts_own_overhead:
+                    core.add_checkpoint_overhead(took)
                 step = None
                 if trainguard._explicit_steps:
                     step = trainguard._step_counter

@@ -7,6 +7,20 @@
     ...
     ckpt.wait()                                 # before exit
 
+With `save_every` the Checkpointer also says when to save: `ckpt.due(step)`,
+on every rank, every step (`save_every=N`: every N steps; "auto": the
+interval of the controller's checkpoint plan, docs/checkpoint_policy.md).
+With "auto" on a node that keeps memory copies, `due` also picks the tier:
+most saves go to node memory alone, every Nth to storage, as the plan says
+(`save` takes the tier `due` named for that step; `save(step, state,
+tier="memory")` asks for it directly).
+
+A save to memory alone (docs/checkpoint_format.md) is committed once every
+rank has written it: the ranks agree on that at the next `due`, `save` or
+`wait`, a collective every rank passes at the same point. `load_latest`
+restores the newest step every rank can restore from either tier: its own
+node's memory, a copy fetched from its peer's (docs/restart.md), or storage.
+
 `save` returns once the state is copied to host memory (phase 1); writing,
 checksums, fsync and the commit happen in the background (phase 2). A
 checkpoint becomes visible only when every rank's part is durable; then the
@@ -38,6 +52,7 @@ import sys
 import warnings
 
 from . import _core
+from ._save_schedule import SaveSchedule
 
 __all__ = ["Checkpointer", "CheckpointError"]
 
@@ -115,6 +130,20 @@ def _collective_device(group=None):
     return torch.device("cpu")
 
 
+def _reduced(values, largest=False):
+    """Whole numbers reduced over every rank of the job (elementwise MIN, or
+    MAX with `largest`); as they are on one rank or without torch.distributed."""
+    values = [int(v) for v in values]
+    dist = _dist()
+    if dist is None or dist.get_world_size() == 1 or not values:
+        return values
+    import torch
+
+    t = torch.tensor(values, dtype=torch.int64, device=_collective_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX if largest else dist.ReduceOp.MIN)
+    return [int(v) for v in t.tolist()]
+
+
 def _save_key(attempt, sequence):
     """A 62-bit number naming one save, equal on every rank that read the same save."""
     digest = hashlib.blake2b(("%s-%d" % (attempt, sequence)).encode(), digest_size=8).digest()
@@ -126,7 +155,7 @@ class Checkpointer:
 
     def __init__(self, directory, keep_last=3, replicated=True, process_group=None,
                  overflow="block", writer_threads=4, copy_threads=4, commit_timeout=600.0,
-                 read_threads=4):
+                 read_threads=4, save_every=None):
         self.directory = os.path.abspath(directory)
         self.read_threads = read_threads
         dist = _dist()
@@ -163,14 +192,103 @@ class Checkpointer:
         self._told = set()  # steps already named as skipped
         self._attempt = None      # agreed by all ranks, here or at the first save
         self._sequence = 0        # saves so far, skipped ones included: equal on every rank
+        self._memory_pending = 0  # saves to memory alone not yet agreed on
+        self._due = (None, None)  # (step, tier) of the newest due() that said to save
+        self._said_no_memory = False
+        self._memory_everywhere = None  # every rank's node keeps memory copies (agreed with the attempt)
+        try:
+            self.schedule = SaveSchedule(save_every, self.rank, self._schedule_from_rank0, _core.checkpoint_plan_ms,
+                                         self._persist_times, bool(self.memory_dir))
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
         if dist is not None:
             self._agreed_attempt()
 
+    def due(self, step):
+        """Whether to save after `step`: the same answer on every rank. Call it
+        on every rank at every step (it measures the step time and, with
+        save_every="auto", agrees the interval with the other ranks at its
+        third call and at every save)."""
+        self._settle()
+        try:
+            tier = self.schedule.due(int(step))
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
+        if tier:
+            tier = tier if tier in ("memory", "storage") else "storage"
+            self._due = (int(step), tier)
+        return tier
+
+    def _persist_times(self):
+        stats = self._engine.stats()
+        return stats["last_persist_s"], stats["last_memory_persist_s"]
+
+    def _schedule_from_rank0(self, values):
+        return self._from_rank0(values, "save_every=\"auto\" with %d ranks needs torch.distributed to be "
+                                        "initialized before due() is called: the ranks agree on the interval "
+                                        "through it" % self.world_size)
+
+    def _from_rank0(self, values, needs):
+        """Rank 0's whole numbers (a tuple), on every rank of the job; `needs`
+        is the error when torch.distributed is not there to agree through."""
+        values = tuple(int(v) for v in values)
+        if self.world_size == 1:
+            return values
+        if _dist() is None:
+            raise CheckpointError(needs)
+        import torch
+
+        t = torch.tensor(values, dtype=torch.int64, device=_collective_device())
+        _dist().broadcast(t, src=0)
+        return tuple(int(v) for v in t.tolist())
+
+    def _settle(self):
+        """Commits the saves to memory alone every rank wrote, and drops the
+        others: a collective, at the same point on every rank (the next due,
+        save or wait after such a save)."""
+        if not self._memory_pending:
+            return
+        self._memory_pending = 0
+        settled = self._engine.settle_memory()  # waits for the one being written
+        everywhere = [1 if ok else 0 for (_, _, _, ok) in settled]
+        why = "not every rank wrote it"
+        if self.world_size > 1 and settled and _dist() is None:
+            why = "torch.distributed was shut down before the ranks agreed on it"
+            # The process group is gone (destroyed before wait()): nothing to
+            # agree through, so no rank may count these saves.
+            everywhere = [0] * len(settled)
+        elif self.world_size > 1:
+            everywhere = _reduced(everywhere)
+        for (step, attempt, sequence, _), every in zip(settled, everywhere):
+            err = self._engine.commit_memory(step, attempt, sequence, bool(every))
+            if err:
+                self.last_error = err
+            if not every and self.rank == 0:
+                print("trainguard: checkpoint of step %d to node memory dropped: %s" % (step, why),
+                      file=sys.stderr, flush=True)
+
     # ---- saving --------------------------------------------------------
 
-    def save(self, step, state):
+    def save(self, step, state, tier=None):
         """Phase 1: snapshot `state` into host memory; returns False if the save
-        was skipped because the previous one is still persisting (overflow="skip")."""
+        was skipped because the previous one is still persisting (overflow="skip").
+        `tier`: "storage" or "memory" (node memory alone); None: the tier
+        due() named for this step, else storage. Without node memory copies
+        (not under trainguard, or --memory-checkpoints 0) every save goes to
+        storage."""
+        if tier not in (None, "memory", "storage"):
+            raise CheckpointError("tier=%r: \"memory\", \"storage\" or None" % (tier,))
+        if tier is None:
+            tier = self._due[1] if self._due[0] == int(step) else "storage"
+        attempt = self._agreed_attempt()  # with it, whether every rank's node keeps memory copies
+        if tier == "memory" and not self._memory_everywhere:
+            # Every rank takes the same tier, or their agreements would not match.
+            if not self._said_no_memory and self.rank == 0:
+                self._said_no_memory = True
+                print("trainguard: %s keeps no memory copies of checkpoints: saves to node memory go to storage"
+                      % ("this node" if not self.memory_dir else "another rank's node"), file=sys.stderr, flush=True)
+            tier = "storage"
+        self._settle()
         flat = []
         skeleton = _flatten(state, "", flat)
         keep = []   # the tensors whose memory is read until save() returns
@@ -186,7 +304,6 @@ class Checkpointer:
             specs.append((name, _dtype_name(t), list(t.shape), t.data_ptr(),
                           t.numel() * t.element_size(), t.is_cuda))
         blob = pickle.dumps(skeleton, protocol=pickle.HIGHEST_PROTOCOL)
-        attempt = self._agreed_attempt()
         sequence = self._sequence
         self._sequence += 1
         # The snapshot of CUDA tensors waits for the work queued on the
@@ -199,8 +316,13 @@ class Checkpointer:
             stream = torch.cuda.current_stream(devices[0]).cuda_stream
             for d in devices[1:]:
                 torch.cuda.current_stream(d).synchronize()
-        return self._engine.save(int(step), self.rank, self.world_size, self.group, specs, blob,
-                                 attempt, sequence, stream)
+        memory_only = tier == "memory"
+        done = self._engine.save(int(step), self.rank, self.world_size, self.group, specs, blob,
+                                 attempt, sequence, stream, memory_only)
+        if memory_only:
+            self._memory_pending += 1
+        self.schedule.saved(int(step), tier)
+        return done
 
     def _agreed_attempt(self):
         """A nonce naming this run of the job, the same on every rank: rank 0
@@ -208,25 +330,24 @@ class Checkpointer:
         torch.distributed was not initialized then, on the first save)."""
         if self._attempt is not None:
             return self._attempt
-        nonce = int.from_bytes(os.urandom(8), "little") >> 1
-        if self.world_size > 1:
-            dist = _dist()
-            if dist is None:
-                raise CheckpointError("a checkpoint of %d ranks needs torch.distributed to be "
-                                      "initialized before the first save: the ranks agree on the "
-                                      "save's identity through it" % self.world_size)
-            import torch
-
-            t = torch.tensor([nonce], dtype=torch.int64, device=_collective_device())
-            dist.broadcast(t, src=0)
-            nonce = int(t.item())
+        nonce, = self._from_rank0((int.from_bytes(os.urandom(8), "little") >> 1,),
+                                  "a checkpoint of %d ranks needs torch.distributed to be initialized before "
+                                  "the first save: the ranks agree on the save's identity through it"
+                                  % self.world_size)
         self._attempt = "%016x" % nonce
+        # Saves to memory alone only where every rank's node keeps memory
+        # copies (an agent that could not make its store has none).
+        self._memory_everywhere = bool(_reduced([1 if self.memory_dir else 0])[0])
+        self.schedule.memory_tier = self._memory_everywhere
         return self._attempt
 
     def wait(self):
         """Waits until every save is durable and committed (or abandoned).
         Returns True if all went well; else False, with the reason in
-        `last_error` and on stderr. Training may go on either way."""
+        `last_error` and on stderr. Training may go on either way. A
+        collective where saves to memory alone await their agreement: every
+        rank calls it."""
+        self._settle()
         err = self._engine.wait()
         if err:
             self.last_error = err
@@ -250,51 +371,80 @@ class Checkpointer:
             return []
 
     def load_latest(self):
-        """Restores the newest checkpoint every rank can read and verify.
-        Returns (step, state), or None if the directory holds no complete
-        checkpoint. A step that is corrupt or unreadable on any rank is
-        skipped, with a warning naming the problem, in favour of the one
-        before it; if none is usable, CheckpointError says why, rather than
-        letting the job silently start again from scratch."""
+        """Restores the newest checkpoint every rank can read and verify, from
+        storage or from node memory (saves to memory alone: the node's own
+        copy, or one fetched from its peer). Returns (step, state), or None if
+        there is none. A step that is corrupt or unreadable on any rank, or
+        that some rank's node memory does not hold, is skipped, with a
+        warning naming the problem, in favour of the one before it; if no
+        stored step is usable, CheckpointError says why, rather than letting
+        the job silently start again from scratch."""
         _core.mark_startup(3)  # restore marks for the restart's terms (before the first step only)
         try:
             listed = _core.list_checkpoints(self.directory)
         except RuntimeError:
             listed = []
-        steps = [c["step"] for c in listed if c["complete"]]
+        stored = {c["step"] for c in listed if c["complete"]}
         unusable = [c for c in listed if c["problem"]]
+        in_memory = {}  # step -> (attempt, sequence) of its newest save to memory alone
+        if self.memory_dir:
+            for step, attempt, sequence in _core.memory_saves(self.memory_dir, self.rank):
+                in_memory.setdefault(step, (attempt, sequence))
         # After replicas diverged or a NaN (docs/sdc.md) the controller allows
         # no checkpoint saved after the last good step: it may hold corrupt state.
         at_most = os.environ.get("TRAINGUARD_RESUME_AT_MOST", "")
         if at_most.lstrip("-").isdigit() and int(at_most) >= 0:
-            newer = [s for s in steps if s > int(at_most)]
+            newer = sorted(s for s in stored | set(in_memory) if s > int(at_most))
             why = os.environ.get("TRAINGUARD_RESUME_AT_MOST_WHY", "") or \
                 "the last at which the replicas' parameters agreed"
             if newer and self.rank == 0:
                 print("trainguard: checkpoint(s) of step %s skipped: saved after step %d, %s"
                       % (", ".join(str(s) for s in newer), int(at_most), why), file=sys.stderr, flush=True)
-            steps = [s for s in steps if s <= int(at_most)]
-        if not steps:
-            if unusable:
-                raise CheckpointError("%s holds no usable checkpoint, but %d step(s) with a commit "
-                                      "that cannot be used (%s); refusing to start from scratch"
-                                      % (self.directory, len(unusable), unusable[0]["problem"]))
+            stored = {s for s in stored if s <= int(at_most)}
+            in_memory = {s: v for s, v in in_memory.items() if s <= int(at_most)}
+        if not stored and not in_memory and unusable:
+            raise CheckpointError("%s holds no usable checkpoint, but %d step(s) with a commit "
+                                  "that cannot be used (%s); refusing to start from scratch"
+                                  % (self.directory, len(unusable), unusable[0]["problem"]))
+        candidates = stored | set(in_memory)
         reasons = []
-        for step in steps:
+        tried_stored = 0
+        while True:
+            step = self._newest_everywhere(candidates)
+            if step is None:
+                break
+            candidates.discard(step)
             self._say_skipped(unusable, step)
-            state = self._try_load(step)
+            if self._on_every_rank(step in stored):
+                tried_stored += 1
+                state = self._try_load(step)
+            else:
+                state = self._try_load(step, memory_save=in_memory.get(step, ()))
             if state is not None:
                 _core.mark_startup(4)
                 _core.resumed_from(step)
+                self.schedule.restored(step)
                 from . import _autoinstrument
 
                 _autoinstrument.resumed_at(step)
                 return step, state
             reasons.append("step %d: %s" % (step, self.last_error))
-        if steps:
+        if tried_stored:
             raise CheckpointError("none of the %d complete checkpoints in %s is usable (%s)"
-                                  % (len(steps), self.directory, "; ".join(reasons)))
+                                  % (tried_stored, self.directory, "; ".join(reasons)))
+        if reasons and self.rank == 0:
+            print("trainguard: no checkpoint to restore: storage holds none, and no save to node memory is "
+                  "whole on every rank (%s)" % "; ".join(reasons), file=sys.stderr, flush=True)
         return None
+
+    def _newest_everywhere(self, candidates):
+        """The newest of every rank's candidate steps (each rank has its own
+        memory), or None when no rank has one left."""
+        newest = _reduced([max(candidates, default=-1)], largest=True)[0]
+        return None if newest < 0 else newest
+
+    def _on_every_rank(self, flag):
+        return bool(_reduced([1 if flag else 0])[0])
 
     def _say_skipped(self, unusable, loading):
         """Every checkpoint newer than the one about to be loaded that is not
@@ -332,26 +482,37 @@ class Checkpointer:
             return False
         return bool(v[0].item())
 
-    def _try_load(self, step, quiet=True):
+    def _fits(self, manifest):
+        if manifest["world_size"] != self.world_size or manifest["replica_group"] != self.group:
+            raise CheckpointError(
+                "saved by %d ranks in replica group %s; this job has %d ranks in %s"
+                % (manifest["world_size"], manifest["replica_group"], self.world_size, self.group))
+
+    def _try_load(self, step, quiet=True, memory_save=None):
+        """This rank's part of `step` from storage (its memory copy where it
+        verifies), or with `memory_save` ((attempt, sequence), () for none
+        here) from the save to memory alone; then the ranks agree and the
+        state is assembled."""
         import torch
 
         reason = ""
         local = manifest = None
         key = 0
         try:
-            manifest = _core.read_manifest(self.directory, step, self.rank)
-            if manifest["world_size"] != self.world_size or manifest["replica_group"] != self.group:
-                raise CheckpointError(
-                    "saved by %d ranks in replica group %s; this job has %d ranks in %s"
-                    % (manifest["world_size"], manifest["replica_group"], self.world_size, self.group))
-            size = manifest["hi"] - manifest["lo"]
+            if memory_save is not None:
+                manifest, local = self._from_memory_save(step, memory_save)
+                size = manifest["hi"] - manifest["lo"]
+            else:
+                manifest = _core.read_manifest(self.directory, step, self.rank)
+                self._fits(manifest)
+                size = manifest["hi"] - manifest["lo"]
+                local = self._from_memory(step, manifest, size)
+                if local is None:
+                    local = torch.empty(max(size, 1), dtype=torch.uint8)
+                    _core.read_stored_range(self.directory, step, self.rank, manifest["attempt"],
+                                            manifest["sequence"], local.data_ptr(), size, self.read_threads)
+                    self.last_source = "storage"
             key = _save_key(manifest["attempt"], manifest["sequence"])
-            local = self._from_memory(step, manifest, size)
-            if local is None:
-                local = torch.empty(max(size, 1), dtype=torch.uint8)
-                _core.read_stored_range(self.directory, step, self.rank, manifest["attempt"],
-                                        manifest["sequence"], local.data_ptr(), size, self.read_threads)
-                self.last_source = "storage"
             self.bytes_read += size
         except (RuntimeError, CheckpointError) as e:
             reason = str(e)
@@ -382,6 +543,24 @@ class Checkpointer:
         except Exception:  # reporting is best effort
             pass
         return state
+
+    def _from_memory_save(self, step, save):
+        """(manifest, this rank's range) of a save to memory alone, mapped and
+        verified against its own commit and manifest."""
+        import torch
+
+        if not save:
+            raise CheckpointError("this node's memory holds no save of step %d of rank %d (a node that is "
+                                  "new, and whose peer's copy was not fetched)" % (step, self.rank))
+        manifest, mapped, problem = _core.map_memory_save(self.memory_dir, step, self.rank, save[0], save[1],
+                                                          self.read_threads)
+        if manifest is None:
+            raise CheckpointError("its save to node memory: %s" % problem)
+        self._fits(manifest)
+        self.last_source = "memory" if not mapped.origin else "peer memory of %s" % mapped.origin
+        if len(mapped) == 0:
+            return manifest, torch.empty(1, dtype=torch.uint8)
+        return manifest, torch.frombuffer(mapped, dtype=torch.uint8)  # keeps the mapping alive
 
     def _from_memory(self, step, manifest, size):
         """This rank's range from the node's memory copy, mapped (no copy) and

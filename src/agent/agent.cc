@@ -256,6 +256,17 @@ int Agent::RunLoop() {
         for (auto& r : ranks_) {
           if (r->page.get() != nullptr) r->page.get()->verified_step.store(verified_step_, std::memory_order_release);
         }
+      } else if (m.has_checkpoint_plan()) {
+        // To the ranks' pages, where Checkpointer(save_every="auto") reads it
+        // (docs/checkpoint_policy.md); said once per plan.
+        plan_memory_ms_ = m.checkpoint_plan().memory_interval_ms();
+        plan_storage_ms_ = m.checkpoint_plan().storage_interval_ms();
+        for (auto& r : ranks_) WriteCheckpointPlan(r->page.get());
+        if (m.checkpoint_plan().basis() != checkpoint_plan_) {
+          checkpoint_plan_ = m.checkpoint_plan().basis();
+          std::fprintf(stderr, "trainguard agent %s: checkpoint plan: %s\n", config_.node_id.c_str(),
+                       checkpoint_plan_.c_str());
+        }
       } else if (m.has_prepare_standby() && welcomed) {
         PrepareSpareStandbys(m.prepare_standby());
       } else if (m.has_run_diagnostics() && welcomed) {
@@ -291,6 +302,7 @@ int Agent::RunLoop() {
     if (welcomed) SendAlerts();
     MaybeSendDiagnostics();
     PollTimings();
+    AwaitStandbys();
     ReapExited();
     MaybeMakeStandbys();
     MaybePushMemoryCopies();

@@ -38,6 +38,8 @@
 
 namespace trainguard {
 
+struct StatusPage;
+
 struct AgentConfig {
   std::string node_id;
   std::string hostname;
@@ -126,6 +128,13 @@ class Agent {
   void SendAlerts();
 
   void StartRanks(const v1::Start& start);
+  // Makes `rank` run as `proc` (or reports that it could not start), and
+  // adds it to the Started message being gathered.
+  void LaunchRank(std::unique_ptr<Rank> rank, StatusOr<SpawnedProcess> proc, const std::string& log_base);
+  // Sends the start's Started message once no rank of it awaits its standby.
+  void MaybeSendStarted();
+  // The controller's checkpoint plan into a rank's page (nothing with no page).
+  void WriteCheckpointPlan(StatusPage* page) const;
   // The environment every rank of `start` shares (torchrun's variables and
   // trainguard's), before the per-rank ones.
   std::map<std::string, std::string> RanksEnvironment(const v1::Start& start) const;
@@ -148,6 +157,15 @@ class Agent {
   struct WarmState;
   void PrepareWarm(const v1::Start& start, bool instrument);
   void MaybeMakeStandbys();
+  // Takes `rank` into the awaited ones if its standby is still importing
+  // (it is hurried); false: start it now.
+  bool AwaitStandby(std::unique_ptr<Rank>& rank, SpawnSpec& spec, const std::string& log_base);
+  // Starts each awaited rank whose standby got ready, went, or stalled (each loop turn).
+  void AwaitStandbys();
+  // The ranks are stopping or gone: standbys still importing import at their priority.
+  void HurryStandbys();
+  // How long a cold start of `local` took to its imports' end; learnt from a cold rank's page.
+  void LearnColdImports(const Rank& rank);
   // The rank's process from its standby, or nullopt with `why` set.
   std::optional<SpawnedProcess> StartWarm(int local_rank, const std::vector<std::string>& argv,
                                           const std::map<std::string, std::string>& env, std::string* why);
@@ -218,7 +236,12 @@ class Agent {
   KernelLog kernel_;
   void ReadSaveLedger(const Rank& rank, v1::RankStatus* s) const;
   std::vector<std::unique_ptr<Rank>> ranks_;
+  // The running start's Started message while ranks of it await their standbys.
+  std::optional<v1::AgentMessage> pending_started_;
   std::int64_t verified_step_ = -1;  // the controller's newest (Verified), for new ranks' pages too
+  std::string checkpoint_plan_;      // the controller's last CheckpointPlan, as its basis line
+  std::int64_t plan_memory_ms_ = 0;  // its intervals, for new ranks' pages too (0: none yet)
+  std::int64_t plan_storage_ms_ = 0;
   std::unique_ptr<WarmState> warm_;
   std::unique_ptr<MemoryCopies> memory_;
   std::int64_t generation_ = -1;

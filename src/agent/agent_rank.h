@@ -45,6 +45,7 @@ struct Agent::Rank {
   TimingCollector timings;  // this rank's per-step timings, from its page
   bool warm = false;        // a standby became it
   std::string cold_reason;  // why not, where warm starts are on
+  Nanos standby_wait = -1;  // how long its start waited for its standby's imports; -1: no wait
   mutable std::int64_t fingerprints_sent_step = -1;  // the newest fingerprint step reported
   std::string save_ledger;                 // TRAINGUARD_SAVE_LEDGER: torch.save directories, a line each
   mutable std::uintmax_t save_ledger_read = 0;  // bytes of it already reported
@@ -60,6 +61,20 @@ struct Agent::WarmState {
   std::map<int, std::map<std::string, std::string>> env;  // by local rank: its last start's
   std::map<int, std::unique_ptr<Standby>> standbys;       // by local rank
   std::set<int> made;                                     // local ranks with a standby made this generation
+  // By local rank: how long its last cold start took from its launch to
+  // the end of its imports (process group, restore or first step begins).
+  std::map<int, Nanos> cold_imports;
+  // Ranks of the start whose standby was still importing: awaited (it is
+  // ahead of a cold process) until it is ready, gone, or makes no progress.
+  struct Awaited {
+    std::unique_ptr<Rank> rank;
+    SpawnSpec spec;
+    std::string log_base;
+    Nanos until = 0;          // the most it is waited for (monotonic)
+    ActivityTracker progress{0};
+    Nanos next_sample = 0;
+  };
+  std::vector<Awaited> awaited;
 };
 
 }  // namespace trainguard

@@ -77,9 +77,14 @@ void Agent::StartRanks(const v1::Start& start) {
   const bool instrument = !start.no_instrument();
   PrepareWarm(start, instrument);
 
-  v1::AgentMessage started;
-  started.mutable_started()->set_generation(generation_);
-  PrepareMemoryCopies(start, started.mutable_started());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pids_.clear();
+  }
+  pending_started_.emplace();
+  v1::RanksStarted* started = pending_started_->mutable_started();
+  started->set_generation(generation_);
+  PrepareMemoryCopies(start, started);
   // Pages an earlier agent of this node left when it was killed.
   RemoveStalePages(config_.shm_dir, "trainguard-" + start.run_id() + "-" + config_.node_id + "-");
   for (int local = 0; local < start.nproc_per_node(); ++local) {
@@ -120,61 +125,82 @@ void Agent::StartRanks(const v1::Start& start) {
     if (page.ok()) {
       rank->page = std::move(page.value());
       rank->page.get()->verified_step.store(verified_step_, std::memory_order_release);
+      WriteCheckpointPlan(rank->page.get());
       if (instrument) env["TRAINGUARD_STATUS_PAGE"] = page_path;
     } else {
       std::fprintf(stderr, "trainguard agent %s: rank %d runs without a status page: %s\n",
                    config_.node_id.c_str(), rank->global_rank, page.status().ToString().c_str());
     }
-    SpawnSpec spec{std::vector<std::string>(start.argv().begin(), start.argv().end()), env, ""};
+    warm_->env[local] = env;
+    SpawnSpec spec{std::vector<std::string>(start.argv().begin(), start.argv().end()), std::move(env), ""};
     rank->launch_mono = clock_->MonotonicNanos();
+    if (warm_->enabled && AwaitStandby(rank, spec, log_base)) continue;
     StatusOr<SpawnedProcess> proc = InvalidArgument("not started");
     if (warm_->enabled) {
-      if (auto warm = StartWarm(local, spec.argv, env, &rank->cold_reason)) {
+      if (auto warm = StartWarm(local, spec.argv, spec.env, &rank->cold_reason)) {
         proc = *warm;
         rank->warm = true;
       }
     }
     if (!rank->warm) proc = Spawn(spec);
-    // Quiet from its spawn on, not from before a standby was tried: the
-    // hang detector judges a rank with no status page yet by this.
-    rank->activity = ActivityTracker(clock_->MonotonicNanos());
-    warm_->env[local] = std::move(env);
-    if (!proc.ok()) {
-      // Report it as an exit with the conventional "cannot execute" code.
-      rank->running = false;
-      rank->exit = ExitInfo{127, 0};
-      v1::AgentMessage m;
-      m.mutable_rank_exited()->set_generation(generation_);
-      *m.mutable_rank_exited()->mutable_rank() = Describe(*rank);
-      m.mutable_rank_exited()->add_log_tail(proc.status().message());
-      m.mutable_rank_exited()->set_exit_unix_ms(clock_->WallNanos() / kMillisecond);
-      Send(m);
-      ranks_.push_back(std::move(rank));
-      continue;
-    }
-    rank->pid = proc->pid;
-    rank->pids.insert(proc->pid);
-    rank->running = true;
-    OutputPump::LineSink sink;
-    if (scan_rules_ != nullptr) {
-      sink = [this, generation = generation_, global = rank->global_rank](const std::string& line) {
-        ScanLine(generation, global, line);
-      };
-    }
-    rank->output = std::make_unique<OutputPump>(
-        proc->stdout_fd, proc->stderr_fd, log_base,
-        "[rank" + std::to_string(rank->global_rank) + "]: ", config_.stream_output,
-        static_cast<size_t>(config_.log_tail_lines), sink);
-    *started.mutable_started()->add_ranks() = Describe(*rank);
-    ranks_.push_back(std::move(rank));
+    LaunchRank(std::move(rank), std::move(proc), log_base);
   }
-  started.mutable_started()->set_started_unix_ms(clock_->WallNanos() / kMillisecond);
+  MaybeSendStarted();
+}
+
+void Agent::LaunchRank(std::unique_ptr<Rank> rank, StatusOr<SpawnedProcess> proc, const std::string& log_base) {
+  // Quiet from its spawn on, not from before a standby was tried: the
+  // hang detector judges a rank with no status page yet by this.
+  rank->activity = ActivityTracker(clock_->MonotonicNanos());
+  if (!proc.ok()) {
+    // Report it as an exit with the conventional "cannot execute" code.
+    rank->running = false;
+    rank->exit = ExitInfo{127, 0};
+    v1::AgentMessage m;
+    m.mutable_rank_exited()->set_generation(generation_);
+    *m.mutable_rank_exited()->mutable_rank() = Describe(*rank);
+    m.mutable_rank_exited()->add_log_tail(proc.status().message());
+    m.mutable_rank_exited()->set_exit_unix_ms(clock_->WallNanos() / kMillisecond);
+    Send(m);
+    ranks_.push_back(std::move(rank));
+    return;
+  }
+  rank->pid = proc->pid;
+  rank->pids.insert(proc->pid);
+  rank->running = true;
+  OutputPump::LineSink sink;
+  if (scan_rules_ != nullptr) {
+    sink = [this, generation = generation_, global = rank->global_rank](const std::string& line) {
+      ScanLine(generation, global, line);
+    };
+  }
+  rank->output = std::make_unique<OutputPump>(
+      proc->stdout_fd, proc->stderr_fd, log_base,
+      "[rank" + std::to_string(rank->global_rank) + "]: ", config_.stream_output,
+      static_cast<size_t>(config_.log_tail_lines), sink);
+  if (pending_started_) *pending_started_->mutable_started()->add_ranks() = Describe(*rank);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    pids_.clear();
-    for (const auto& r : ranks_) pids_.push_back(r->pid);
+    pids_.push_back(rank->pid);
   }
-  Send(started);
+  ranks_.push_back(std::move(rank));
+}
+
+void Agent::WriteCheckpointPlan(StatusPage* page) const {
+  if (page == nullptr) return;
+  page->plan_memory_interval_ms.store(plan_memory_ms_, std::memory_order_release);
+  page->plan_storage_interval_ms.store(plan_storage_ms_, std::memory_order_release);
+}
+
+void Agent::MaybeSendStarted() {
+  if (!pending_started_ || !warm_->awaited.empty()) return;
+  v1::RanksStarted* started = pending_started_->mutable_started();
+  // In local rank order, as they were asked for, whichever waited.
+  std::sort(started->mutable_ranks()->begin(), started->mutable_ranks()->end(),
+            [](const v1::RankStatus& a, const v1::RankStatus& b) { return a.local_rank() < b.local_rank(); });
+  started->set_started_unix_ms(clock_->WallNanos() / kMillisecond);
+  Send(*pending_started_);
+  pending_started_.reset();
 }
 
 // New lines of the rank's torch.save ledger (directories, written by the
@@ -209,6 +235,7 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
   s.set_term_signal(rank.exit.signal);
   s.set_warm(rank.warm);
   s.set_cold_reason(rank.cold_reason);
+  if (rank.standby_wait >= 0) s.set_standby_wait_ms(rank.standby_wait / kMillisecond);
   Nanos now_mono = MonotonicNowNanos();  // the client stamps CLOCK_MONOTONIC
   Nanos now_wall = WallNowNanos();
   auto to_unix_ms = [&](Nanos mono) { return mono == 0 ? 0 : (now_wall - (now_mono - mono)) / kMillisecond; };
@@ -231,6 +258,7 @@ v1::RankStatus Agent::Describe(const Rank& rank) const {
     s.set_checkpoint_blocked_ms(snap.checkpoint_blocked_ns / kMillisecond);
     s.set_checkpoint_blocked_us(snap.checkpoint_blocked_ns / 1000);
     s.set_checkpoint_waited_us(snap.checkpoint_waited_ns / 1000);
+    s.set_checkpoint_saves(snap.checkpoint_saves);
     s.mutable_io()->set_files_opened(snap.attached ? snap.files_opened : -1);
     s.set_max_step_ms(snap.max_step_ns / kMillisecond);
     s.set_phase(snap.phase);
@@ -341,6 +369,7 @@ void Agent::ReapExited() {
     }
     e->set_exit_unix_ms(exit_wall / kMillisecond);
     if (exit->exit_code != 0 || exit->signal != 0) {
+      HurryStandbys();  // a restart is coming
       if (auto error = ReadErrorFile(rank->error_file)) *e->mutable_error() = *error;
       PollKernel();
       for (const auto& line : KernelLines(RankProcesses())) e->add_kernel_lines(line);

@@ -4,12 +4,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "agent/agent.h"
 #include "agent/agent_rank.h"
+#include "common/status_page.h"
 
 namespace trainguard {
 
@@ -21,6 +23,16 @@ constexpr Nanos kActivationTimeout = 5 * kSecond;
 // Added to a standby's niceness while it imports, when it can lower it back
 // (root); otherwise it imports at the ranks' priority, after the first step.
 constexpr int kStandbyNice = 10;
+// A start awaits a standby still importing: it started before the start
+// came, so it is ahead of a cold process. Given up on (the rank starts
+// cold) when it shows no progress — no CPU time, no bytes read — for
+// kStandbyStall (an import hung on a lock or a sleep), or at twice the
+// rank's cold imports plus kStandbyMargin (kStandbyWaitUnknown where no
+// cold start of the rank was measured here: a spare's standby).
+constexpr Nanos kStandbyStall = 2 * kSecond;
+constexpr Nanos kStandbyMargin = 2 * kSecond;
+constexpr Nanos kStandbyWaitUnknown = 60 * kSecond;
+constexpr Nanos kStandbySample = 100 * kMillisecond;
 
 bool Exists(const std::string& path) {
   struct stat st;
@@ -80,6 +92,93 @@ std::optional<SpawnedProcess> Agent::StartWarm(int local_rank, const std::vector
   return std::nullopt;
 }
 
+bool Agent::AwaitStandby(std::unique_ptr<Rank>& rank, SpawnSpec& spec, const std::string& log_base) {
+  WarmState& w = *warm_;
+  auto it = w.standbys.find(rank->local_rank);
+  if (!w.cmd || it == w.standbys.end()) return false;
+  it->second->Poll();
+  if (it->second->state() != Standby::State::kImporting) return false;
+  it->second->Hurry();
+  const Nanos now = clock_->MonotonicNanos();
+  auto cold = w.cold_imports.find(rank->local_rank);
+  WarmState::Awaited a;
+  a.until = now + (cold != w.cold_imports.end() ? 2 * cold->second + kStandbyMargin : kStandbyWaitUnknown);
+  a.progress = ActivityTracker(now);
+  a.next_sample = now;
+  a.rank = std::move(rank);
+  a.spec = std::move(spec);
+  a.log_base = log_base;
+  w.awaited.push_back(std::move(a));
+  return true;
+}
+
+void Agent::AwaitStandbys() {
+  WarmState& w = *warm_;
+  if (w.awaited.empty()) return;
+  const Nanos now = clock_->MonotonicNanos();
+  for (auto a = w.awaited.begin(); a != w.awaited.end();) {
+    Rank& rank = *a->rank;
+    auto it = w.standbys.find(rank.local_rank);
+    if (it != w.standbys.end() && it->second->state() == Standby::State::kImporting) {
+      Standby& standby = *it->second;
+      standby.Poll();
+      if (standby.state() == Standby::State::kImporting && now >= a->next_sample) {
+        a->progress.Update(SampleGroupActivity(standby.pid()), now);
+        a->next_sample = now + kStandbySample;
+      }
+      if (standby.state() == Standby::State::kImporting) {
+        char waited[32];
+        std::snprintf(waited, sizeof(waited), "%.1f s", static_cast<double>(now - rank.launch_mono) / kSecond);
+        if (now - a->progress.last_change() >= kStandbyStall) {
+          standby.Abandon("the standby is still importing and made no progress for " +
+                          std::to_string(kStandbyStall / kSecond) + " s (waited " + waited + ")");
+        } else if (now >= a->until) {
+          standby.Abandon(std::string("the standby is still importing after a wait of ") + waited +
+                          ", twice this rank's cold imports");
+        } else {
+          ++a;
+          continue;
+        }
+      }
+    }
+    std::unique_ptr<Rank> taken = std::move(a->rank);
+    SpawnSpec spec = std::move(a->spec);
+    const std::string log_base = std::move(a->log_base);
+    a = w.awaited.erase(a);
+    StatusOr<SpawnedProcess> proc = InvalidArgument("not started");
+    if (auto warm = StartWarm(taken->local_rank, spec.argv, spec.env, &taken->cold_reason)) {
+      proc = *warm;
+      taken->warm = true;
+    } else {
+      proc = Spawn(spec);
+    }
+    taken->standby_wait = clock_->MonotonicNanos() - taken->launch_mono;
+    std::fprintf(stderr, "trainguard agent %s: rank %d waited %.2f s for its warm standby's imports: %s\n",
+                 config_.node_id.c_str(), taken->global_rank,
+                 static_cast<double>(taken->standby_wait) / kSecond,
+                 taken->warm ? "started warm" : ("started cold, " + taken->cold_reason).c_str());
+    LaunchRank(std::move(taken), std::move(proc), log_base);
+  }
+  MaybeSendStarted();
+}
+
+void Agent::HurryStandbys() {
+  for (auto& [local, standby] : warm_->standbys) standby->Hurry();
+}
+
+void Agent::LearnColdImports(const Rank& rank) {
+  const StatusPage* page = rank.page.get();
+  if (rank.warm || page == nullptr) return;
+  // The imports end where the process group, a restore or the first step begins.
+  Nanos end = page->first_step_mono_ns.load(std::memory_order_relaxed);
+  for (int mark : {kMarkPgInitBegin, kMarkRestoreBegin}) {
+    const Nanos at = page->startup_mono_ns[mark].load(std::memory_order_relaxed);
+    if (at > 0 && (end == 0 || at < end)) end = at;
+  }
+  if (end <= rank.launch_mono) return;
+  warm_->cold_imports[rank.local_rank] = end - rank.launch_mono - std::max<Nanos>(rank.standby_wait, 0);
+}
+
 void Agent::MaybeMakeStandbys() {
   WarmState& w = *warm_;
   Nanos now = clock_->MonotonicNanos();
@@ -105,6 +204,7 @@ void Agent::MaybeMakeStandbys() {
     std::string imports = ImportsFile(rank->local_rank);
     if (!Exists(imports)) continue;  // the rank writes it at its first step
     w.made.insert(rank->local_rank);
+    LearnColdImports(*rank);
     auto env = w.env[rank->local_rank];
     env.erase("TRAINGUARD_STATUS_PAGE");
     env.erase("TRAINGUARD_STACKS_FILE");

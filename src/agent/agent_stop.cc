@@ -68,6 +68,16 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
   v1::AgentMessage reply;
   v1::Stopped* stopped = reply.mutable_stopped();
   stopped->set_generation(generation);
+  // The next start is near: standbys still importing do so at full speed.
+  HurryStandbys();
+  // Ranks still awaiting their standby are not started any more; those
+  // that did start are told first, in the Started message.
+  for (auto& a : warm_->awaited) {
+    if (a.rank->page.get() != nullptr) unlink(a.rank->page.path().c_str());
+  }
+  warm_->awaited.clear();
+  if (pending_started_ && pending_started_->started().ranks_size() > 0) MaybeSendStarted();
+  pending_started_.reset();
   // Ranks that ended on their own before the stop are failures to report.
   if (report) ReapExited();
 

@@ -66,6 +66,54 @@ TEST(CopyPathTest, OnlyCanonicalCopyPathsParse) {
                           "step-000000000020/..save/rank-00007.data"}) {
     EXPECT_FALSE(ParseCopyPath(bad, &p)) << bad;
   }
+  // A save to memory alone travels with its manifest and commit; nothing else does.
+  ASSERT_TRUE(ParseCopyPath("step-000000000020/save-a1-3/rank-00007.commit", &p));
+  EXPECT_EQ(p.kind, "commit");
+  ASSERT_TRUE(ParseCopyPath("step-000000000020/save-a1-3/rank-00007.json", &p));
+  EXPECT_EQ(p.kind, "json");
+  for (const char* bad : {"step-000000000020/save-a1-3/rank-00007.commit.origin",
+                          "step-000000000020/save-a1-3/rank-00007.sh", "step-000000000020/save-a1-3/rank-00007.",
+                          "step-000000000020/save-a1-3/rank-00007.json/x"}) {
+    EXPECT_FALSE(ParseCopyPath(bad, &p)) << bad;
+  }
+}
+
+// A save to memory alone is pushed, kept and fetched whole: manifest, data,
+// then the commit that binds them, never the commit first. One whose commit
+// never came (its sender died) does not push out the older whole step, and
+// is not what a replacement fetches.
+TEST_F(MemoryPeerTest, ASaveToMemoryAloneTravelsWithItsManifestAndCommitLast) {
+  auto sender = Store("sender"), holder = Store("holder"), replacement = Store("replacement");
+  MemoryPeerServer server(holder.get(), "node0", "");
+  ASSERT_TRUE(server.Start("127.0.0.1").ok());
+  server.Accept(2, 2, 1);
+  const std::string peer = "127.0.0.1:" + std::to_string(server.port());
+  const std::string base = "step-000000000030/save-b-4/rank-00002.";
+  for (const char* kind : {"commit", "json", "data"}) Write(sender->Root() + "/" + base + kind, Bytes(100, kind[0]));
+  const std::vector<std::string> in_order{base + "json", base + "data", base + "commit"};
+  ASSERT_EQ(sender->OwnCopies(2, 30), in_order);
+  for (const auto& relative : sender->OwnCopies(2, 30)) ASSERT_TRUE(PushCopy(peer, *sender, relative, 1, "", kSecond).ok());
+  EXPECT_EQ(holder->NewestPeerCopies(2), in_order);
+  auto fetched = FetchCopies(peer, {2}, replacement.get(), "", kSecond);
+  ASSERT_TRUE(fetched.ok()) << fetched.status().ToString();
+  EXPECT_EQ(fetched->files, 3);
+  for (const auto& relative : in_order) {
+    EXPECT_EQ(Read(replacement->Root() + "/" + relative), Read(sender->Root() + "/" + relative)) << relative;
+    EXPECT_EQ(Read(replacement->Root() + "/" + relative + ".origin"), "node0") << relative;
+  }
+  // Step 40's manifest and data arrive, its commit does not.
+  const std::string half = "step-000000000040/save-b-5/rank-00002.";
+  for (const char* kind : {"json", "data"}) {
+    Write(sender->Root() + "/" + half + kind, Bytes(100, kind[0]));
+    ASSERT_TRUE(PushCopy(peer, *sender, half + kind, 1, "", kSecond).ok());
+  }
+  EXPECT_TRUE(fs::exists(holder->Root() + "/peer/" + base + "commit")) << "the whole step 30 was pushed out";
+  EXPECT_EQ(holder->NewestPeerCopies(2), in_order) << "a replacement would fetch half a save";
+  // Once its commit comes, step 40 is whole and step 30 goes.
+  Write(sender->Root() + "/" + half + "commit", "c");
+  ASSERT_TRUE(PushCopy(peer, *sender, half + "commit", 1, "", kSecond).ok());
+  EXPECT_FALSE(fs::exists(holder->Root() + "/peer/" + base + "commit"));
+  EXPECT_EQ(holder->NewestPeerCopies(2).size(), 3u);
 }
 
 TEST_F(MemoryPeerTest, AStoreOfItsOwnIsATmpfsThatGoesWithIt) {

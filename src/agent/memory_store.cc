@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 namespace trainguard {
 
@@ -55,14 +56,39 @@ std::map<std::int64_t, std::vector<std::string>, std::greater<>> CopiesByStep(co
     if (std::sscanf(step.path().filename().c_str(), "step-%lld", &n) != 1) continue;
     std::error_code ec2;
     for (const auto& save : fs::directory_iterator(step.path(), ec2)) {
-      CopyPath p{n, save.path().filename().string(), rank}, parsed;
-      std::error_code ec3;
-      if (ParseCopyPath(p.Relative(), &parsed) && fs::is_regular_file(tree + "/" + p.Relative(), ec3)) {
-        by_step[n].push_back(p.Relative());
+      for (const char* kind : kCopyKinds) {
+        CopyPath p{n, save.path().filename().string(), rank, kind}, parsed;
+        std::error_code ec3;
+        if (ParseCopyPath(p.Relative(), &parsed) && fs::is_regular_file(tree + "/" + p.Relative(), ec3)) {
+          by_step[n].push_back(p.Relative());
+        }
       }
     }
   }
   return by_step;
+}
+
+// Copies in the order they travel: by save, a commit after what it binds.
+void SortForTransfer(std::vector<std::string>* relatives) {
+  auto key = [](const std::string& relative) {
+    CopyPath p;
+    ParseCopyPath(relative, &p);
+    const auto kind = std::find(std::begin(kCopyKinds), std::end(kCopyKinds), p.kind) - std::begin(kCopyKinds);
+    return std::make_tuple(p.step, p.save_dir, p.rank, kind);
+  };
+  std::sort(relatives->begin(), relatives->end(),
+            [&](const std::string& a, const std::string& b) { return key(a) < key(b); });
+}
+
+// Whether a step's copies (of one rank) are whole: a stored save's copy is
+// its data file; a save to memory alone needs its commit, which travels last.
+bool Whole(const std::vector<std::string>& files) {
+  bool manifest = false, commit = false;
+  for (const auto& f : files) {
+    manifest = manifest || f.ends_with(".json");
+    commit = commit || f.ends_with(".commit");
+  }
+  return commit || !manifest;
 }
 
 }  // namespace
@@ -71,7 +97,7 @@ std::string CopyPath::Relative() const {
   char step_dir[40];
   std::snprintf(step_dir, sizeof(step_dir), "step-%012lld", static_cast<long long>(step));
   char rank_file[32];
-  std::snprintf(rank_file, sizeof(rank_file), "rank-%05d.data", rank);
+  std::snprintf(rank_file, sizeof(rank_file), "rank-%05d.%s", rank, kind.c_str());
   return std::string(step_dir) + "/" + save_dir + "/" + rank_file;
 }
 
@@ -84,7 +110,10 @@ bool ParseCopyPath(const std::string& relative, CopyPath* out) {
   char tail = 0;
   std::string step_part = relative.substr(0, a), rank_part = relative.substr(b + 1);
   if (std::sscanf(step_part.c_str(), "step-%12lld%c", &step, &tail) != 1 || step < 0) return false;
-  if (std::sscanf(rank_part.c_str(), "rank-%5d.dat%c", &rank, &tail) != 2 || tail != 'a' || rank < 0) return false;
+  int used = 0;
+  if (std::sscanf(rank_part.c_str(), "rank-%5d.%n", &rank, &used) != 1 || used == 0 || rank < 0) return false;
+  const std::string kind = rank_part.substr(static_cast<std::size_t>(used));
+  if (std::find(std::begin(kCopyKinds), std::end(kCopyKinds), kind) == std::end(kCopyKinds)) return false;
   std::string save = relative.substr(a + 1, b - a - 1);
   if (save.rfind("save-", 0) != 0 || save.size() > 100) return false;
   for (char c : save) {
@@ -93,6 +122,7 @@ bool ParseCopyPath(const std::string& relative, CopyPath* out) {
   out->step = step;
   out->save_dir = save;
   out->rank = rank;
+  out->kind = kind;
   return out->Relative() == relative;  // canonical only
 }
 
@@ -165,11 +195,13 @@ std::vector<std::string> MemoryStore::OwnCopies(int rank, std::int64_t step) con
   std::string step_dir = want.Relative().substr(0, want.Relative().find('/'));
   std::error_code ec;
   for (const auto& save : fs::directory_iterator(root + "/" + step_dir, ec)) {
-    CopyPath p{step, save.path().filename().string(), rank};
-    std::error_code ec2;
-    if (fs::is_regular_file(root + "/" + p.Relative(), ec2)) found.push_back(p.Relative());
+    for (const char* kind : kCopyKinds) {
+      CopyPath p{step, save.path().filename().string(), rank, kind};
+      std::error_code ec2;
+      if (fs::is_regular_file(root + "/" + p.Relative(), ec2)) found.push_back(p.Relative());
+    }
   }
-  std::sort(found.begin(), found.end());
+  SortForTransfer(&found);
   return found;
 }
 
@@ -217,11 +249,16 @@ Status MemoryStore::PutPeerCopy(const CopyPath& path, std::uint64_t size, int ke
   if (Root().empty()) return FailedPrecondition("no job runs here yet");
   const std::string peer = Root() + "/" + kPeerTree;
   if (Status s = WriteWhole(peer + "/" + path.Relative(), size, read); !s.ok()) return s;
-  // The `keep` newest steps holding this rank's copy stay; older ones go.
+  // The `keep` newest steps holding this rank's whole copy stay; older
+  // ones go. A save to memory alone still arriving (or never finished: its
+  // sender died) is not whole and keeps the older steps: it may never be.
   const auto by_step = CopiesByStep(peer, path.rank);
   int kept = 0;
   for (const auto& [step, files] : by_step) {
-    if (kept++ < std::max(keep, 1)) continue;
+    if (kept < std::max(keep, 1)) {
+      kept += Whole(files) ? 1 : 0;
+      continue;
+    }
     for (const auto& relative : files) {
       const fs::path f = peer + "/" + relative;
       unlink(f.c_str());
@@ -235,11 +272,13 @@ Status MemoryStore::PutPeerCopy(const CopyPath& path, std::uint64_t size, int ke
 std::vector<std::string> MemoryStore::NewestPeerCopies(int rank) const {
   std::string root = Root();
   if (root.empty()) return {};
-  const auto by_step = CopiesByStep(root + "/" + kPeerTree, rank);
-  if (by_step.empty()) return {};
-  std::vector<std::string> newest = by_step.begin()->second;
-  std::sort(newest.begin(), newest.end());
-  return newest;
+  for (const auto& [step, files] : CopiesByStep(root + "/" + kPeerTree, rank)) {
+    if (!Whole(files)) continue;  // a save to memory alone whose commit never came
+    std::vector<std::string> newest = files;
+    SortForTransfer(&newest);
+    return newest;
+  }
+  return {};
 }
 
 Status MemoryStore::PutFetchedCopy(const CopyPath& path, std::uint64_t size, const std::string& origin,

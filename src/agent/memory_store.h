@@ -1,7 +1,8 @@
 // MemoryStore: where a node keeps checkpoint copies in memory
 // (docs/restart.md). Two trees under one root:
 //
-//   ROOT/step-<N>/save-<A>-<S>/rank-<R>.data        this node's ranks' copies,
+//   ROOT/step-<N>/save-<A>-<S>/rank-<R>.data        this node's ranks' copies (.json and .commit too
+//                                                     for a save to memory alone),
 //                                                     written by their checkpoint engines
 //   ROOT/peer/step-<N>/save-<A>-<S>/rank-<R>.data   copies another node pushed here
 //
@@ -31,13 +32,20 @@
 
 namespace trainguard {
 
-// A copy's place below a tree: step-<N>/save-<A>-<S>/rank-<R>.data, parsed.
+// A copy's place below a tree: step-<N>/save-<A>-<S>/rank-<R>.<KIND>, parsed.
+// KIND: "data"; a save to memory alone (docs/checkpoint_format.md) has its
+// "json" (manifest) and "commit" beside it, and they travel with it.
 struct CopyPath {
   std::int64_t step = -1;
   std::string save_dir;  // save-<A>-<S>
   int rank = -1;
+  std::string kind = "data";
   std::string Relative() const;  // the canonical text
 };
+// The kinds, in the order they are pushed and fetched: the manifest first
+// (it marks a save to memory alone, which is whole only with its commit: a
+// data file alone is a stored save's copy, whole by itself), the commit last.
+inline constexpr const char* kCopyKinds[] = {"json", "data", "commit"};
 // Parses `relative`; false for anything else (no "..", no extra parts, canonical names only).
 bool ParseCopyPath(const std::string& relative, CopyPath* out);
 
@@ -72,7 +80,8 @@ class MemoryStore {
   // (`read` not called) before Open().
   Status PutPeerCopy(const CopyPath& path, std::uint64_t size, int keep,
                      const std::function<bool(int fd, std::uint64_t size)>& read);
-  // The peer tree's copies of `rank` at its newest step (every save), relative paths.
+  // The peer tree's copies of `rank` at its newest step whose copies are
+  // whole (every save), relative paths, in the order they travel.
   std::vector<std::string> NewestPeerCopies(int rank) const;
   // Writes a copy fetched from node `origin` into the own tree, as PutPeerCopy does.
   Status PutFetchedCopy(const CopyPath& path, std::uint64_t size, const std::string& origin,

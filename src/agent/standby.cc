@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -9,7 +10,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <utility>
@@ -136,6 +139,8 @@ StatusOr<Standby> Standby::Launch(const PythonCommand& cmd, std::map<std::string
   s.stderr_fd_ = proc->stderr_fd;
   s.target_ = cmd.target();
   s.launched_mono_ = now_mono;
+  s.niced_ = spec.idle;
+  s.ranks_nice_ = getpriority(PRIO_PROCESS, 0);
   for (int fd : {s.stdout_fd_, s.stderr_fd_}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   return s;
 }
@@ -154,6 +159,8 @@ Standby& Standby::operator=(Standby&& other) noexcept {
   target_ = std::move(other.target_);
   rss_kb_ = other.rss_kb_;
   launched_mono_ = other.launched_mono_;
+  ranks_nice_ = other.ranks_nice_;
+  niced_ = std::exchange(other.niced_, false);
   other.state_ = State::kGone;
   return *this;
 }
@@ -227,6 +234,21 @@ void Standby::Poll() {
     std::string how = WIFSIGNALED(status) ? "killed by signal " + std::to_string(WTERMSIG(status))
                                           : "exited with code " + std::to_string(WEXITSTATUS(status));
     Kill("the standby " + how);
+  }
+}
+
+void Standby::Hurry() {
+  if (!niced_ || pid_ <= 0 || state_ != State::kImporting) return;
+  niced_ = false;
+  // Every thread: the niceness and the policy are per thread on Linux. The
+  // standby sets its own back the same way once its imports are done.
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/task", ec)) {
+    const pid_t tid = static_cast<pid_t>(std::atoi(task.path().filename().c_str()));
+    if (tid <= 0) continue;
+    sched_param param{};
+    sched_setscheduler(tid, SCHED_OTHER, &param);
+    setpriority(PRIO_PROCESS, static_cast<id_t>(tid), ranks_nice_);
   }
 }
 

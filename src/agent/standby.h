@@ -78,6 +78,14 @@ class Standby {
   Nanos launched_mono() const { return launched_mono_; }
   const std::string& target() const { return target_; }
 
+  // Its rank is wanted (a start came, or the node's ranks are stopping):
+  // while it imports, it runs at the ranks' policy and niceness from now
+  // on, not only on idle CPU time. Once; a no-op for a standby launched at
+  // the ranks' priority, or one that is ready or gone.
+  void Hurry();
+  // Gives up on it (a start will not wait any longer): killed, `why` kept.
+  void Abandon(const std::string& why) { Kill(why); }
+
   // Makes it the rank: `env`, `cwd` and `argv` are the rank's cold start
   // (argv[0] the interpreter). Waits at most `timeout` for its answer. On
   // success the process is the rank's (this object lets go of it); on
@@ -99,6 +107,8 @@ class Standby {
   std::string target_;
   std::int64_t rss_kb_ = 0;
   Nanos launched_mono_ = 0;
+  int ranks_nice_ = 0;  // the niceness the ranks run at (the agent's)
+  bool niced_ = false;  // launched at SCHED_IDLE and a higher niceness, not hurried yet
 };
 
 }  // namespace trainguard

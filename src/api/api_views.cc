@@ -33,6 +33,7 @@ LiveJob LiveJobOf(const JobSnapshot& job) {
   live.generation = job.generation;
   live.first_step_wall = job.generation_first_step_unix_ms * kMillisecond;
   live.first_step_no = job.generation_first_step;
+  live.checkpoint_saves = job.checkpoint_saves;
   return live;
 }
 

@@ -44,6 +44,17 @@ struct Job {
   StreamLayout layout;
   std::uint64_t lo = 0, hi = 0;
   std::vector<Piece> pieces;
+  bool memory_only = false;
+};
+
+// A save to memory alone this rank has written (or failed to), until the
+// ranks' agreement commits or drops it.
+struct MemoryWritten {
+  MemorySave save;
+  int rank = 0;
+  int world_size = 1;
+  std::uint64_t manifest_xxh3 = 0;
+  bool settled = false;  // SettleMemory returned it
 };
 
 // A save this rank made durable whose commit it has not seen yet.
@@ -80,7 +91,8 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (busy_) {
-        if (options_.overflow == OverflowPolicy::kSkip) {
+        // A save to memory alone waits: every rank must have each one, for the ranks' agreement.
+        if (options_.overflow == OverflowPolicy::kSkip && !req.memory_only) {
           ++stats_.skipped;
           std::fprintf(stderr,
                        "trainguard: checkpoint of step %lld skipped: the previous one is still "
@@ -109,6 +121,7 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     job.layout = ComputeLayout(req);
     std::tie(job.lo, job.hi) = MemberRange(job.layout.total_bytes, static_cast<int>(group.size()), index);
     job.pieces = PiecesIn(job.layout, job.lo, job.hi);
+    job.memory_only = req.memory_only;
     Status s = Snapshot(req, job);
     std::lock_guard<std::mutex> lock(mu_);
     if (!s.ok()) {
@@ -141,6 +154,55 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     return stats_;
   }
 
+  std::vector<MemorySave> SettleMemory() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !busy_; });
+    std::vector<MemorySave> out;
+    for (const auto& w : memory_written_) out.push_back(w.save);
+    for (auto& w : memory_written_) w.settled = true;
+    return out;
+  }
+
+  Status CommitMemory(const MemorySave& ms, bool everywhere) override {
+    const SaveId id{ms.attempt, ms.sequence};
+    MemoryWritten written;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = std::find_if(memory_written_.begin(), memory_written_.end(), [&](const MemoryWritten& w) {
+        return w.settled && w.save.step == ms.step && SaveId{w.save.attempt, w.save.sequence} == id;
+      });
+      if (it == memory_written_.end()) {
+        return InvalidArgument("checkpoint: no save to memory alone of step " + std::to_string(ms.step) + " (" +
+                               id.DirName() + ") was settled here");
+      }
+      written = *it;
+      memory_written_.erase(it);
+    }
+    const std::string dir = MemorySaveDir(ms.step, id);
+    const std::string stem = dir + "/" + RankFileStem(written.rank);
+    if (!everywhere || !written.save.ok) {
+      // Not every rank has it: it can never be restored; its files go.
+      for (const char* ext : {".json", ".data"}) unlink((stem + ext).c_str());
+      rmdir(dir.c_str());
+      return Status::Ok();
+    }
+    MemoryCommitRecord c{ms.step, id, written.rank, written.world_size, written.manifest_xxh3,
+                         WallNowNanos() / kMillisecond};
+    Status s = WriteFileAtomic(stem + ".commit", EncodeMemoryCommit(c));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!s.ok()) {
+      RecordError(s);
+      for (const char* ext : {".json", ".data"}) unlink((stem + ext).c_str());
+      return s;
+    }
+    ++stats_.memory_commits;
+    stats_.last_committed_step = std::max(stats_.last_committed_step, ms.step);
+    own_rank_ = written.rank;
+    RetainMemory(ms.step);
+    Report(ms.step);
+    return Status::Ok();
+  }
+
  private:
   Status Validate(const SaveRequest& req) {
     if (req.world_size < 1 || req.rank < 0 || req.rank >= req.world_size) {
@@ -148,6 +210,10 @@ class PosixCheckpointEngine final : public CheckpointEngine {
                              " is not within world size " + std::to_string(req.world_size));
     }
     if (req.step < 0) return InvalidArgument("checkpoint: step must not be negative");
+    if (req.memory_only && options_.memory_dir.empty()) {
+      return FailedPrecondition("checkpoint: a save to memory alone needs node memory copies "
+                                "(the agent's TRAINGUARD_MEMORY_CHECKPOINTS; run --memory-checkpoints >= 1)");
+    }
     if (req.attempt.empty() && req.world_size > 1) {
       return InvalidArgument("checkpoint: a save of " + std::to_string(req.world_size) +
                              " ranks needs an attempt identity that every rank agrees on");
@@ -237,9 +303,16 @@ class PosixCheckpointEngine final : public CheckpointEngine {
         if (!job && stopping_) return;
       }
       if (job) {
-        Status s = Persist(*job);
+        MemoryWritten written;
+        Status s = job->memory_only ? PersistToMemory(*job, &written) : Persist(*job);
         std::lock_guard<std::mutex> lock(mu_);
         if (!s.ok()) RecordError(s);
+        if (job->memory_only) {
+          written.save = {job->step, job->save.attempt, job->save.sequence, s.ok()};
+          written.rank = job->rank;
+          written.world_size = job->world_size;
+          memory_written_.push_back(written);
+        }
         has_job_ = false;
         busy_ = false;
         cv_.notify_all();
@@ -298,27 +371,8 @@ class PosixCheckpointEngine final : public CheckpointEngine {
         return fail(IoError(ErrnoMessage("reserve " + std::to_string(size) + " bytes for", data_path)));
       }
     }
-    const char* base = buffer_.data();
-    std::vector<StoredPiece> stored(job.pieces.size());
-    std::mutex err_mu;
-    Status write_error;
-    ParallelFor(job.pieces.size(), options_.writer_threads, [&](size_t i) {
-      const Piece& p = job.pieces[i];
-      const char* src = base + (p.offset - job.lo);
-      stored[i] = {p.offset, p.length, XXH3_64bits(src, p.length)};
-      std::uint64_t done = 0;
-      while (done < p.length) {
-        ssize_t n = pwrite(fd, src + done, p.length - done,
-                           static_cast<off_t>(p.offset - job.lo + done));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          std::lock_guard<std::mutex> lock(err_mu);
-          if (write_error.ok()) write_error = IoError(ErrnoMessage("write", data_path));
-          return;
-        }
-        done += static_cast<std::uint64_t>(n);
-      }
-    });
+    std::vector<StoredPiece> stored;
+    Status write_error = WritePieces(job, fd, data_path, &stored);
     if (!write_error.ok()) {
       close(fd);
       return fail(write_error);
@@ -331,6 +385,42 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     close(fd);
     CopyToMemory(job, stem + ".data");
 
+    Status s = WriteFileAtomic(manifest_path, EncodeManifest(MakeManifest(job, std::move(stored))));
+    if (!s.ok()) return fail(s);
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.bytes_written += size;
+    stats_.last_persist_s = SecondsSince(t0);
+    pending_.push_back({job.step, job.save, job.rank, job.world_size,
+                        MonotonicNowNanos() + static_cast<Nanos>(options_.commit_timeout_s * kSecond)});
+    return Status::Ok();
+  }
+
+  // The buffer's pieces into `fd` (parallel pwrite), with their checksums.
+  Status WritePieces(const Job& job, int fd, const std::string& path, std::vector<StoredPiece>* stored) {
+    const char* base = buffer_.data();
+    stored->assign(job.pieces.size(), StoredPiece{});
+    std::mutex err_mu;
+    Status write_error;
+    ParallelFor(job.pieces.size(), options_.writer_threads, [&](size_t i) {
+      const Piece& p = job.pieces[i];
+      const char* src = base + (p.offset - job.lo);
+      (*stored)[i] = {p.offset, p.length, XXH3_64bits(src, p.length)};
+      std::uint64_t done = 0;
+      while (done < p.length) {
+        ssize_t n = pwrite(fd, src + done, p.length - done, static_cast<off_t>(p.offset - job.lo + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          std::lock_guard<std::mutex> lock(err_mu);
+          if (write_error.ok()) write_error = IoError(ErrnoMessage("write", path));
+          return;
+        }
+        done += static_cast<std::uint64_t>(n);
+      }
+    });
+    return write_error;
+  }
+
+  static ManifestFile MakeManifest(const Job& job, std::vector<StoredPiece> stored) {
     ManifestFile m;
     m.manifest.step = job.step;
     m.manifest.attempt = job.save.attempt;
@@ -344,16 +434,59 @@ class PosixCheckpointEngine final : public CheckpointEngine {
     m.manifest.tensors = job.layout.tensors;
     m.manifest.lo = job.lo;
     m.manifest.hi = job.hi;
-    m.data_file = stem + ".data";
+    m.data_file = RankFileStem(job.rank) + ".data";
     m.pieces = std::move(stored);
-    Status s = WriteFileAtomic(manifest_path, EncodeManifest(m));
+    return m;
+  }
+
+  std::string MemorySaveDir(std::int64_t step, const SaveId& save) const {
+    return options_.memory_dir + "/" + StepDirName(step) + "/" + save.DirName();
+  }
+
+  // A save to memory alone (docs/checkpoint_format.md): the data file, then
+  // the manifest, into the node's memory, each whole once named (NAME.tmp
+  // renamed); nothing in `dir`. The caller's agreement commits it.
+  Status PersistToMemory(const Job& job, MemoryWritten* written) {
+    Nanos t0 = MonotonicNowNanos();
+    const std::string dir = MemorySaveDir(job.step, job.save);
+    const std::string stem = dir + "/" + RankFileStem(job.rank);
+    const std::string data_path = stem + ".data", tmp = data_path + ".tmp";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) return IoError("cannot create the node memory copy directory " + dir + ": " + ec.message());
+    for (const char* ext : {".data.origin", ".json.origin", ".commit.origin", ".commit"}) unlink((stem + ext).c_str());
+    auto fail = [&](Status s) {
+      for (const std::string& f : {tmp, data_path, stem + ".json"}) unlink(f.c_str());
+      rmdir(dir.c_str());
+      return s;
+    };
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return fail(IoError(ErrnoMessage("create", tmp)));
+    const std::uint64_t size = job.hi - job.lo;
+    // Reserved first: a full tmpfs is an error here, not a short write.
+    if (int rc = size > 0 ? posix_fallocate(fd, 0, static_cast<off_t>(size)) : 0; rc != 0) {
+      close(fd);
+      errno = rc;
+      return fail(IoError(ErrnoMessage("reserve " + std::to_string(size) + " bytes for", tmp)));
+    }
+    std::vector<StoredPiece> stored;
+    Status s = WritePieces(job, fd, tmp, &stored);
+    if (close(fd) != 0 && s.ok()) s = IoError(ErrnoMessage("close", tmp));
     if (!s.ok()) return fail(s);
+    if (rename(tmp.c_str(), data_path.c_str()) != 0) return fail(IoError(ErrnoMessage("rename", tmp)));
+    const std::string manifest = EncodeManifest(MakeManifest(job, std::move(stored)));
+    s = WriteFileAtomic(stem + ".json", manifest);
+    if (!s.ok()) return fail(s);
+    written->manifest_xxh3 = XXH3_64bits(manifest.data(), manifest.size());
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.bytes_written += size;
-    stats_.last_persist_s = SecondsSince(t0);
-    pending_.push_back({job.step, job.save, job.rank, job.world_size,
-                        MonotonicNowNanos() + static_cast<Nanos>(options_.commit_timeout_s * kSecond)});
+    stats_.last_memory_persist_s = SecondsSince(t0);
     return Status::Ok();
+  }
+
+  void Report(std::int64_t step) {  // mu_ held
+    if (!options_.report_to_trainguard || step <= reported_step_) return;
+    reported_step_ = step;
+    client::CheckpointCommitted(step);
   }
 
   // The node's memory copy of this rank's data (options_.memory_dir): the
@@ -390,16 +523,20 @@ class PosixCheckpointEngine final : public CheckpointEngine {
 
   // After a commit: this rank's memory copies of all but the newest
   // memory_keep committed steps go (an uncommitted save's copy is kept until
-  // a newer commit: it may be the one that commits).
+  // a newer commit: it may be the one that commits). With saves to memory
+  // alone, one more: the peer's copy of another node's ranks may lag a
+  // commit behind (its agent pushes after the commit), and a restore needs
+  // the same step on every rank.
   void RetainMemory(std::int64_t committed_step) {
     if (options_.memory_dir.empty()) return;
     memory_committed_.insert(committed_step);
-    while (static_cast<int>(memory_committed_.size()) > std::max(options_.memory_keep, 1)) {
+    const int keep = std::max(options_.memory_keep, 1) + (stats_.memory_commits > 0 ? 1 : 0);
+    while (static_cast<int>(memory_committed_.size()) > keep) {
       memory_committed_.erase(memory_committed_.begin());
     }
     std::int64_t oldest_kept = *memory_committed_.begin();
     std::error_code ec;
-    const std::string stem = RankFileStem(own_rank_) + ".data";
+    const std::string own = RankFileStem(own_rank_), stem = own + ".data";
     for (const auto& step_entry : fs::directory_iterator(options_.memory_dir, ec)) {
       long long step = -1;
       if (std::sscanf(step_entry.path().filename().c_str(), "step-%lld", &step) != 1 || step >= oldest_kept ||
@@ -408,8 +545,12 @@ class PosixCheckpointEngine final : public CheckpointEngine {
       }
       std::error_code ec2;
       for (const auto& save_entry : fs::directory_iterator(step_entry.path(), ec2)) {
-        unlink((save_entry.path() / stem).c_str());
-        unlink((save_entry.path() / (stem + ".origin")).c_str());  // fetched from a peer (docs/restart.md)
+        // A save to memory alone has its manifest and commit there too; a
+        // copy fetched from a peer has NAME.origin (docs/restart.md).
+        for (const std::string& name : {stem, own + ".json", own + ".commit"}) {
+          unlink((save_entry.path() / name).c_str());
+          unlink((save_entry.path() / (name + ".origin")).c_str());
+        }
         rmdir(save_entry.path().c_str());  // when no other rank's copy is left
       }
       rmdir(step_entry.path().c_str());
@@ -458,7 +599,7 @@ class PosixCheckpointEngine final : public CheckpointEngine {
           stats_.last_committed_step = std::max(stats_.last_committed_step, p.step);
           own_rank_ = p.rank;
           RetainMemory(p.step);
-          if (options_.report_to_trainguard) client::CheckpointCommitted(p.step);
+          Report(p.step);
         } else if (superseded || gone) {
           pending_.erase(it);
         } else if (MonotonicNowNanos() > p.deadline) {
@@ -476,6 +617,8 @@ class PosixCheckpointEngine final : public CheckpointEngine {
 
   const CheckpointOptions options_;
   bool memory_warned_ = false;             // a node memory copy failed once (said once)
+  std::vector<MemoryWritten> memory_written_;  // saves to memory alone not yet committed or dropped
+  std::int64_t reported_step_ = -1;        // the newest step reported committed (never goes back)
   std::set<std::int64_t> memory_committed_;  // committed steps whose memory copies are kept
   int own_rank_ = 0;
   std::unique_ptr<HostMemory> memory_;

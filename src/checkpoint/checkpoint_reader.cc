@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <regex>
 #include <thread>
@@ -242,15 +243,15 @@ Status ReadStoredRange(const std::string& dir, const RankManifest& manifest, voi
   return ReadStoredRange(dir, manifest, dest, size, threads);
 }
 
-StatusOr<MappedRange> MapMemoryCopy(const std::string& dir, const RankManifest& manifest,
-                                    const std::string& memory_dir, int threads) {
-  auto m = CommittedManifest(dir, manifest);
-  if (!m.ok()) return NotFound("");  // storage's own read says what is wrong
-  SaveId save{manifest.attempt, manifest.sequence};
-  std::string path = memory_dir + "/" + StepDirName(manifest.step) + "/" + save.DirName() + "/" + m->data_file;
+namespace {
+
+// The data file at `path`, mapped privately and verified in place against
+// `m`'s checksums.
+StatusOr<MappedRange> MapVerified(const std::string& path, const ManifestFile& m, int threads,
+                                  const std::function<std::string()>& missing) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NotFound(NoCopyReason(memory_dir, manifest));
-  std::uint64_t size = m->manifest.hi - m->manifest.lo;
+  if (fd < 0) return NotFound(missing());
+  std::uint64_t size = m.manifest.hi - m.manifest.lo;
   struct stat st;
   if (fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) != size) {
     close(fd);
@@ -269,10 +270,10 @@ StatusOr<MappedRange> MapMemoryCopy(const std::string& dir, const RankManifest& 
   std::vector<std::uint64_t> bad;
   std::mutex mu;
   const char* base = static_cast<const char*>(data);
-  ParallelFor(m->pieces.size(), threads, [&](std::size_t i) {
-    const StoredPiece& p = m->pieces[i];
-    bool inside = p.offset >= m->manifest.lo && p.offset + p.length <= m->manifest.hi;
-    if (!inside || XXH3_64bits(base + (p.offset - m->manifest.lo), p.length) != p.xxh3) {
+  ParallelFor(m.pieces.size(), threads, [&](std::size_t i) {
+    const StoredPiece& p = m.pieces[i];
+    bool inside = p.offset >= m.manifest.lo && p.offset + p.length <= m.manifest.hi;
+    if (!inside || XXH3_64bits(base + (p.offset - m.manifest.lo), p.length) != p.xxh3) {
       std::lock_guard<std::mutex> lock(mu);
       bad.push_back(p.offset);
     }
@@ -291,6 +292,71 @@ StatusOr<MappedRange> MapMemoryCopy(const std::string& dir, const RankManifest& 
     range.origin = std::string(node, n);
   }
   return range;
+}
+
+}  // namespace
+
+StatusOr<MappedRange> MapMemoryCopy(const std::string& dir, const RankManifest& manifest,
+                                    const std::string& memory_dir, int threads) {
+  auto m = CommittedManifest(dir, manifest);
+  if (!m.ok()) return NotFound("");  // storage's own read says what is wrong
+  SaveId save{manifest.attempt, manifest.sequence};
+  std::string path = memory_dir + "/" + StepDirName(manifest.step) + "/" + save.DirName() + "/" + m->data_file;
+  return MapVerified(path, *m, threads, [&] { return NoCopyReason(memory_dir, manifest); });
+}
+
+std::vector<MemorySaveInfo> ListMemorySaves(const std::string& memory_dir, int rank) {
+  std::vector<MemorySaveInfo> out;
+  std::error_code ec;
+  const std::string marker = RankFileStem(rank) + ".commit";
+  for (const auto& step_entry : fs::directory_iterator(memory_dir, ec)) {
+    long long step = -1;
+    char tail = 0;
+    if (std::sscanf(step_entry.path().filename().c_str(), "step-%12lld%c", &step, &tail) != 1 || step < 0) continue;
+    std::error_code ec2;
+    for (const auto& save_entry : fs::directory_iterator(step_entry.path(), ec2)) {
+      SaveId id;
+      if (!ParseSaveDirName(save_entry.path().filename().string(), &id)) continue;
+      const std::string path = (save_entry.path() / marker).string();
+      auto text = ReadWholeFile(path);
+      if (!text.ok()) continue;
+      auto commit = DecodeMemoryCommit(*text, path);  // a damaged one is named when it is read (MapMemorySave)
+      out.push_back({step, id.attempt, id.sequence, commit.ok() ? commit->created_unix_ms : 0});
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const MemorySaveInfo& a, const MemorySaveInfo& b) {
+    if (a.step != b.step) return a.step > b.step;
+    return a.created_unix_ms != b.created_unix_ms ? a.created_unix_ms > b.created_unix_ms : a.sequence > b.sequence;
+  });
+  return out;
+}
+
+StatusOr<MemoryRestore> MapMemorySave(const std::string& memory_dir, std::int64_t step, int rank,
+                                      const std::string& attempt, std::int64_t sequence, int threads) {
+  const SaveId save{attempt, sequence};
+  const std::string step_dir = memory_dir + "/" + StepDirName(step);
+  const std::string stem = step_dir + "/" + save.DirName() + "/" + RankFileStem(rank);
+  auto text = ReadWholeFile(stem + ".commit");
+  if (!text.ok()) return NotFound(stem + ".commit: missing: the save is not committed in this node's memory");
+  auto commit = DecodeMemoryCommit(*text, stem + ".commit");
+  if (!commit.ok()) return commit.status();
+  if (commit->step != step || commit->save != save || commit->rank != rank) {
+    return InvalidArgument(stem + ".commit: names step " + std::to_string(commit->step) + " rank " +
+                           std::to_string(commit->rank) + " save " + commit->save.DirName());
+  }
+  CommitRecord binds;  // LoadManifest checks the manifest against a commit's checksums
+  binds.manifest_xxh3.assign(static_cast<std::size_t>(rank) + 1, 0);
+  binds.manifest_xxh3[rank] = commit->manifest_xxh3;
+  auto m = LoadManifest(step_dir, step, save, rank, &binds);
+  if (!m.ok()) return m.status();
+  if (m->manifest.world_size != commit->world_size) {
+    return InvalidArgument(stem + ".json: world size " + std::to_string(m->manifest.world_size) +
+                           ", its commit says " + std::to_string(commit->world_size));
+  }
+  auto mapped = MapVerified(step_dir + "/" + save.DirName() + "/" + m->data_file, *m, threads,
+                            [&] { return stem + ".data: missing"; });
+  if (!mapped.ok()) return mapped.status();
+  return MemoryRestore{m->manifest, *mapped};
 }
 
 Status VerifyCheckpoint(const std::string& dir, std::int64_t step) {

@@ -149,4 +149,44 @@ StatusOr<CommitRecord> DecodeCommit(const std::string& text, const std::string& 
   }
 }
 
+std::string EncodeMemoryCommit(const MemoryCommitRecord& c) {
+  json j = {{"format", kCheckpointFormat},
+            {"version", kCheckpointVersion},
+            {"kind", "memory-commit"},
+            {"step", c.step},
+            {"save", {{"attempt", c.save.attempt}, {"sequence", c.save.sequence}}},
+            {"rank", c.rank},
+            {"world_size", c.world_size},
+            {"manifest", RankFileStem(c.rank) + ".json"},
+            {"xxh3", HexU64(c.manifest_xxh3)},
+            {"created_unix_ms", c.created_unix_ms}};
+  return j.dump(1, ' ', false, kReplaceBadUtf8) + "\n";
+}
+
+StatusOr<MemoryCommitRecord> DecodeMemoryCommit(const std::string& text, const std::string& origin) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return InvalidArgument(origin + ": not valid JSON");
+  TG_RETURN_IF_ERROR(CheckHeader(j, origin));
+  if (j.value("kind", "") != "memory-commit") return InvalidArgument(origin + ": not a memory commit");
+  try {
+    MemoryCommitRecord c;
+    c.step = j.at("step").get<std::int64_t>();
+    c.save.attempt = j.at("save").at("attempt").get<std::string>();
+    c.save.sequence = j.at("save").at("sequence").get<std::int64_t>();
+    if (!IsValidAttempt(c.save.attempt) || c.save.sequence < 0) {
+      return InvalidArgument(origin + ": bad save identity");
+    }
+    c.rank = j.at("rank").get<int>();
+    c.world_size = j.at("world_size").get<int>();
+    if (c.rank < 0 || c.rank >= c.world_size || j.at("manifest").get<std::string>() != RankFileStem(c.rank) + ".json") {
+      return InvalidArgument(origin + ": names another rank's manifest");
+    }
+    c.manifest_xxh3 = std::stoull(j.at("xxh3").get<std::string>(), nullptr, 16);
+    c.created_unix_ms = j.value("created_unix_ms", 0LL);
+    return c;
+  } catch (const std::exception& e) {
+    return InvalidArgument(origin + ": " + e.what());
+  }
+}
+
 }  // namespace trainguard

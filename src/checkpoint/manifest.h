@@ -37,4 +37,19 @@ struct CommitRecord {
 std::string EncodeCommit(const CommitRecord& c);
 StatusOr<CommitRecord> DecodeCommit(const std::string& text, const std::string& origin);
 
+// A rank's commit of a save to memory alone (rank-R.commit beside its data
+// and manifest in the node's memory): every rank had the save whole when it
+// was written; it binds this rank's manifest by its checksum.
+struct MemoryCommitRecord {
+  std::int64_t step = 0;
+  SaveId save;
+  int rank = 0;
+  int world_size = 0;
+  std::uint64_t manifest_xxh3 = 0;
+  std::int64_t created_unix_ms = 0;  // of two saves of one step, the later wins
+};
+
+std::string EncodeMemoryCommit(const MemoryCommitRecord& c);
+StatusOr<MemoryCommitRecord> DecodeMemoryCommit(const std::string& text, const std::string& origin);
+
 }  // namespace trainguard

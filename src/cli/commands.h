@@ -116,6 +116,7 @@ struct AttributeOptions {
   bool json = false;
   bool features = false;  // print the model's features of the log instead (training)
   bool no_model = false;  // rules alone
+  bool each = false;      // every file a log of its own: a JSON line each, in order (a corpus, at once)
 };
 
 struct DiagOptions {
@@ -180,12 +181,15 @@ struct SimCommandOptions {
   std::string params_file;       // JSON parameters, under the flags
   std::map<std::string, double> set;  // parameters given as flags (name -> value)
   std::string diagnose;          // "" = the params'
+  std::string checkpoint_policy;  // "" = the params'
   std::vector<std::string> sweep;  // NAME=V1,V2,... (each a parameter)
   std::string out = ".";         // where a sweep writes sim-sweep.csv and sim-sweep.svg
   std::string store;             // keep the simulated job's store here ("" = a temporary one)
   bool json = false;
 };
 int SimCommand(const SimCommandOptions& options);
+// trainguard plan: the recommended checkpointing, spares and hang timeout, simulated.
+int PlanCommand(const SimCommandOptions& options);
 
 // Checks a job's options and command; "" if fine, else a one-line error.
 std::string ValidateJob(const JobOptions& options);

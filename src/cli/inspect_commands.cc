@@ -296,36 +296,56 @@ json AttributionJson(const Attribution& a) {
           {"model", json::parse(ModelReadingJson(a))},         {"evidence", evidence}};
 }
 
+namespace {
+
+// One log file's lines ("-": stdin), its rank from its name (rankN), appended to `lines`.
+bool ReadLogLines(const std::string& file, std::vector<LogLine>* lines) {
+  static const std::regex kRankInName("rank[-_]?([0-9]+)");
+  std::ifstream in;
+  std::istream* src = &std::cin;
+  if (file != "-") {
+    in.open(file);
+    if (!in) {
+      std::fprintf(stderr, "trainguard: error: cannot read %s\n", file.c_str());
+      return false;
+    }
+    src = &in;
+  }
+  std::smatch m;
+  std::string name = fs::path(file).filename().string();
+  int rank = std::regex_search(name, m, kRankInName) ? std::stoi(m[1]) : -1;
+  std::string line;
+  while (std::getline(*src, line)) lines->push_back({rank, "", line});
+  return true;
+}
+
+}  // namespace
+
 int AttributeCommand(const AttributeOptions& o) {
   auto rules = LoadRulesFor(o.extra_rules);
   if (!rules.ok()) {
     std::fprintf(stderr, "trainguard: error: %s\n", rules.status().message().c_str());
     return 2;
   }
-  static const std::regex kRankInName("rank[-_]?([0-9]+)");
+  if (o.no_model) rules->set_model(nullptr);
+  if (o.each) {
+    for (const auto& file : o.files) {
+      std::vector<LogLine> lines;
+      if (!ReadLogLines(file, &lines)) return 2;
+      const json out = o.features ? json(LogFeatures(lines, ParseLogStructure(lines)))
+                                  : AttributionJson(Attribute(*rules, lines));
+      std::cout << out.dump(-1, ' ', false, kReplaceBadUtf8) << "\n";
+    }
+    return 0;
+  }
   std::vector<LogLine> lines;
   for (const auto& file : o.files) {
-    std::ifstream in;
-    std::istream* src = &std::cin;
-    if (file != "-") {
-      in.open(file);
-      if (!in) {
-        std::fprintf(stderr, "trainguard: error: cannot read %s\n", file.c_str());
-        return 2;
-      }
-      src = &in;
-    }
-    std::smatch m;
-    std::string name = fs::path(file).filename().string();
-    int rank = std::regex_search(name, m, kRankInName) ? std::stoi(m[1]) : -1;
-    std::string line;
-    while (std::getline(*src, line)) lines.push_back({rank, "", line});
+    if (!ReadLogLines(file, &lines)) return 2;
   }
   if (o.features) {
     std::cout << json(LogFeatures(lines, ParseLogStructure(lines))).dump(-1, ' ', false, kReplaceBadUtf8) << "\n";
     return 0;
   }
-  if (o.no_model) rules->set_model(nullptr);
   Attribution a = Attribute(*rules, lines);
   if (o.json) {
     std::cout << AttributionJson(a).dump(2, ' ', false, kReplaceBadUtf8) << "\n";

@@ -362,6 +362,37 @@ std::vector<Command> AddStoreReaders(CLI::App& app) {
   return out;
 }
 
+Command AddPlan(CLI::App& app) {
+  auto plan = std::make_shared<trainguard::SimCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "before a launch: simulate how to checkpoint, how many spares and which hang timeout; print the "
+              "recommended settings with the ETTR each gives (and plan.svg)");
+  cmd->add_option("--failure-model", plan->model, "llama3, meta_rsc, mtbf, or a model file (JSON)")->capture_default_str();
+  struct PlanFlag {
+    const char* flag;
+    const char* name;
+    const char* help;
+  };
+  static const PlanFlag plan_flags[] = {
+      {"--gpus", "gpus", "GPUs in the job (default 16384)"},
+      {"--gpus-per-node", "gpus_per_node", "default: the failure model's (8)"},
+      {"--days", "days", "simulated days per candidate (default 7)"},
+      {"--seed", "seed", "random seed, the same for every candidate (default 1)"},
+      {"--step-s", "step_s", "seconds per training step (default 5)"},
+      {"--checkpoint-blocked", "checkpoint_blocked_s", "seconds a save blocks training (default 0.159)"},
+      {"--restart-s", "restart_s", "launch -> first step, seconds (default 3.52)"},
+      {"--persist-s", "persist_s", "a save's write to storage, seconds (default 64)"},
+      {"--replacement-s", "replacement_s", "the scheduler brings a node in this long; -1: never (default 300)"},
+  };
+  for (const PlanFlag& f : plan_flags) {
+    cmd->add_option_function<double>(f.flag, [plan, name = std::string(f.name)](double v) { plan->set[name] = v; },
+                                     f.help);
+  }
+  cmd->add_option("--out", plan->out, "directory of plan.svg")->capture_default_str();
+  cmd->add_flag("--json", plan->json, "JSON output");
+  return {cmd, [plan] { return trainguard::PlanCommand(*plan); }};
+}
+
 Command AddSim(CLI::App& app) {
   auto sim = std::make_shared<trainguard::SimCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
@@ -381,6 +412,13 @@ Command AddSim(CLI::App& app) {
       {"--step-s", "step_s", "seconds per training step (default 5)"},
       {"--checkpoint-interval", "checkpoint_interval_s", "seconds between checkpoints (default 1800)"},
       {"--checkpoint-blocked", "checkpoint_blocked_s", "seconds a save blocks training (default 0.159, measured)"},
+      {"--memory-interval", "memory_interval_s",
+       "seconds between saves to node memory (fixed policy; default 0: every save goes to storage)"},
+      {"--persist-s", "persist_s", "a save's write to storage, seconds (default 64)"},
+      {"--peer-copy-s", "peer_copy_s", "a save's push to the peer node's memory, seconds (default 1.3)"},
+      {"--peer-loss-fraction", "peer_loss_fraction", "share of lost hosts that take their peer along (default 0.02)"},
+      {"--restore-memory-s", "restore_memory_s", "reading a checkpoint back from node memory, seconds (default 0.32)"},
+      {"--restore-storage-s", "restore_storage_s", "reading a checkpoint back from storage, seconds (default 64)"},
       {"--restart-s", "restart_s", "launch -> first step, seconds (default 3.52, measured on a 4-rank job)"},
       {"--shutdown-s", "shutdown_s", "Stop -> ranks stopped on a node, seconds (default 0.128, measured)"},
       {"--diagnose-s", "diagnose_s", "one node's diagnostics, seconds (default 2.12, measured)"},
@@ -396,6 +434,9 @@ Command AddSim(CLI::App& app) {
   }
   cmd->add_option("--diagnose", sim->diagnose, "off, quick or full (default off)")
       ->check(CLI::IsMember({"off", "quick", "full"}));
+  cmd->add_option("--checkpoint-policy", sim->checkpoint_policy,
+                  "fixed (the intervals given) or auto (the controller's checkpoint plan); default fixed")
+      ->check(CLI::IsMember({"fixed", "auto"}));
   cmd->add_option("--sweep", sim->sweep,
                   "NAME=V1,V2,... a parameter's values (repeatable: every combination runs); writes "
                   "sim-sweep.csv and sim-sweep.svg (ETTR against gpus) to --out");
@@ -454,6 +495,8 @@ Command AddAttribute(CLI::App& app) {
   cmd->add_flag("--no-model", attr->no_model, "rules alone: no answer from the learned model");
   cmd->add_flag("--features", attr->features,
                 "print the learned model's features of the log (a JSON list) and nothing else");
+  cmd->add_flag("--each", attr->each,
+                "every file is a log of its own: one JSON line each (its answer, or its features), in order");
   return {cmd, [attr] { return trainguard::AttributeCommand(*attr); }};
 }
 
@@ -504,6 +547,7 @@ int main(int argc, char** argv) {
   for (Command& c : AddStoreReaders(app)) commands.push_back(std::move(c));
   for (Command& c : AddCkpt(app)) commands.push_back(std::move(c));
   commands.push_back(AddSim(app));
+  commands.push_back(AddPlan(app));
   commands.push_back(AddDiag(app));
   commands.push_back(AddAttribute(app));
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector

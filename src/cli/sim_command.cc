@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 
 #include "cli/cli_support.h"
 #include "cli/commands.h"
+#include "cli/sim_support.h"
 #include "sim/sim_output.h"
 #include "sim/simulator.h"
 
@@ -20,29 +22,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-// A shipped model by name (next to the binary, or installed), or a file.
-StatusOr<FailureModel> ResolveModel(const std::string& name) {
-  if (name.find('/') != std::string::npos || (name.size() > 5 && name.substr(name.size() - 5) == ".json") ||
-      fs::exists(name)) {
-    return FailureModel::Load(name);
-  }
-  fs::path exe = SelfExe();
-  std::string shipped;
-  for (const fs::path& dir : {exe.parent_path() / "sim" / "models",
-                              exe.parent_path().parent_path() / "share" / "trainguard" / "sim" / "models"}) {
-    if (fs::is_directory(dir)) {
-      if (fs::exists(dir / (name + ".json"))) return FailureModel::Load((dir / (name + ".json")).string());
-      for (const auto& e : fs::directory_iterator(dir)) {
-        if (e.path().extension() == ".json") shipped += (shipped.empty() ? "" : ", ") + e.path().stem().string();
-      }
-      break;
-    }
-  }
-  return NotFound("no failure model named '" + name + "'" +
-                  (shipped.empty() ? std::string(" (no shipped models found next to the binary)")
-                                   : " (shipped: " + shipped + "; or give a JSON file)"));
-}
 
 StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -80,7 +59,7 @@ int SimCommand(const SimCommandOptions& o) {
     std::fprintf(stderr, "trainguard sim: error: %s\n", s.message().c_str());
     return 2;
   };
-  auto model = ResolveModel(o.model);
+  auto model = ResolveFailureModel(o.model);
   if (!model.ok()) return fail(model.status());
   SimParams base;
   if (!o.params_file.empty()) {
@@ -92,6 +71,7 @@ int SimCommand(const SimCommandOptions& o) {
   json flags = json::object();
   for (const auto& [name, value] : o.set) flags[name] = value;
   if (!o.diagnose.empty()) flags["diagnose"] = o.diagnose;
+  if (!o.checkpoint_policy.empty()) flags["checkpoint_policy"] = o.checkpoint_policy;
   if (Status s = base.MergeJson(flags.dump(), "the command line"); !s.ok()) return fail(s);
   if (base.gpus_per_node == 0) base.gpus_per_node = model->gpus_per_node;
 
@@ -125,10 +105,10 @@ int SimCommand(const SimCommandOptions& o) {
   for (size_t i = 0; i < runs.size(); ++i) {
     SimOptions opt;
     opt.rules = &*rules;
-    bool temporary = o.store.empty() || runs.size() > 1;
-    if (temporary) {
-      opt.store_path = (fs::temp_directory_path() / ("trainguard-sim-" + std::to_string(getpid()) + "-" +
-                                                       std::to_string(i) + ".db")).string();
+    std::optional<TemporarySimStore> temporary;
+    if (o.store.empty() || runs.size() > 1) {
+      temporary.emplace(static_cast<int>(i));
+      opt.store_path = temporary->path();
     } else {
       opt.store_path = o.store;
     }
@@ -139,9 +119,7 @@ int SimCommand(const SimCommandOptions& o) {
       std::fprintf(stderr, "trainguard sim: run %zu of %zu:%s\n", i + 1, runs.size(), what.c_str());
     }
     auto result = RunSimulation(runs[i].params, *model, opt);
-    if (temporary) {
-      for (const char* suffix : {"", "-wal", "-shm", "-journal"}) fs::remove(opt.store_path + suffix);
-    }
+    temporary.reset();
     if (!result.ok()) return fail(result.status());
     if (!result->finished) status = 1;
     if (runs.size() == 1) {

@@ -228,6 +228,12 @@ std::int64_t VerifiedStep() {
   return step == kNoStep ? -2 : step;
 }
 
+void CheckpointPlanMs(std::int64_t* memory_ms, std::int64_t* storage_ms) {
+  StatusPage* page = g_page.load(std::memory_order_acquire);
+  *memory_ms = page == nullptr ? 0 : page->plan_memory_interval_ms.load(std::memory_order_acquire);
+  *storage_ms = page == nullptr ? 0 : page->plan_storage_interval_ms.load(std::memory_order_acquire);
+}
+
 void NumericObserved() {
   StatusPage* page = g_page.load(std::memory_order_acquire);
   if (page != nullptr) page->losses_observed.fetch_add(1, std::memory_order_relaxed);
@@ -235,8 +241,9 @@ void NumericObserved() {
 
 void AddCheckpointOverhead(std::int64_t nanos) {
   StatusPage* page = g_page.load(std::memory_order_acquire);
-  if (page == nullptr || nanos <= 0) return;
-  page->checkpoint_blocked_ns.fetch_add(nanos, std::memory_order_relaxed);
+  if (page == nullptr) return;
+  if (nanos > 0) page->checkpoint_blocked_ns.fetch_add(nanos, std::memory_order_relaxed);
+  page->checkpoint_saves.fetch_add(1, std::memory_order_relaxed);  // one call, one save
 }
 
 void AddCheckpointWait(std::int64_t nanos) {

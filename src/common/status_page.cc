@@ -81,6 +81,7 @@ StatusSnapshot ReadStatusPage(const StatusPage& page) {
   s.checkpoint_step = page.checkpoint_step.load(std::memory_order_acquire);
   s.checkpoint_blocked_ns = page.checkpoint_blocked_ns.load(std::memory_order_relaxed);
   s.checkpoint_waited_ns = page.checkpoint_waited_ns.load(std::memory_order_relaxed);
+  s.checkpoint_saves = page.checkpoint_saves.load(std::memory_order_relaxed);
   s.files_opened = page.files_opened.load(std::memory_order_relaxed);
   s.max_step_ns = page.max_step_ns.load(std::memory_order_relaxed);
   for (int i = 0; i < kStartupMarks; ++i) s.startup_mono_ns[i] = page.startup_mono_ns[i].load(std::memory_order_relaxed);

@@ -112,7 +112,18 @@ struct StatusPage {
   // the automatic count's once a second step confirms it. Stored with release
   // after first_step_mono_ns (docs/status_page.md).
   std::atomic<std::int64_t> first_step;
-  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 88];
+  // Written by the agent, read by the client: the controller's checkpoint
+  // plan (docs/checkpoint_policy.md), the interval between saves to node
+  // memory and to storage in milliseconds; 0: no plan (yet). Each is one
+  // atomic: a reader may see one interval of an older plan beside the
+  // other's newer one, and takes each as it reads it.
+  std::atomic<std::int64_t> plan_memory_interval_ms;
+  std::atomic<std::int64_t> plan_storage_interval_ms;
+  // Saves whose blocking time was added to checkpoint_blocked_ns (one a
+  // save: trainguard's checkpointer, or a script's add_checkpoint_overhead):
+  // with it, the controller measures what a save costs.
+  std::atomic<std::int64_t> checkpoint_saves;
+  char reserved[kJournalOffset - 176 - 8 * kStartupMarks - 8 - 16 - 16 * kFingerprints - 112];
   OpJournal journal;  // version 2: the journal of communication operations
   char reserved_after_journal[kTimingsOffset - kJournalOffset - sizeof(OpJournal)];
   TimingRing timings;  // version 3: phase and step intervals, a ring
@@ -125,6 +136,9 @@ static_assert(offsetof(StatusPage, verified_step) == 560);
 static_assert(offsetof(StatusPage, checkpoint_waited_ns) == 568);
 static_assert(offsetof(StatusPage, files_opened) == 576);
 static_assert(offsetof(StatusPage, first_step) == 584);
+static_assert(offsetof(StatusPage, plan_memory_interval_ms) == 592);
+static_assert(offsetof(StatusPage, plan_storage_interval_ms) == 600);
+static_assert(offsetof(StatusPage, checkpoint_saves) == 608);
 static_assert(offsetof(StatusPage, journal) == kJournalOffset);
 static_assert(offsetof(StatusPage, timings) == kTimingsOffset);
 static_assert(sizeof(StatusPage) <= kStatusPageSize);
@@ -161,6 +175,7 @@ struct StatusSnapshot {
   std::int64_t phase_mono_ns = 0;
   std::int64_t checkpoint_blocked_ns = 0;
   std::int64_t checkpoint_waited_ns = 0;
+  std::int64_t checkpoint_saves = 0;
   std::int64_t files_opened = 0;
   std::int64_t max_step_ns = 0;
   std::int64_t startup_mono_ns[kStartupMarks] = {};

@@ -43,13 +43,16 @@ json RestartTerms(const Incident& inc, const RestartPath& p) {
   const std::int64_t restore = p.restore_begin_ms >= 0 && p.restore_end_ms >= p.restore_begin_ms
                                    ? at(p.restore_end_ms, f) - p.restore_begin_ms
                                    : 0;
-  const std::int64_t process_start = launch + script;
+  const std::int64_t wait = std::clamp<std::int64_t>(p.standby_wait_ms, 0, script);
+  const std::int64_t process_start = launch + script - wait;
   t = {{"rendezvous_ms", rendezvous},
+       {"standby_wait_ms", wait},
        {"process_start_ms", process_start},
        {"imports_ms", imports},
        {"pg_init_ms", pg},
        {"restore_ms", restore},
-       {"first_step_ms", std::max<std::int64_t>(0, restart - rendezvous - process_start - imports - pg - restore)},
+       {"first_step_ms",
+        std::max<std::int64_t>(0, restart - rendezvous - wait - process_start - imports - pg - restore)},
        {"warm", p.warm}};
   return t;
 }
@@ -108,7 +111,9 @@ DowntimeRecord DescribeDowntime(const Incident& inc, const RestartPath& path) {
       std::snprintf(buf, sizeof(buf), "%.3f", static_cast<double>(terms[key].get<std::int64_t>()) / 1000);
       return std::string(buf);
     };
-    r.line += "; restart = rendezvous " + ms("rendezvous_ms") + " + process start " + ms("process_start_ms") +
+    r.line += "; restart = rendezvous " + ms("rendezvous_ms") +
+              (terms["standby_wait_ms"].get<std::int64_t>() > 0 ? " + standby wait " + ms("standby_wait_ms") : "") +
+              " + process start " + ms("process_start_ms") +
               " + imports " + ms("imports_ms") + " + process group " + ms("pg_init_ms") + " + restore " +
               ms("restore_ms") + " + first step " + ms("first_step_ms") + " s";
   }

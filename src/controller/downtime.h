@@ -21,6 +21,7 @@ struct DowntimeRecord {
 struct RestartPath {
   Nanos first_step_wall = 0;        // 0: it never made a step
   Nanos generation_start_wall = 0;  // when the controller ordered the start
+  std::int64_t standby_wait_ms = -1;  // the start waited for the rank's standby's imports
   std::int64_t script_start_ms = -1;
   std::int64_t pg_init_begin_ms = -1;
   std::int64_t pg_init_end_ms = -1;
@@ -35,7 +36,8 @@ struct RestartPath {
 };
 
 // Restart split into its terms (ms): rendezvous (all stopped -> start
-// ordered), process_start (-> the script begins), imports (-> process-group
+// ordered), standby_wait (waiting for a warm standby's imports, within the
+// process start), process_start (the rest, -> the script begins), imports (-> process-group
 // init or checkpoint restore or first step begins), pg_init, restore,
 // first_step (the rest: model set-up and the step). Terms the rank did not
 // report are folded into the next one; they add up to the restart.

@@ -85,6 +85,38 @@ TEST(DowntimeTest, RestartSplitsIntoTermsThatAddUp) {
   EXPECT_EQ(sum, d["restart_ms"].get<std::int64_t>());
 }
 
+TEST(DowntimeTest, AWaitForTheStandbysImportsIsATermOfItsOwn) {
+  Incident inc = Crash();
+  RestartPath p;
+  p.first_step_wall = inc.stopped_wall + 1500 * kMillisecond;
+  p.generation_start_wall = inc.stopped_wall + 100 * kMillisecond;
+  // Launched 20 ms after the order; it waited 700 ms for its standby, which
+  // then became the rank in 10 ms.
+  p.standby_wait_ms = 700;
+  p.script_start_ms = 710;
+  p.pg_init_begin_ms = 750;
+  p.pg_init_end_ms = 900;
+  p.first_step_ms = 1380;
+  p.warm = true;
+  DowntimeRecord r = DescribeDowntime(inc, p);
+  auto d = nlohmann::json::parse(r.json);
+  const auto& t = d["restart_terms"];
+  EXPECT_EQ(t["standby_wait_ms"], 700);
+  EXPECT_EQ(t["process_start_ms"], 30);  // 20 ms to launch + 10 ms to hand over
+  EXPECT_EQ(t["imports_ms"], 40);
+  std::int64_t sum = 0;
+  for (const auto& [k, v] : t.items()) {
+    if (k.ends_with("_ms")) sum += v.get<std::int64_t>();
+  }
+  EXPECT_EQ(sum, d["restart_ms"].get<std::int64_t>());
+  EXPECT_NE(r.line.find("rendezvous 0.100 + standby wait 0.700 + process start 0.030"), std::string::npos) << r.line;
+  // A wait reported longer than the launch-to-script time is cut to it: the terms still add up.
+  p.standby_wait_ms = 5000;
+  d = nlohmann::json::parse(DescribeDowntime(inc, p).json);
+  EXPECT_EQ(d["restart_terms"]["standby_wait_ms"], 710);
+  EXPECT_EQ(d["restart_terms"]["process_start_ms"], 20);
+}
+
 TEST(DowntimeTest, MarksNotReportedFoldIntoTheNextTerm) {
   Incident inc = Crash();
   RestartPath p;

@@ -8,7 +8,7 @@ const std::vector<EventKindInfo>& EventKinds() {
   static const std::vector<EventKindInfo> table = {
       {EventKind::kJobCreated, "job_created",
        "controller start",
-       "the job's configuration"},
+       "the job's configuration; `failure_prior_from` where the checkpoint plan's prior is the fleet's"},
       {EventKind::kNodeRegistered, "node_registered",
        "an agent joins",
        "hostname, address, agent pid, group rank, spare"},
@@ -33,7 +33,8 @@ const std::vector<EventKindInfo>& EventKinds() {
       {EventKind::kRanksStarted, "ranks_started",
        "an agent spawned its ranks",
        "pids by global rank, generation, the node's group rank, `warm` (ranks a warm standby became), "
-       "`cold` (why the others started cold: reason → ranks; [restart.md](restart.md)), `memory_restore` "
+       "`cold` (why the others started cold: reason → ranks; [restart.md](restart.md)), `standby_wait_ms` "
+       "(ranks whose start waited for a standby still importing: rank → ms), `memory_restore` "
        "when the node came back with no memory copies and fetched its ranks' from the node that held them "
        "(`from_node`, `files`, `bytes`, `ms`, `problem`)"},
       {EventKind::kFirstStep, "first_step",
@@ -86,6 +87,11 @@ const std::vector<EventKindInfo>& EventKinds() {
       {EventKind::kCheckpointCommitted, "checkpoint_committed",
        "a newer `checkpoint_committed(step)`",
        ""},
+      {EventKind::kCheckpointPlan, "checkpoint_plan",
+       "the checkpoint intervals the controller told the ranks: the first plan, then each that differs by 10 % "
+       "or more (docs/checkpoint_policy.md)",
+       "`memory_interval_s` (0: no memory tier), `storage_interval_s`, `job_mtbf_s`, `storage_mtbf_s`, "
+       "`save_cost_s`, `saves`, `expected_overhead`"},
       {EventKind::kRankExited, "rank_exited",
        "any rank exit the agent reaped",
        "exit code, signal, step, phase, last output lines"},
@@ -222,7 +228,8 @@ const std::vector<EventKindInfo>& EventKinds() {
       {EventKind::kJobSucceeded, "job_succeeded",
        "the end: every rank exited 0",
        "restart count, `last_step_unix_ms`, the last generation's `checkpoint_overhead_ms`, "
-       "`checkpoint_wait_ms` and `data_wait_ms`"},
+       "`checkpoint_wait_ms` and `data_wait_ms`; `checkpoint_saves`, rank 0's saves (trainguard.Checkpointer) in "
+       "all generations"},
       {EventKind::kJobFailed, "job_failed",
        "the end: a failure the policy stops on, the restart limit, a cancel",
        "as `job_succeeded`"},

@@ -35,6 +35,7 @@ enum class EventKind {
   kResumeBoundCleared,
   kTorchCheckpointDir,
   kCheckpointCommitted,
+  kCheckpointPlan,
   kRankExited,
   kFailure,
   kLogAlert,

@@ -46,12 +46,7 @@ Nanos HangDeadline(const RankView& rv, Nanos timeout, const JobConfig& config) {
 
 std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, Nanos* next_check) {
   const Nanos timeout = EffectiveHangTimeout(view, config);
-  if (next_check != nullptr) {
-    *next_check = kNoHangDeadline;
-    for (const NodeView* n : view.nodes) {
-      for (const auto& [rank, rv] : n->ranks) *next_check = std::min(*next_check, HangDeadline(rv, timeout, config));
-    }
-  }
+  if (next_check != nullptr) *next_check = kNoHangDeadline;
   struct Stuck {
     const NodeView* node;
     const v1::RankStatus* status;
@@ -73,6 +68,8 @@ std::optional<Finding> DetectHang(const JobView& view, const JobConfig& config, 
   bool op_stuck = false;
   for (const NodeView* n : view.nodes) {
     for (const auto& [rank, rv] : n->ranks) {
+      // When this rank could be hung next, in the same pass (100,000 ranks).
+      if (next_check != nullptr) *next_check = std::min(*next_check, HangDeadline(rv, timeout, config));
       const v1::RankStatus& s = rv.status;
       if (!s.running()) continue;
       Nanos since_report = view.now_mono - rv.received_mono;

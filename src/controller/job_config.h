@@ -57,6 +57,22 @@ struct JobConfig {
   bool no_warm = false;
   // Committed checkpoints each node keeps in memory per rank (0: none).
   int memory_checkpoints = 1;
+  // The checkpoint plan (docs/checkpoint_policy.md): the failure rate
+  // assumed before the job has seen any (per GPU-hour: Meta RSC-1's 6.50
+  // failures per 1000 node-days of 8 GPUs, arXiv:2410.21680), worth
+  // failure_prior_weight failures; the share of failures assumed to lose a
+  // shard's both memory copies; what a save is assumed to block until one
+  // is measured; and how fast each tier can write (its minimum interval).
+  double failure_prior_per_gpu_hour = 6.50 / (1000.0 * 24 * 8);
+  bool failure_prior_given = false;  // --failure-prior was given: the fleet's history does not replace it
+  double failure_prior_weight = 3;
+  double storage_loss_prior_share = 0.02;
+  double checkpoint_cost_prior_s = 0.159;
+  double memory_tier_min_interval_s = 2;
+  double storage_tier_min_interval_s = 30;
+  // How often the nodes' health is read again from the store (cordons an
+  // operator made meanwhile, other jobs' verdicts).
+  Nanos health_refresh = 5 * kSecond;
   // How often agents send a heartbeat.
   Nanos heartbeat_interval = 1 * kSecond;
   // A node is lost after this many heartbeat intervals without one.

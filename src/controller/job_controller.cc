@@ -13,6 +13,7 @@
 
 #include "common/json_text.h"
 #include "common/utf8.h"
+#include "controller/fleet_failure_rate.h"
 #include "controller/job_knobs.h"
 #include "controller/off_lock_runner.h"
 
@@ -50,7 +51,8 @@ JobController::JobController(JobConfig config, Clock* clock, EventStore* store,
       diagnosis_(config_),
       link_monitor_(LinkPolicy{config_.link_flap_window, config_.link_flaps_to_evict}),
       sdc_(config_.job_id, config_.nproc_per_node),
-      telemetry_(config_, clock_, writer_.get()) {}
+      telemetry_(config_, clock_, writer_.get()),
+      checkpoints_(config_) {}
 
 JobController::~JobController() {
   starter_.reset();  // its work takes mu_ and sends: bounded by start_record_wait
@@ -136,6 +138,23 @@ Status JobController::Start() {
   // already wait on it): the job's row, and what the store says of nodes.
   std::string command;
   for (const auto& a : config_.argv) command += (command.empty() ? "" : " ") + a;
+  // The checkpoint plan's prior: the fleet's own rate where the jobs that
+  // ended in this store had enough failures to say one, unless given.
+  std::string prior_from;
+  JobConfig recorded = config_;  // as the knobs are recorded: with the prior the plan starts from
+  if (!config_.failure_prior_given) {
+    auto jobs = store_->Jobs();
+    auto incidents = jobs.ok() ? store_->IncidentsOnNode("") : StatusOr<std::vector<IncidentRecord>>(jobs.status());
+    if (incidents.ok()) {
+      const FleetFailureRate fleet = ReadFleetFailureRate(*jobs, *incidents, config_.job_id);
+      if (static_cast<double>(fleet.failures) >= std::max(config_.failure_prior_weight, 1.0)) {
+        recorded.failure_prior_per_gpu_hour = fleet.PerGpuHour();
+        prior_from = fleet.Describe();
+      }
+    } else {
+      ++store_read_errors_;
+    }
+  }
   json cfg = {{"nnodes", config_.nnodes},
               {"min_nnodes", MinNodes()},
               {"nproc_per_node", config_.nproc_per_node},
@@ -149,18 +168,20 @@ Status JobController::Start() {
               {"straggler_action", StragglerActionName(config_.straggler_action)},
               {"argv", config_.argv}};
   if (!config_.api_url.empty()) cfg["api_url"] = config_.api_url;
-  cfg["knobs"] = json::parse(KnobsJson(config_));  // every knob, from its table (job_knobs.h)
+  cfg["knobs"] = json::parse(KnobsJson(recorded));  // every knob, from its table (job_knobs.h)
+  if (!prior_from.empty()) cfg["failure_prior_from"] = prior_from;
   const Nanos health_read = clock_->MonotonicNanos();
   auto health = store_->ListNodeHealth();
   TG_RETURN_IF_ERROR(store_->CreateJob(
       {config_.job_id, clock_->WallNanos(), ValidUtf8(command), cfg.dump(-1, ' ', false, kReplaceBadUtf8), "STARTING", ""}));
   std::lock_guard<std::mutex> lock(mu_);
+  if (!prior_from.empty()) checkpoints_.UseFleetPrior(recorded.failure_prior_per_gpu_hour, prior_from);
   if (health.ok()) {
     health_.Replace(NodeHealthCache::Index(std::move(health.value())), health_read);
   } else {
     ++store_read_errors_;  // read again at the next tick; until then no node is known cordoned
   }
-  next_health_read_mono_ = health_read + kHealthRefresh;
+  next_health_read_mono_ = health_read + config_.health_refresh;
   waiting_since_mono_ = clock_->MonotonicNanos();
   Emit(EventKind::kJobCreated, "", -1, -1,
        "job " + config_.job_id + ": " + std::to_string(config_.nnodes) + " node(s) x " +
@@ -318,8 +339,9 @@ void JobController::Finish(JobState final_state, const std::string& summary) {
        summary, json{{"restart_count", restart_count_}, {"last_step_unix_ms", last_step_wall / kMillisecond},
                      {"checkpoint_overhead_ms", CheckpointOverheadMs()},
                      {"checkpoint_wait_ms", CheckpointWaitMs()},
-                     {"data_wait_ms", telemetry_.DataWaitMs()}}.dump(-1, ' ', false, kReplaceBadUtf8));
-  writer_->UpdateJob(config_.job_id, JobStateName(final_state), ValidUtf8(summary));
+                     {"data_wait_ms", telemetry_.DataWaitMs()},
+                     {"checkpoint_saves", checkpoints_.saves()}}.dump(-1, ' ', false, kReplaceBadUtf8));
+  writer_->UpdateJob(config_.job_id, JobStateName(final_state), ValidUtf8(summary), clock_->WallNanos());
   v1::ControllerMessage msg;
   msg.mutable_shutdown()->set_reason(summary);
   msg.mutable_shutdown()->set_exit_status(final_state == JobState::kSucceeded ? 0 : last_failure_status_);
@@ -334,6 +356,7 @@ void JobController::SetState(JobState s, const std::string& why) {
   if (s == state_) return;
   JobState old = state_;
   state_ = s;
+  next_wait_scan_mono_ = 0;  // a state that waits for nodes looks at them at once
   telemetry_.SetRunning(s == JobState::kRunning);
   Emit(EventKind::kState, "", -1, -1, std::string(JobStateName(old)) + " -> " + JobStateName(s) + ": " + why,
        json{{"from", JobStateName(old)}, {"to", JobStateName(s)}}.dump(-1, ' ', false, kReplaceBadUtf8));

@@ -39,7 +39,7 @@
 // when"). Reads
 // run off the lock: the job's record before Start/Resume take it, the
 // nodes' health into a cache (node_health_cache.h) at the start, every
-// kHealthRefresh and with each incident's blame, other jobs' incidents with
+// JobConfig::health_refresh and with each incident's blame, other jobs' incidents with
 // the blame; decisions under the lock read the cache, behind the writer's
 // queued cordons.
 //
@@ -75,6 +75,7 @@
 #include "controller/downtime.h"
 #include "controller/event_kind.h"
 #include "controller/event_listener.h"
+#include "controller/checkpoint_policy.h"
 #include "controller/diagnosis_coordinator.h"
 #include "controller/fleet_history.h"
 #include "controller/finding.h"
@@ -246,8 +247,10 @@ class JobController {
   // What the detectors look at now.
   JobView View() const;
   void CheckHeartbeats();
-  // Takes each node's arrival stamp from its link (AgentLink::LastHeardMono).
-  void RefreshLiveness();
+  // Takes each node's arrival stamp from its link (AgentLink::LastHeardMono)
+  // and sets when the earliest could pass the silence limit; true if one
+  // has passed it already.
+  bool RefreshLiveness();
   // A gap between Ticks beyond watch_gap_grace: the controller did not run;
   // silence is counted from now (recorded as controller_stalled).
   void NoteWatchGap(Nanos now);
@@ -321,7 +324,6 @@ class JobController {
   double CheckpointWaitMs() const;
 
   // How often the store's node health is read again (off the lock).
-  static constexpr Nanos kHealthRefresh = 5 * kSecond;
   // How long an incident opened by a lost node waits for the backend to say
   // why (bounded by the backend itself: Slurm's answers take up to 4 s).
   static constexpr Nanos kExplainWait = 10 * kSecond;
@@ -367,7 +369,8 @@ class JobController {
   std::string waiting_said_;         // the last "waiting_for_nodes" message
   int restart_count_ = 0;
   Nanos waiting_since_mono_ = 0;     // start of STARTING / RESTARTING
-  Nanos stop_sent_mono_ = 0;
+  Nanos stop_sent_mono_ = 0;          // when the newest Stop went out (each node gets stop_timeout from it)
+  v1::ControllerMessage stop_;        // the incident's Stop, for nodes that reconnect while it stops
   Nanos generation_start_wall_ = 0;
   bool first_step_seen_ = false;     // in the current generation
   // Its first step (wall time, number), for the live downtime report: the
@@ -400,17 +403,24 @@ class JobController {
   Nanos next_clock_probe_mono_ = 0;
   Nanos last_tick_mono_ = 0;
   Nanos next_hang_check_mono_ = 0;
+  bool reconcile_from_tick_ = false;  // Reconcile called by Tick (not by a message)
+  Nanos next_wait_scan_mono_ = 0;     // MaybeStartGeneration from a Tick scans the nodes again no sooner
   Nanos next_silence_check_mono_ = 0;  // CheckHeartbeats need not look before  // DetectHang need not run before (hang_detector.h: HangDeadline)
   Nanos silence_from_mono_ = 0;  // JobView::silence_from_mono
   SdcMonitor sdc_;  // silent data corruption and numeric sentinels (docs/sdc.md)
   // Timings, clocks, stragglers, data waits, GPU series: a lock of its own.
   TelemetryIngest telemetry_;
+  // The checkpoint plan told the ranks (docs/checkpoint_policy.md).
+  CheckpointPolicy checkpoints_;
+  std::int64_t plan_generation_ = -1;  // the generation whose nodes were sent the plan
+  void MaybeSendCheckpointPlan();
   bool resuming_ = false;               // after Resume, until every node is back or the deadline
   Nanos resume_deadline_mono_ = 0;
   // Nodes of the resumed generation with no ranks_started recorded, and
   // those of them that came back without its ranks (its Start never went out).
   std::set<std::string> unstarted_;
   std::set<std::string> came_back_unstarted_;
+  bool generation_recorded_ = false;  // the generation about to start is in the store already (Resume)
   JobState resumed_from_ = JobState::kStarting;
 };
 

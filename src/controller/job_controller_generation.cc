@@ -21,6 +21,9 @@ void JobController::MaybeStartGeneration() {
   // Fewer nodes than the job's minimum ever registered: nothing can start
   // yet (a scan per registration made 12,500 nodes joining quadratic).
   if (static_cast<int>(nodes_.size()) < MinNodes()) return;
+  const Nanos now = clock_->MonotonicNanos();
+  if (reconcile_from_tick_ && now < next_wait_scan_mono_) return;  // Tick: at most once a second
+  next_wait_scan_mono_ = now + kSecond;
   PromoteSpares();
   std::vector<Node*> slots(config_.nnodes, nullptr);
   for (auto& n : nodes_) {
@@ -75,13 +78,19 @@ void JobController::MaybeStartGeneration() {
   json d = {{"master_addr", master->address}, {"master_port", master->free_port},
             {"restart_count", restart_count_}, {"nnodes", active_nnodes_}, {"group_ranks", group_ranks}};
   // The decision is in the store before it is acted on: a controller killed
-  // after this point resumes this generation, not the one before it.
-  StoreWriter::Ticket decided =
-      Emit(EventKind::kGenerationStarted, "", -1, -1,
-           "started generation " + std::to_string(generation_) + " (restart " + std::to_string(restart_count_) + "/" +
-               std::to_string(config_.max_restarts) + "), master " + master->address + ":" +
-               std::to_string(master->free_port),
-           d.dump(-1, ' ', false, kReplaceBadUtf8));
+  // after this point resumes this generation, not the one before it. One
+  // that resumes it before its Starts went out starts it now without
+  // recording it twice (its job_resumed says so).
+  StoreWriter::Ticket decided;
+  if (generation_recorded_) {
+    generation_recorded_ = false;
+  } else {
+    decided = Emit(EventKind::kGenerationStarted, "", -1, -1,
+                   "started generation " + std::to_string(generation_) + " (restart " +
+                       std::to_string(restart_count_) + "/" + std::to_string(config_.max_restarts) + "), master " +
+                       master->address + ":" + std::to_string(master->free_port),
+                   d.dump(-1, ' ', false, kReplaceBadUtf8));
+  }
   exited_ok_ranks_ = 0;
   // What nodes outside the new generation last reported is not of it: a node
   // evicted generations ago must not lend its step to MaxStep (the failure

@@ -76,13 +76,13 @@ void JobController::Fail(const Finding& f) {
 
   SetState(JobState::kStopping, "stopping all ranks after " + kind);
   stop_sent_mono_ = clock_->MonotonicNanos();
-  v1::ControllerMessage msg;
-  msg.mutable_stop()->set_generation(generation_);
-  msg.mutable_stop()->set_reason(kind + ": " + description);
-  msg.mutable_stop()->set_grace_ms(static_cast<int>(config_.stop_grace / kMillisecond));
-  for (int r : f.capture_stacks_of) msg.mutable_stop()->add_capture_stacks_of(r);
+  stop_.Clear();
+  stop_.mutable_stop()->set_generation(generation_);
+  stop_.mutable_stop()->set_reason(kind + ": " + description);
+  stop_.mutable_stop()->set_grace_ms(static_cast<int>(config_.stop_grace / kMillisecond));
+  for (int r : f.capture_stacks_of) stop_.mutable_stop()->add_capture_stacks_of(r);
   for (auto& n : nodes_) {
-    if (n.conn != 0 && n.group_rank >= 0) n.link->Send(msg);
+    if (n.conn != 0 && n.group_rank >= 0) n.link->Send(stop_);
   }
 }
 
@@ -93,7 +93,13 @@ void JobController::MaybeAllStopped() {
   // Every Stopped asks: resume the scan where the last one found a node
   // still running (a scan from the start each time is quadratic: 78 million
   // node visits per restart at 12,500 nodes), then confirm from the start.
-  auto running = [&](const Node& n) { return n.conn != 0 && n.group_rank >= 0 && n.stopped_generation != generation_; };
+  // After a restart of the controller, a member whose agent has not
+  // reconnected yet still runs its ranks as far as anyone knows; its exits
+  // (the first rank to die, perhaps) come when it is back. It is awaited
+  // until then or until the reconnect window declares it lost.
+  auto running = [&](const Node& n) {
+    return n.group_rank >= 0 && n.stopped_generation != generation_ && (n.conn != 0 || resuming_);
+  };
   for (std::size_t i = std::min(stop_scan_hint_, nodes_.size()); i < nodes_.size(); ++i) {
     if (running(nodes_[i])) {
       stop_scan_hint_ = i;
@@ -266,6 +272,8 @@ FleetFinding JobController::ReadFleet(const Blame& b) {
 void JobController::RecordDowntime(const RestartPath& path) {
   if (!incident_) return;
   DowntimeRecord r = DescribeDowntime(*incident_, path);
+  // Resumed from older than the newest commit: a shard's memory copies were gone.
+  checkpoints_.ObserveIncident(path.resumed_step >= 0 && path.resumed_step < incident_->checkpoint_step);
   Emit(EventKind::kDowntime, "", -1, incident_->failure_step, r.line, r.json);
   incident_.reset();
 }

@@ -32,6 +32,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
   view.received_mono = clock_->MonotonicNanos();
   next_hang_check_mono_ = std::min(next_hang_check_mono_, HangDeadline(view, LowestHangTimeout(config_), config_));
   sdc_.ObserveCommit(status.checkpoint_step());
+  if (status.global_rank() == 0) checkpoints_.ObserveSaves(generation_, status.checkpoint_saves(), status.checkpoint_blocked_us());
   if (status.checkpoint_step() > checkpoint_step_) {
     checkpoint_step_ = status.checkpoint_step();
     Emit(EventKind::kCheckpointCommitted, node->node_id, status.global_rank(), checkpoint_step_,
@@ -42,6 +43,7 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
     RestartPath path;
     path.first_step_wall = status.first_step_unix_ms() * kMillisecond;
     path.generation_start_wall = generation_start_wall_;
+    path.standby_wait_ms = status.has_standby_wait_ms() ? status.standby_wait_ms() : -1;
     path.script_start_ms = status.has_script_start_ms() ? status.script_start_ms() : -1;
     path.pg_init_begin_ms = status.has_pg_init_begin_ms() ? status.pg_init_begin_ms() : -1;
     path.pg_init_end_ms = status.has_pg_init_end_ms() ? status.pg_init_end_ms() : -1;
@@ -118,19 +120,30 @@ void JobController::HandleStarted(Node* node, const v1::RanksStarted& started, v
   json pids = json::object();
   json warm = json::array();
   json cold = json::object();  // reason -> global ranks
+  json waited = json::object();  // global rank -> ms its start waited for its standby
+  std::int64_t longest_wait = 0;
   for (int i = 0; i < started.ranks_size(); ++i) {
     const v1::RankStatus& r = started.ranks(i);
     pids[std::to_string(r.global_rank())] = r.pid();
     if (r.warm()) warm.push_back(r.global_rank());
     if (!r.cold_reason().empty()) cold[r.cold_reason()].push_back(r.global_rank());
+    if (r.has_standby_wait_ms()) {
+      waited[std::to_string(r.global_rank())] = r.standby_wait_ms();
+      longest_wait = std::max(longest_wait, r.standby_wait_ms());
+    }
   }
   std::string how;
   if (!warm.empty()) how = " (" + std::to_string(warm.size()) + " warm)";
+  if (!waited.empty()) {
+    how += " (waited up to " + Seconds(longest_wait * kMillisecond) + " for " + std::to_string(waited.size()) +
+           " standby(s) still importing)";
+  }
   for (const auto& [reason, ranks] : cold.items()) {
     how += " (" + std::to_string(ranks.size()) + " cold: " + reason + ")";
   }
   json detail{{"pids", pids}, {"generation", started.generation()}, {"group_rank", node->group_rank},
               {"warm", warm}, {"cold", cold}};
+  if (!waited.empty()) detail["standby_wait_ms"] = waited;
   if (started.has_memory_restore() && (started.memory_restore().files() > 0 || !started.memory_restore().problem().empty())) {  // the node came back with no copies: it fetched them from their holder
     const v1::MemoryRestore& m = started.memory_restore();
     detail["memory_restore"] = {{"from_node", m.from_node()}, {"files", m.files()}, {"bytes", m.bytes()},

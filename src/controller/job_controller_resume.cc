@@ -4,6 +4,7 @@
 // with their ranks still running. docs/events.md ("controller restarts").
 #include <cstdio>
 #include <algorithm>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "common/json_text.h"
@@ -38,10 +39,20 @@ Status JobController::Resume() {
   } else {
     ++store_read_errors_;
   }
-  next_health_read_mono_ = health_read + kHealthRefresh;
+  next_health_read_mono_ = health_read + config_.health_refresh;
   if (events->empty() || events->front().kind != "job_created") {
     return NotFound("job " + config_.job_id + " is not in the store: nothing to resume");
   }
+  // The checkpoint plan's prior and exposure as its first controller had them.
+  if (json created = json::parse(events->front().detail_json, nullptr, false);
+      created.is_object() && created.contains("failure_prior_from") && created["knobs"].is_object() &&
+      created["knobs"].contains("failure_prior")) {
+    const json& per_1000 = created["knobs"]["failure_prior"];
+    const double rate = per_1000.is_string() ? std::atof(per_1000.get<std::string>().c_str())
+                                             : per_1000.is_number() ? per_1000.get<double>() : 0;
+    if (rate > 0) checkpoints_.UseFleetPrior(rate / 1000, created.value("failure_prior_from", std::string()));
+  }
+  checkpoints_.Begin(clock_->MonotonicNanos() - std::max<Nanos>(0, clock_->WallNanos() - events->front().wall_ns));
   JobState last = JobState::kStarting;
   Nanos last_wall = 0;
   std::map<std::string, int> slot_of;  // the running generation's nodes, by their registrations
@@ -113,6 +124,24 @@ Status JobController::Resume() {
       case EventKind::kCheckpointCommitted:
         checkpoint_step_ = std::max(checkpoint_step_, e.step);
         break;
+      case EventKind::kCheckpointPlan: {
+        CheckpointPlan plan;
+        plan.memory_interval_s = detail().value("memory_interval_s", 0.0);
+        plan.storage_interval_s = detail().value("storage_interval_s", 0.0);
+        plan.job_mtbf_s = detail().value("job_mtbf_s", 0.0);
+        plan.storage_mtbf_s = detail().value("storage_mtbf_s", 0.0);
+        plan.expected_overhead = detail().value("expected_overhead", 0.0);
+        plan.basis = e.message.rfind("checkpoint plan: ", 0) == 0 ? e.message.substr(17) : e.message;
+        checkpoints_.RestoreSent(plan, detail().value("saves", std::int64_t{0}), detail().value("save_cost_s", -1.0));
+        break;
+      }
+      case EventKind::kDowntime: {
+        const std::int64_t resumed = detail().value("resumed_step", json()).is_number_integer()
+                                         ? d["resumed_step"].get<std::int64_t>()
+                                         : -1;
+        checkpoints_.ObserveIncident(resumed >= 0 && resumed < detail().value("checkpoint_step", std::int64_t{-1}));
+        break;
+      }
       case EventKind::kFailure:
         incident_count_ = std::max(incident_count_ + 1, detail().value("incident", 0));
         break;
@@ -238,7 +267,10 @@ Status JobController::Resume() {
 
 bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLink>& link, const v1::Register& reg,
                                v1::ControllerMessage* welcome) {
-  if (!resuming_ || state_ != JobState::kRunning) return false;
+  // Running, or stopping for an incident that opened before every node was
+  // back (a rank died while no controller led): a node back with its ranks
+  // then joins the stop, and its exits join the incident.
+  if (!resuming_ || (state_ != JobState::kRunning && state_ != JobState::kStopping)) return false;
   auto placeholder = std::find_if(nodes_.begin(), nodes_.end(), [&](const Node& n) {
     return n.node_id == reg.node_id() && n.conn == 0 && n.group_rank >= 0;
   });
@@ -280,6 +312,8 @@ bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLi
       view.received_mono = clock_->MonotonicNanos();
       pids[std::to_string(status.global_rank())] = status.pid();
     }
+  } else if (state_ == JobState::kStopping) {
+    node.stopped_generation = generation_;  // nothing of it ran here: nothing to stop
   } else {
     came_back_unstarted_.insert(node.node_id);
   }
@@ -287,6 +321,10 @@ bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLi
   welcome->mutable_welcome()->set_resumed(with_its_ranks);
   if (rules_ != nullptr) welcome->mutable_welcome()->set_scan_rules(scan_rules_json_);
   link->Send(*welcome);
+  if (with_its_ranks && state_ == JobState::kStopping) {
+    link->Send(stop_);  // the Stop the others got; its stop_timeout counts from now
+    stop_sent_mono_ = clock_->MonotonicNanos();
+  }
   Emit(EventKind::kNodeReconnected, node.node_id, -1, -1,
        "node " + node.node_id + " (" + reg.hostname() + ", " + reg.address() + ") reconnected " +
            (with_its_ranks ? "with its " + std::to_string(reg.resume_ranks_size()) + " rank(s) of generation " +
@@ -310,6 +348,12 @@ bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLi
 
 void JobController::FinishResume(int members) {
   resuming_ = false;
+  if (state_ != JobState::kRunning) {
+    // An incident opened while nodes were still away: every one is back
+    // and stopping; the restart that follows starts every node.
+    came_back_unstarted_.clear();
+    return;
+  }
   if (came_back_unstarted_.empty()) {
     Emit(EventKind::kJobResumed, "", -1, -1,
          "every node of generation " + std::to_string(generation_) + " is back: the job goes on without a restart",
@@ -325,6 +369,7 @@ void JobController::FinishResume(int members) {
              " is back; its Starts never went out before the controller restarted: it is started now",
          json{{"generation", generation_}, {"started_again", true}}.dump(-1, ' ', false, kReplaceBadUtf8));
     waiting_since_mono_ = clock_->MonotonicNanos();
+    generation_recorded_ = true;  // its generation_started is in the store already
     SetState(JobState::kRestarting, "generation " + std::to_string(generation_) + " was never started");
     return;
   }

@@ -44,6 +44,7 @@ JobSnapshot JobController::Snapshot() const {
   s.checkpoint_overhead_ms = CheckpointOverheadMs();
   s.checkpoint_wait_ms = CheckpointWaitMs();
   s.data_wait_ms = telemetry_.DataWaitMs();
+  s.checkpoint_saves = checkpoints_.saves();
   s.incident_open = incident_.has_value();
   s.incidents = incident_count_;
   const StoreWriter::Stats w = writer_->stats();

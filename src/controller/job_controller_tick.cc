@@ -41,12 +41,13 @@ void JobController::Tick() {
   telemetry_.WriteGpuSeries();
   TakeTelemetry();  // what the ingest found since (OnMessage takes it at once, this is the backstop)
   if (now >= next_health_read_mono_) {  // cordons an operator made meanwhile, off the lock
-    next_health_read_mono_ = now + kHealthRefresh;
+    next_health_read_mono_ = now + config_.health_refresh;
     ReadHealthOffLock();
   }
   CheckResumeDeadline();
   switch (state_) {
     case JobState::kRunning:
+      MaybeSendCheckpointPlan();
       CheckHeartbeats();
       // Judgements a burst of heartbeats left throttled (docs/sdc.md) are made here at the latest.
       CheckSdc(/*after_heartbeat=*/false);
@@ -76,7 +77,14 @@ void JobController::Tick() {
       break;
     default: break;
   }
+  // What only time changes while the job waits for nodes (the elastic
+  // wait, cordons read from the store) is looked at once a second: a pass
+  // over every node at every 50 ms tick of a 5-minute wait for a
+  // replacement was most of a 100,000-GPU simulation. Messages (a node
+  // registering) reconcile at once, as before.
+  reconcile_from_tick_ = true;
   Reconcile();
+  reconcile_from_tick_ = false;
 }
 
 void JobController::NoteWatchGap(Nanos now) {
@@ -90,8 +98,11 @@ void JobController::NoteWatchGap(Nanos now) {
        json{{"gap_ms", gap / kMillisecond}}.dump(-1, ' ', false, kReplaceBadUtf8));
 }
 
-void JobController::RefreshLiveness() {
+bool JobController::RefreshLiveness() {
   const Nanos now_mono = clock_->MonotonicNanos(), now_wall = clock_->WallNanos();
+  const Nanos limit = config_.heartbeat_interval * config_.missed_heartbeats;
+  bool any_silent = false;
+  Nanos next = INT64_MAX;
   for (auto& n : nodes_) {
     if (n.link == nullptr) continue;
     Nanos heard = n.link->LastHeardMono();  // stamped on arrival by the transport
@@ -99,7 +110,18 @@ void JobController::RefreshLiveness() {
       n.last_heartbeat_mono = heard;
       n.last_heartbeat_wall = now_wall - (now_mono - heard);
     }
+    if (n.conn == 0 || n.group_rank < 0) continue;
+    // A node's last word only moves later: none can pass the limit before the earliest of these.
+    const Nanos from = std::max(n.last_heartbeat_mono, silence_from_mono_);
+    if (now_mono - from > limit) {
+      any_silent = true;
+    } else {
+      next = std::min(next, from + limit);
+    }
   }
+  // Silent nodes are judged now; look again at the next tick after that.
+  next_silence_check_mono_ = any_silent ? now_mono : next;
+  return any_silent;
 }
 
 JobView JobController::View() const {
@@ -117,19 +139,14 @@ void JobController::CheckHeartbeats() {
   // Nothing to look at before the earliest node could have been silent for
   // the limit: a node's last word only moves later.
   if (clock_->MonotonicNanos() < next_silence_check_mono_) return;
-  RefreshLiveness();
+  // One pass over the nodes in the common case: every one was heard lately.
+  if (!RefreshLiveness()) return;
   for (const Finding& f : DetectSilentNodes(View(), config_)) {
     if (state_ != JobState::kRunning && state_ != JobState::kStopping) return;
     Node* node = nodes_.ById(f.node);
     if (node != nullptr && node->conn != 0 && node->group_rank >= 0) {
       NodeLost(node, f.description, f.fault_wall);
     }
-  }
-  const Nanos limit = config_.heartbeat_interval * config_.missed_heartbeats;
-  next_silence_check_mono_ = INT64_MAX;
-  for (const NodeView* n : View().nodes) {
-    next_silence_check_mono_ =
-        std::min(next_silence_check_mono_, std::max(n->last_heartbeat_mono, silence_from_mono_) + limit);
   }
 }
 

@@ -18,16 +18,24 @@ std::string Number(double v) {
   return buf;
 }
 
-// A whole-number knob at `field` of a JobConfig (a member, or one nested in one).
-Knob CountAt(std::string name, std::string flags, std::string help, std::function<int*(JobConfig*)> field, int min,
-             int max = 1'000'000'000) {
+// A knob's name, flags, kind, help and accepted range; get and put are the caller's.
+Knob Base(std::string name, std::string flags, KnobKind kind, std::string help, double min = 0,
+          bool min_exclusive = false, double max = 1e18) {
   Knob k;
   k.name = std::move(name);
   k.flags = std::move(flags);
-  k.kind = KnobKind::kCount;
+  k.kind = kind;
   k.help = std::move(help);
   k.min = min;
+  k.min_exclusive = min_exclusive;
   k.max = max;
+  return k;
+}
+
+// A whole-number knob at `field` of a JobConfig (a member, or one nested in one).
+Knob CountAt(std::string name, std::string flags, std::string help, std::function<int*(JobConfig*)> field, int min,
+             int max = 1'000'000'000) {
+  Knob k = Base(std::move(name), std::move(flags), KnobKind::kCount, std::move(help), min, false, max);
   k.get = [field](const JobConfig& c) { return std::to_string(*field(const_cast<JobConfig*>(&c))); };
   k.put = [field](JobConfig* c, const std::string& v) { *field(c) = std::stoi(v); };
   return k;
@@ -41,14 +49,7 @@ Knob Count(std::string name, std::string flags, std::string help, int JobConfig:
 
 Knob Duration(std::string name, std::string flags, std::string help, Nanos JobConfig::*member, double min,
               bool min_exclusive, double max = 1e9) {
-  Knob k;
-  k.name = std::move(name);
-  k.flags = std::move(flags);
-  k.kind = KnobKind::kSeconds;
-  k.help = std::move(help);
-  k.min = min;
-  k.min_exclusive = min_exclusive;
-  k.max = max;
+  Knob k = Base(std::move(name), std::move(flags), KnobKind::kSeconds, std::move(help), min, min_exclusive, max);
   k.get = [member](const JobConfig& c) { return Number(static_cast<double>(c.*member) / kSecond); };
   k.put = [member](JobConfig* c, const std::string& v) {
     c->*member = static_cast<Nanos>(std::llround(std::stod(v) * kSecond));
@@ -56,28 +57,26 @@ Knob Duration(std::string name, std::string flags, std::string help, Nanos JobCo
   return k;
 }
 
+// A real number at a member of JobConfig, kept as the value given divided by
+// `scale` (--failure-prior: failures per 1000 GPU-hours, kept per GPU-hour).
+Knob Real(std::string name, std::string flags, std::string help, double JobConfig::*member, double min,
+          bool min_exclusive, double max, double scale = 1) {
+  Knob k = Base(std::move(name), std::move(flags), KnobKind::kRatio, std::move(help), min, min_exclusive, max);
+  k.get = [member, scale](const JobConfig& c) { return Number(c.*member * scale); };
+  k.put = [member, scale](JobConfig* c, const std::string& v) { c->*member = std::stod(v) / scale; };
+  return k;
+}
+
 // A real-number knob in [0, max] at a member of JobConfig.
 Knob Ratio(std::string name, std::string flags, std::string help, double JobConfig::*member, double max) {
-  Knob k;
-  k.name = std::move(name);
-  k.flags = std::move(flags);
-  k.kind = KnobKind::kRatio;
-  k.help = std::move(help);
-  k.max = max;
-  k.get = [member](const JobConfig& c) { return Number(c.*member); };
-  k.put = [member](JobConfig* c, const std::string& v) { c->*member = std::stod(v); };
-  return k;
+  return Real(std::move(name), std::move(flags), std::move(help), member, 0, false, max);
 }
 
 // A choice kept as an enum: `values` in the order shown, named by `name_of`.
 template <typename E>
 Knob Choice(std::string name, std::string flags, std::string help, E JobConfig::*member, std::vector<E> values,
             const char* (*name_of)(E)) {
-  Knob k;
-  k.name = std::move(name);
-  k.flags = std::move(flags);
-  k.kind = KnobKind::kChoice;
-  k.help = std::move(help);
+  Knob k = Base(std::move(name), std::move(flags), KnobKind::kChoice, std::move(help));
   for (E v : values) k.choices.push_back(name_of(v));
   k.get = [member, name_of](const JobConfig& c) { return std::string(name_of(c.*member)); };
   k.put = [member, values, name_of](JobConfig* c, const std::string& v) {
@@ -229,6 +228,25 @@ std::vector<Knob> MakeKnobs() {
                     "committed checkpoints (trainguard.Checkpointer) each node keeps in memory per rank, restored "
                     "from there after a restart when they verify (docs/restart.md); 0: none",
                     &JobConfig::memory_checkpoints, 0, 8));
+  // The checkpoint plan (docs/checkpoint_policy.md).
+  {
+    Knob k = Real("failure_prior", "--failure-prior",
+                  "the failure rate the checkpoint plan assumes before the job has seen its own, in failures per "
+                  "1000 GPU-hours (without it: the rate of the jobs that ended in this store, once they had 3 or "
+                  "more failures, else Meta RSC-1's 6.50 per 1000 node-days of 8 GPUs)",
+                  &JobConfig::failure_prior_per_gpu_hour, 0, true, 1e9, 1000);
+    k.put = [put = k.put](JobConfig* c, const std::string& v) {
+      put(c, v);
+      c->failure_prior_given = true;
+    };
+    t.push_back(std::move(k));
+  }
+  t.push_back(Real("failure_prior_weight", "--failure-prior-weight",
+                   "how many failures the assumed rate is worth against the job's own incidents",
+                   &JobConfig::failure_prior_weight, 0, true, 1e9));
+  t.push_back(Real("checkpoint_min_interval", "--checkpoint-min-interval",
+                   "the checkpoint plan's shortest interval between saves to node memory, seconds",
+                   &JobConfig::memory_tier_min_interval_s, 0, true, 1e9));
   {
     Knob k;
     k.name = "no_warm";

@@ -73,6 +73,7 @@ struct JobSnapshot {
   double checkpoint_overhead_ms = 0;  // of the running generation
   double checkpoint_wait_ms = 0;      // of it, waiting for the previous save's write
   double data_wait_ms = 0;            // the running generation's steps' longest waits for data
+  std::int64_t checkpoint_saves = 0;  // rank 0's saves (trainguard.Checkpointer), all generations
   // Steps per second of the running generation: of the slowest rank, from
   // its first step to its newest (0 if unknown).
   double step_rate = 0;

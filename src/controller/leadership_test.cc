@@ -23,8 +23,8 @@ class SharedLeases final : public EventStore {
  public:
   explicit SharedLeases(InMemoryEventStore* db) : db_(db) {}
   Status CreateJob(const JobRecord& j) override { return db_->CreateJob(j); }
-  Status UpdateJob(const std::string& j, const std::string& s, const std::string& m) override {
-    return db_->UpdateJob(j, s, m);
+  Status UpdateJob(const std::string& j, const std::string& s, const std::string& m, Nanos ended) override {
+    return db_->UpdateJob(j, s, m, ended);
   }
   Status Append(const Event& e) override { return db_->Append(e); }
   Status AppendEvents(const std::vector<Event>& e) override { return db_->AppendEvents(e); }

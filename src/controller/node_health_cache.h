@@ -1,7 +1,7 @@
 // NodeHealthCache: what the store says of nodes (cordoned, watched,
 // suspect, cleared; confirmed silent data corruption) as last read. The
 // controller reads the store off its lock (at its start, every
-// kHealthRefresh, and with each incident's blame) and decides, under its
+// JobConfig::health_refresh, and with each incident's blame) and decides, under its
 // lock, from this copy, with its own writes still queued in the store writer
 // in front of it (StoreWriter::PendingHealth): at 12,500 nodes registering,
 // a store read per registration under the lock was the job's bottleneck,

@@ -13,6 +13,7 @@ std::vector<int> NumericFinding::Ranks() const {
 
 void NumericCheck::Reset(int world_size) {
   ranks_.assign(world_size > 0 ? world_size : 0, Rank{});
+  min_dirty_ = true;
   pending_[0] = pending_[1] = Pending{};
   last_scan_[0] = last_scan_[1] = last_pass_scan_ = 0;
 }
@@ -20,7 +21,11 @@ void NumericCheck::Reset(int world_size) {
 void NumericCheck::Observe(int rank, std::int64_t step, std::int64_t losses_observed) {
   if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return;
   Rank& r = ranks_[rank];
-  r.step = std::max(r.step, step);
+  if (step > r.step) {
+    // The lowest step moves only when the last rank at it moves on.
+    if (!min_dirty_ && r.step == min_step_ && --at_min_ == 0) min_dirty_ = true;
+    r.step = step;
+  }
   r.observer = r.observer || losses_observed > 0;
 }
 
@@ -73,8 +78,19 @@ std::vector<NumericFinding> NumericCheck::Evaluate(Nanos now) {
 
 std::int64_t NumericCheck::CleanThrough() const {
   if (ranks_.empty()) return -1;
-  std::int64_t through = INT64_MAX;
-  for (const Rank& r : ranks_) through = std::min(through, r.step);
+  if (min_dirty_) {  // a scan only when the lowest step may have moved (100,000 ranks)
+    min_step_ = INT64_MAX;
+    at_min_ = 0;
+    for (const Rank& r : ranks_) {
+      if (r.step < min_step_) {
+        min_step_ = r.step;
+        at_min_ = 0;
+      }
+      if (r.step == min_step_) ++at_min_;
+    }
+    min_dirty_ = false;
+  }
+  std::int64_t through = min_step_;
   if (pending_[0].step >= 0) through = std::min(through, pending_[0].step - 1);
   return through;
 }

@@ -68,6 +68,11 @@ class NumericCheck {
   std::optional<NumericFinding> Judge(int which, Nanos now);
 
   std::vector<Rank> ranks_;
+  // The lowest step of all ranks and how many are at it; recomputed when
+  // the last of those moves on.
+  mutable std::int64_t min_step_ = -1;
+  mutable std::int64_t at_min_ = 0;
+  mutable bool min_dirty_ = true;
   Pending pending_[2];
   Nanos last_scan_[2] = {0, 0};
   Nanos last_pass_scan_ = 0;

@@ -148,6 +148,18 @@ PYBIND11_MODULE(_core, m) {
   m.def("report_fingerprint", &client::ReportFingerprint, py::arg("step"), py::arg("fingerprint"));
   m.def("report_numeric", &client::ReportNumeric, py::arg("step"), py::arg("kind"), py::arg("value"));
   m.def("numeric_observed", &client::NumericObserved);
+  m.def("checkpoint_plan_ms", [] {
+    std::int64_t memory_ms = 0, storage_ms = 0;
+    client::CheckpointPlanMs(&memory_ms, &storage_ms);
+    return std::make_pair(memory_ms, storage_ms);
+  }, "The controller's checkpoint plan from the status page: (memory, storage) milliseconds, 0 = none.");
+  m.def("_set_checkpoint_plan", [](const std::string& path, std::int64_t memory_ms, std::int64_t storage_ms) {
+    auto mapped = MappedStatusPage::Open(path);
+    ThrowIfError(mapped.status());
+    mapped->get()->plan_memory_interval_ms.store(memory_ms, std::memory_order_release);
+    mapped->get()->plan_storage_interval_ms.store(storage_ms, std::memory_order_release);
+  }, py::arg("path"), py::arg("memory_ms"), py::arg("storage_ms"),
+        "Writes a checkpoint plan into a status page as the agent does (tests).");
   m.def("fingerprint", [](const std::vector<std::pair<std::uintptr_t, std::size_t>>& buffers) {
     // XXH3 over the raw bytes of every buffer, in order: one bit anywhere changes it.
     py::gil_scoped_release release;
@@ -226,8 +238,9 @@ PYBIND11_MODULE(_core, m) {
               const std::vector<std::tuple<std::string, std::string, std::vector<std::int64_t>,
                                            std::uintptr_t, std::uint64_t, bool>>& tensors,
               const py::bytes& blob, const std::string& attempt, std::int64_t sequence,
-              std::uintptr_t device_stream) {
+              std::uintptr_t device_stream, bool memory_only) {
              SaveRequest req;
+             req.memory_only = memory_only;
              req.device_stream = reinterpret_cast<void*>(device_stream);
              req.step = step;
              req.attempt = attempt;
@@ -251,7 +264,35 @@ PYBIND11_MODULE(_core, m) {
              }
              ThrowIfError(s);
              return true;
-           })
+           },
+           py::arg("step"), py::arg("rank"), py::arg("world_size"), py::arg("group"), py::arg("tensors"),
+           py::arg("blob"), py::arg("attempt"), py::arg("sequence"), py::arg("device_stream") = 0,
+           py::arg("memory_only") = false)
+      .def("settle_memory",
+           [](CheckpointEngine& e) {
+             std::vector<MemorySave> settled;
+             {
+               py::gil_scoped_release release;
+               settled = e.SettleMemory();
+             }
+             py::list out;
+             for (const auto& m : settled) out.append(py::make_tuple(m.step, m.attempt, m.sequence, m.ok));
+             return out;
+           },
+           "Waits for a save to memory alone in flight; [(step, attempt, sequence, ok)] written since the last call.")
+      .def("commit_memory",
+           [](CheckpointEngine& e, std::int64_t step, const std::string& attempt, std::int64_t sequence,
+              bool everywhere) {
+             MemorySave m{step, attempt, sequence, true};
+             Status s;
+             {
+               py::gil_scoped_release release;
+               s = e.CommitMemory(m, everywhere);
+             }
+             return s.ok() ? std::string() : s.message();
+           },
+           py::arg("step"), py::arg("attempt"), py::arg("sequence"), py::arg("everywhere"),
+           "Commits (everywhere) or drops a settled save to memory alone; '' or the error.")
       .def("wait",
            [](CheckpointEngine& e) {
              Status s;
@@ -275,6 +316,8 @@ PYBIND11_MODULE(_core, m) {
         d["last_snapshot_s"] = s.last_snapshot_s;
         d["last_persist_s"] = s.last_persist_s;
         d["last_blocked_s"] = s.last_blocked_s;
+        d["last_memory_persist_s"] = s.last_memory_persist_s;
+        d["memory_commits"] = s.memory_commits;
         d["last_error"] = s.last_error;
         return d;
       });
@@ -364,6 +407,27 @@ PYBIND11_MODULE(_core, m) {
      py::arg("memory_dir"), py::arg("threads") = 4,
      "The node's memory copy of a rank's committed range, mapped and verified: (MappedCopy, '') or "
      "(None, why not; '' when the memory holds nothing of the step).");
+  m.def("memory_saves", [](const std::string& memory_dir, int rank) {
+    py::list out;
+    for (const auto& m : ListMemorySaves(memory_dir, rank)) out.append(py::make_tuple(m.step, m.attempt, m.sequence));
+    return out;
+  }, py::arg("memory_dir"), py::arg("rank"),
+     "[(step, attempt, sequence)] of the saves to memory alone `rank` committed in the node's memory, newest first.");
+  m.def("map_memory_save", [](const std::string& memory_dir, std::int64_t step, int rank, const std::string& attempt,
+                              std::int64_t sequence, int threads) -> py::tuple {
+    StatusOr<MemoryRestore> got = NotFound("");
+    {
+      py::gil_scoped_release release;
+      got = MapMemorySave(memory_dir, step, rank, attempt, sequence, threads);
+    }
+    if (!got.ok()) return py::make_tuple(py::none(), py::none(), std::string(got.status().message()));
+    auto copy = std::make_unique<MappedCopy>();
+    copy->range = got->range;
+    return py::make_tuple(ManifestDict(got->manifest), py::cast(std::move(copy)), std::string());
+  }, py::arg("memory_dir"), py::arg("step"), py::arg("rank"), py::arg("attempt"), py::arg("sequence"),
+     py::arg("threads") = 4,
+     "A save to memory alone, verified against its own commit and manifest: (manifest, MappedCopy, '') or "
+     "(None, None, why not).");
   m.def("verify_checkpoint", [](const std::string& dir, std::int64_t step) {
     Status s = VerifyCheckpoint(dir, step);
     return s.ok() ? std::string() : s.message();

@@ -30,6 +30,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
   r.job_id = job_id;
   Nanos start = 0, end = 0, final_last_step = 0;
   double final_ckpt_s = 0, final_ckpt_wait_s = 0, final_data_wait_s = 0;
+  std::int64_t final_saves = 0;  // rank 0's saves, as the job's end (or the live job) counts them
   std::map<std::int64_t, Generation> gens;
   struct Failure {
     json detail;
@@ -39,12 +40,15 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
   };
   std::vector<Failure> failures;
   std::map<int, std::int64_t> resumed_from;  // incident -> the checkpoint step its restart resumed from
+  std::int64_t saves = 0;
+  json plan;  // the newest checkpoint plan's detail
   for (const auto& e : events) {
+    if (e.kind == "checkpoint_committed") ++saves;
     // Only these kinds' details are read: a job of 12,500 nodes records
     // 12,500 other events at each restart.
     const bool read = e.kind == "first_step" || e.kind == "failure" || e.kind == "attribution" ||
                       e.kind == "decision" || e.kind == "downtime" || e.kind == "job_succeeded" ||
-                      e.kind == "job_failed";
+                      e.kind == "job_failed" || e.kind == "checkpoint_plan";
     if (!read && e.kind != "job_created" && e.kind != "stopped") continue;
     // A hang's location (every rank's wait: megabytes at 100,000 ranks) is
     // not read here.
@@ -54,6 +58,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     json d = read ? json::parse(e.detail_json, skip_location, false) : json::object();
     if (d.is_discarded()) d = json::object();
     if (e.kind == "job_created") start = e.wall_ns;
+    if (e.kind == "checkpoint_plan") plan = d;
     if (e.kind == "first_step") {
       gens[e.generation] = {FromMs(d, "first_step_unix_ms"), d.value("first_step", e.step)};
     }
@@ -74,6 +79,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
       final_ckpt_s = d.value("checkpoint_overhead_ms", 0.0) / 1000;
       final_ckpt_wait_s = d.value("checkpoint_wait_ms", 0.0) / 1000;
       final_data_wait_s = d.value("data_wait_ms", 0.0) / 1000;
+      final_saves = d.value("checkpoint_saves", std::int64_t{0});
     }
   }
   if (live != nullptr && live->generation >= 0 && live->first_step_wall > 0 && !gens.count(live->generation)) {
@@ -88,6 +94,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     final_ckpt_s = live->checkpoint_overhead_ms / 1000;
     final_ckpt_wait_s = live->checkpoint_wait_ms / 1000;
     final_data_wait_s = live->data_wait_ms / 1000;
+    final_saves = live->checkpoint_saves;
   }
   if (end == 0) return FailedPrecondition("job " + job_id + " has not ended yet (or its controller died)");
   r.wall_s = Sec(end - start);
@@ -193,6 +200,9 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
   }
   r.ettr = r.wall_s > 0 ? r.productive_s / r.wall_s : 0;
   r.has_progress = !gens.empty();
+  // The commits the controller recorded miss saves that came faster than
+  // heartbeats; rank 0's own count (trainguard.Checkpointer only) does not.
+  r.checkpoints = ComputeCheckpointCost(r, std::max(saves, final_saves), static_cast<int>(failures.size()), plan);
   return r;
 }
 
@@ -223,6 +233,7 @@ json ReportJson(const DowntimeReport& r) {
             {"data_wait_s", r.data_wait_s},
             {"named", !StorageLine(r).empty()},
             {"line", StorageLine(r)}}},
+          {"checkpoints", CheckpointCostJson(r.checkpoints)},
           {"incidents", r.incidents}};
 }
 
@@ -325,6 +336,7 @@ std::string ReportText(const DowntimeReport& r) {
                 r.data_wait_s, r.checkpoint_wait_s);
   out += buf;
   if (std::string storage = StorageLine(r); !storage.empty()) out += storage + "\n";
+  if (std::string checkpoints = CheckpointCostLine(r.checkpoints); !checkpoints.empty()) out += checkpoints + "\n";
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "report/checkpoint_cost.h"
 #include "store/event_store.h"
 
 namespace trainguard {
@@ -34,6 +35,7 @@ struct DowntimeReport {
   bool has_progress = false;  // some generation reported a step; if not, the
                               // step-based figures (productive, lost, ETTR) are unknown
   nlohmann::json incidents = nlohmann::json::array();
+  CheckpointCost checkpoints;  // what the interval cost, against the optimum (checkpoint_cost.h)
 };
 
 // What the controller knows of a job that has not ended, for a report up to
@@ -46,6 +48,7 @@ struct LiveJob {
   double checkpoint_overhead_ms = 0;  // of the running generation
   double checkpoint_wait_ms = 0;
   double data_wait_ms = 0;
+  std::int64_t checkpoint_saves = 0;  // rank 0's saves so far (trainguard.Checkpointer), all generations
   // The running generation and its first step (0: none yet), as the
   // controller knows them: its first_step event may not be stored yet.
   std::int64_t generation = -1;

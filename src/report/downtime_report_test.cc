@@ -162,5 +162,56 @@ TEST(DowntimeReportTest, StorageIsNamedWhenTheLoaderOrThePreviousSavesWriteHeldT
   EXPECT_FALSE(ReportJson(quiet)["storage"]["named"].get<bool>());
 }
 
+TEST(DowntimeReportTest, TheCheckpointIntervalsCostIsSetAgainstTheOptimum) {
+  // An hour: 3000 s kept, 10 s blocked in 10 saves, 500 s lost at 4 failures.
+  DowntimeReport r;
+  r.has_progress = true;
+  r.wall_s = 3600;
+  r.productive_s = 3000;
+  r.checkpoint_s = 10;
+  r.lost_s = 500;
+  nlohmann::json plan = {{"memory_interval_s", 60.0}, {"job_mtbf_s", 5000.0}, {"save_cost_s", 2.0}};
+  CheckpointCost c = ComputeCheckpointCost(r, 10, 4, plan);
+  EXPECT_NEAR(c.interval_s, 351, 1e-9);  // kept and lost step time per save
+  EXPECT_NEAR(c.save_share, 10.0 / 3600, 1e-12);
+  EXPECT_NEAR(c.lost_share, 500.0 / 3600, 1e-12);
+  EXPECT_NEAR(c.save_cost_s, 1, 1e-12);  // measured, not the plan's 2 s
+  EXPECT_NEAR(c.mtbf_s, 900, 1e-9);      // the job's own failures, not the plan's 5000 s
+  EXPECT_EQ(c.mtbf_from, "incidents");
+  EXPECT_NEAR(c.optimum_s, 41.76, 0.01);  // Daly for 1 s and 900 s
+  EXPECT_NEAR(c.optimum_share, 1 / 42.76 + 42.76 / 2 / 900, 1e-3);
+  EXPECT_DOUBLE_EQ(c.plan_interval_s, 60);
+  const std::string line = CheckpointCostLine(c);
+  EXPECT_NE(line.find("checkpoints: 10 save(s), one every 5.8 min of training: they cost 14.2 % of this job "
+                      "(saves 0.3 %, work lost at failures 13.9 %); every 41.8 s would have cost about 4.7 % "
+                      "(Young/Daly for a save blocking 1.000 s and a failure every 15.0 min, as this job saw "
+                      "them); its checkpoint plan says every 60.0 s"),
+            std::string::npos)
+      << line;
+  // No failure: the plan's MTBF; no save: nothing to say.
+  CheckpointCost calm = ComputeCheckpointCost(r, 10, 0, plan);
+  EXPECT_EQ(calm.mtbf_from, "plan");
+  EXPECT_DOUBLE_EQ(calm.mtbf_s, 5000);
+  EXPECT_EQ(CheckpointCostLine(ComputeCheckpointCost(r, 0, 4, nlohmann::json())), "");
+}
+
+TEST(DowntimeReportTest, TheReportCountsTheCommitsAndTakesTheNewestPlan) {
+  auto events = OneIncident();
+  events.insert(events.begin() + 2, At(5, "checkpoint_committed", 0));
+  events.insert(events.begin() + 2, At(4, "checkpoint_plan", 0, R"({"memory_interval_s":30,"job_mtbf_s":100})"));
+  events.push_back(At(17, "checkpoint_plan", 1, R"({"memory_interval_s":20,"job_mtbf_s":90})"));
+  events.push_back(At(18, "checkpoint_committed", 1));
+  events.push_back(At(40, "job_succeeded", 1,
+                      "{\"restart_count\":1," + Ms("last_step_unix_ms", 39) + ",\"checkpoint_overhead_ms\":200}"));
+  auto r = ComputeReport("j", events);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->checkpoints.saves, 2);
+  EXPECT_DOUBLE_EQ(r->checkpoints.plan_interval_s, 20);
+  EXPECT_EQ(r->checkpoints.mtbf_from, "incidents");
+  nlohmann::json j = ReportJson(*r);
+  EXPECT_EQ(j["checkpoints"]["saves"], 2);
+  EXPECT_NE(ReportText(*r).find("checkpoints: 2 save(s)"), std::string::npos) << ReportText(*r);
+}
+
 }  // namespace
 }  // namespace trainguard

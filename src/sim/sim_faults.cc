@@ -57,11 +57,16 @@ void Simulation::Strike(int node, int category, FailureSignal signal) {
   const bool running = n.ranks_running && n.generation == gen_.g && gen_.frozen == kNever;
   n.struck = category;
   if (signal == FailureSignal::kNodeDown) {
+    // A real agent's last heartbeat left at most an interval before: the
+    // step the job failed at is known (lost work counts from it).
+    if (running) Report(node);
     if (running && !gen_cause_.count(gen_.g)) gen_cause_[gen_.g] = category;
     if (running) Freeze(now);
     n.alive = false;
     n.heard_until = now;
+    SetHeard(node);
     n.down_category = category;
+    NodeLost(n.group_rank);
     fault_outstanding_ = true;
     if (opt_.trace != nullptr) {
       SimTraceEntry t;
@@ -70,12 +75,23 @@ void Simulation::Strike(int node, int category, FailureSignal signal) {
       t.node = node;
       opt_.trace->push_back(std::move(t));
     }
+    // A rack, switch or power event takes the peer (the node its copies go to) along.
+    if (!striking_peer_ && n.group_rank >= 0 && nnodes_ > 1 && Uniform() < p_.peer_loss_fraction) {
+      const int slot = (n.group_rank + 1) % nnodes_;
+      const int peer = slot < static_cast<int>(slot_node_.size()) ? slot_node_[slot] : -1;
+      if (peer >= 0 && nodes_[peer].alive) {
+        striking_peer_ = true;
+        ++result_.categories[category].injected;
+        Strike(peer, category, FailureSignal::kNodeDown);
+        striking_peer_ = false;
+      }
+    }
     return;
   }
   if (signal == FailureSignal::kPlanned) {
     if (!running) return;
     // The job saves first (planned), then the host leaves.
-    gen_.extra_checkpoint = StepAt(now);
+    SaveEverywhere(StepAt(now), now);
     Report(node);
     Schedule(now + Sec(1), Ev::kPlannedDown, node, category);
     return;

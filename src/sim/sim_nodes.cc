@@ -29,6 +29,8 @@ int Simulation::AddNode() {
   n.bad = model_.bad_node_fraction > 0 && Uniform() < model_.bad_node_fraction;
   nodes_.push_back(std::move(n));
   int i = static_cast<int>(nodes_.size()) - 1;
+  heard_.push_back(0);
+  SetHeard(i);
   nodes_[i].link = std::make_shared<SimLink>(this, i);
   node_by_id_[nodes_[i].id] = i;
   return i;
@@ -37,6 +39,7 @@ int Simulation::AddNode() {
 void Simulation::Connect(int i) {
   Node& n = nodes_[i];
   n.in_session = true;
+  SetHeard(i);
   if (opt_.trace != nullptr) {
     SimTraceEntry t;
     t.kind = SimTraceEntry::kConnect;
@@ -75,8 +78,9 @@ void Simulation::FillRanks(int i, Nanos now, google::protobuf::RepeatedPtrField<
   const Node& n = nodes_[i];
   const std::int64_t step = started ? gen_.first_no - 1 : StepAt(now);
   const bool stepped = step >= gen_.first_no;
-  const std::int64_t committed = CommittedAt(now);
-  const std::int64_t blocked_us = stepped ? static_cast<std::int64_t>(CheckpointsThrough(step) * p_.checkpoint_blocked_s * 1e6) : 0;
+  const std::int64_t committed = Restorable();
+  const std::int64_t blocked_us = stepped ? gen_.blocked / 1000 : 0;
+  const std::int64_t saves = stepped ? gen_.saves : 0;
   const Nanos last = stepped ? StepTime(step) : gen_.launched;
   for (int l = 0; l < nproc_; ++l) {
     v1::RankStatus* r = out->Add();
@@ -97,6 +101,8 @@ void Simulation::FillRanks(int i, Nanos now, google::protobuf::RepeatedPtrField<
     r->set_checkpoint_step(committed);
     r->set_checkpoint_blocked_ms(blocked_us / 1000);
     r->set_checkpoint_blocked_us(blocked_us);
+    r->set_checkpoint_saves(saves);
+    if (gen_.restored >= 0) r->set_resumed_step(gen_.restored);
     r->set_phase(stepped ? "forward" : "");
     r->set_proc_state("R");
     r->set_activity_sampled(true);
@@ -164,18 +170,9 @@ void Simulation::OnCommand(int i, const v1::ControllerMessage& msg) {
       if (static_cast<int>(slot_node_.size()) <= s.group_rank()) slot_node_.resize(s.group_rank() + 1, -1);
       slot_node_[s.group_rank()] = i;
       if (gen_.g != s.generation()) {
-        std::int64_t committed = gen_.g >= 0 ? CommittedAt(now) : -1;
-        if (sdc_since_ >= 0) committed = gen_.committed_before;  // rolled back past the corruption
-        gen_ = Gen{};
-        gen_.g = s.generation();
-        gen_.launched = now;
-        gen_.first = now + Sec(p_.restart_s);
-        gen_.first_no = committed + 1;
-        gen_.committed_before = committed;
+        StartSteps(s.generation(), now, now);
         sdc_since_ = -1;
         Schedule(gen_.first, Ev::kFirstStep, -1, gen_.g);
-        Schedule(StepTime((gen_.first_no / StepsPerCheckpoint() + 1) * StepsPerCheckpoint()) +
-                     Sec(p_.checkpoint_blocked_s), Ev::kCheckpoint, -1, gen_.g);
       }
       Schedule(now + 50 * kMillisecond, Ev::kStarted, i, s.generation());
       if (n.broken >= 0) Schedule(gen_.first + Sec(30), Ev::kRefault, i, s.generation());
@@ -192,6 +189,9 @@ void Simulation::OnCommand(int i, const v1::ControllerMessage& msg) {
     case v1::ControllerMessage::kShutdown:
       n.ranks_running = false;
       break;
+    case v1::ControllerMessage::kCheckpointPlan:
+      ApplyPlan(msg.checkpoint_plan());
+      break;
     default: break;  // Welcome, ClockProbe
   }
 }
@@ -200,6 +200,7 @@ void Simulation::OnClose(int i) {
   Node& n = nodes_[i];
   if (n.in_session && n.alive) n.heard_until = clock_.MonotonicNanos();
   n.in_session = false;
+  SetHeard(i);
   n.ranks_running = false;
 }
 
@@ -210,6 +211,7 @@ void Simulation::Replace(const std::string& id, bool evicted) {
   if (n.gone) return;
   n.gone = true;
   n.ranks_running = false;
+  NodeLost(n.group_rank);  // its memory copies go with it
   if (n.alive) {
     n.heard_until = clock_.MonotonicNanos();
     if (opt_.trace != nullptr) {
@@ -221,6 +223,7 @@ void Simulation::Replace(const std::string& id, bool evicted) {
     }
   }
   n.alive = false;  // killed: it will not be heard again
+  SetHeard(it->second);
   // It is back in the scheduler's pool once repaired (or, healthy, at once).
   int cat = n.broken >= 0 ? n.broken : n.down_category;
   double hours = cat >= 0 ? model_.categories[cat].repair_hours : 0;

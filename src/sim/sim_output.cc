@@ -43,6 +43,15 @@ std::string Csv(const std::string& s) {
 
 }  // namespace
 
+std::string CheckpointLine(const SimParams& p, const SimResult& r) {
+  std::string o = p.checkpoint_policy == "auto" ? "auto (the controller's plan)" : "fixed";
+  o += r.memory_interval_s > 0 ? ", memory every " + Fmt("%.0f", r.memory_interval_s) + " s" : ", no memory tier";
+  o += ", storage every " + Fmt("%.0f", r.storage_interval_s) + " s (" + Fmt("%g", p.persist_s) + " s to write); " +
+       std::to_string(r.saves) + " saves, " + std::to_string(r.storage_restores) + " restart(s) from storage";
+  if (p.checkpoint_policy == "auto" && !r.plan.empty()) o += "; last plan: " + r.plan;
+  return o;
+}
+
 std::string SimText(const SimParams& p, const FailureModel& m, const SimResult& r) {
   const DowntimeReport& d = r.report;
   const int nodes = p.gpus / p.gpus_per_node;
@@ -56,6 +65,7 @@ std::string SimText(const SimParams& p, const FailureModel& m, const SimResult& 
        std::to_string(p.spares) + ", replacement " +
        (p.replacement_s < 0 ? std::string("none") : Fmt("%g", p.replacement_s) + " s") + ", diagnose " + p.diagnose +
        "\n";
+  o += "  checkpoints: " + CheckpointLine(p, r) + "\n";
   if (!r.finished) o += "\nthe simulation cannot finish: " + r.why_not + "\n";
   const double days = d.wall_s / 86400;
   o += "\nETTR " + Fmt("%.1f", 100 * d.ettr) + " %  (productive " + Fmt("%.2f", d.productive_s / 86400) + " of " +
@@ -67,6 +77,12 @@ std::string SimText(const SimParams& p, const FailureModel& m, const SimResult& 
        " a day), " + std::to_string(incidents) + " incidents, " + std::to_string(d.restarts) + " restarts, " +
        std::to_string(r.false_alarms) + " false alarms, " + std::to_string(r.replacements) +
        " nodes brought by the scheduler\n";
+  if (r.mtbf_s > 0) {
+    o += "checkpoint interval: the first-order model (job MTBF " + Fmt("%.0f", r.mtbf_s) +
+         " s as this run saw it, its downtime per failure) gives " + Fmt("%.1f", 100 * r.model_ettr) +
+         " % at the interval the saves followed, " + Fmt("%.1f", 100 * r.optimum_ettr) + " % at Daly's optimum (" +
+         Fmt("%.0f", r.optimum_interval_s) + " s)\n";
+  }
   o += "\nwhere the time went (hours), as `trainguard report` accounts it\n";
   auto row = [&](const std::string& name, double s) {
     o += "  " + Pad(name, 34) + Pad(Fmt("%.2f", s / 3600), 10, true) + Pad(Fmt("%.2f %%", d.wall_s > 0 ? 100 * s / d.wall_s : 0), 10, true) + "\n";
@@ -93,7 +109,9 @@ std::string SimText(const SimParams& p, const FailureModel& m, const SimResult& 
   for (const auto& [state, s] : r.state_s) o += " " + state + " " + Fmt("%.2f", s / 3600);
   o += "\n";
   o += "\nspeed: " + Fmt("%.1f", r.sim_s / 86400) + " simulated days in " + Fmt("%.1f", r.real_s) + " s (" +
-       Fmt("%.0f", r.real_s > 0 ? r.sim_s / r.real_s : 0) + "x real time), CPU " + Fmt("%.1f", r.cpu_s) + " s; " +
+       Fmt("%.0f", r.real_s > 0 ? r.sim_s / r.real_s : 0) + "x real time), CPU " + Fmt("%.1f", r.cpu_s) +
+       " s: simulation and controller " + Fmt("%.1f", r.sim_cpu_s) + " s, store " + Fmt("%.1f", r.cpu_s - r.sim_cpu_s) +
+       " s; " +
        std::to_string(r.messages) + " agent messages, " + std::to_string(r.commands) + " controller messages, " +
        std::to_string(r.events_stored) + " events stored\n";
   return o;
@@ -116,6 +134,16 @@ json SimJson(const SimParams& p, const FailureModel& m, const SimResult& r) {
           {"why_not", r.why_not},
           {"ettr", r.report.ettr},
           {"ettr_counting_sdc", r.ettr_true},
+          {"checkpoints", {{"policy", p.checkpoint_policy},
+                           {"memory_interval_s", r.memory_interval_s},
+                           {"storage_interval_s", r.storage_interval_s},
+                           {"saves", r.saves},
+                           {"storage_restores", r.storage_restores},
+                           {"plan", r.plan},
+                           {"mtbf_s", r.mtbf_s},
+                           {"optimum_interval_s", r.optimum_interval_s},
+                           {"optimum_ettr", r.optimum_ettr},
+                           {"model_ettr", r.model_ettr}}},
           {"report", ReportJson(r.report)},
           {"by_cause", cats},
           {"false_alarms", r.false_alarms},
@@ -124,7 +152,7 @@ json SimJson(const SimParams& p, const FailureModel& m, const SimResult& r) {
           {"replacements", r.replacements},
           {"sdc_redone_s", r.sdc_redone_s},
           {"state_s", r.state_s},
-          {"speed", {{"sim_s", r.sim_s}, {"real_s", r.real_s}, {"cpu_s", r.cpu_s}, {"ratio", r.real_s > 0 ? r.sim_s / r.real_s : 0},
+          {"speed", {{"sim_s", r.sim_s}, {"real_s", r.real_s}, {"cpu_s", r.cpu_s}, {"sim_cpu_s", r.sim_cpu_s}, {"store_cpu_s", r.cpu_s - r.sim_cpu_s}, {"ratio", r.real_s > 0 ? r.sim_s / r.real_s : 0},
                      {"messages", r.messages}, {"commands", r.commands}, {"events_stored", r.events_stored}}}};
 }
 
@@ -209,5 +237,26 @@ std::string SweepSvg(const std::vector<SweepPoint>& points, const std::string& t
   }
   return o + "</svg>\n";
 }
+
+std::string BarsSvg(const std::vector<EttrBar>& cs, const std::string& title) {
+  const int row = 26, left = 430, width = 360, top = 40;
+  const int h = top + row * static_cast<int>(cs.size()) + 30;
+  std::string o = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(left + width + 80) +
+                  "\" height=\"" + std::to_string(h) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
+  o += "<text x=\"10\" y=\"20\" font-size=\"14\">" + Escape(title) + "</text>\n";
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    const double e = std::clamp(cs[i].ettr, 0.0, 1.0);
+    const int y = top + row * static_cast<int>(i);
+    o += "<text x=\"10\" y=\"" + std::to_string(y + 15) + "\">" + Escape(cs[i].label) + "</text>\n";
+    o += "<rect x=\"" + std::to_string(left) + "\" y=\"" + std::to_string(y + 3) + "\" width=\"" +
+         std::to_string(static_cast<int>(e * width)) + "\" height=\"16\" fill=\"" +
+         (cs[i].kept ? "#2a7ab0" : "#a8c8e0") + "\"/>\n";
+    o += "<text x=\"" + std::to_string(left + static_cast<int>(e * width) + 5) + "\" y=\"" + std::to_string(y + 15) +
+         "\">" + Fmt("%.1f %%", 100 * e) + "</text>\n";
+  }
+  o += "<text x=\"10\" y=\"" + std::to_string(h - 8) + "\">ETTR of each candidate (dark: kept)</text>\n</svg>\n";
+  return o;
+}
+
 
 }  // namespace trainguard

@@ -34,6 +34,17 @@ Status SimParams::MergeJson(const std::string& text, const std::string& origin) 
       {"step_s", [&](const json& v) { return number("step_s", v, &step_s); }},
       {"checkpoint_interval_s", [&](const json& v) { return number("checkpoint_interval_s", v, &checkpoint_interval_s); }},
       {"checkpoint_blocked_s", [&](const json& v) { return number("checkpoint_blocked_s", v, &checkpoint_blocked_s); }},
+      {"checkpoint_policy", [&](const json& v) {
+         if (!v.is_string()) return InvalidArgument(origin + ": checkpoint_policy: expected \"fixed\" or \"auto\", got " + v.dump());
+         checkpoint_policy = v.get<std::string>();
+         return Status::Ok();
+       }},
+      {"memory_interval_s", [&](const json& v) { return number("memory_interval_s", v, &memory_interval_s); }},
+      {"persist_s", [&](const json& v) { return number("persist_s", v, &persist_s); }},
+      {"peer_copy_s", [&](const json& v) { return number("peer_copy_s", v, &peer_copy_s); }},
+      {"peer_loss_fraction", [&](const json& v) { return number("peer_loss_fraction", v, &peer_loss_fraction); }},
+      {"restore_memory_s", [&](const json& v) { return number("restore_memory_s", v, &restore_memory_s); }},
+      {"restore_storage_s", [&](const json& v) { return number("restore_storage_s", v, &restore_storage_s); }},
       {"shutdown_s", [&](const json& v) { return number("shutdown_s", v, &shutdown_s); }},
       {"restart_s", [&](const json& v) { return number("restart_s", v, &restart_s); }},
       {"diagnose_s", [&](const json& v) { return number("diagnose_s", v, &diagnose_s); }},
@@ -72,6 +83,15 @@ Status SimParams::Validate() const {
   if (!(step_s > 0)) return bad("step_s", "must be above 0");
   if (!(checkpoint_interval_s >= step_s)) return bad("checkpoint_interval_s", "must be at least one step (step_s)");
   if (checkpoint_blocked_s < 0) return bad("checkpoint_blocked_s", "must be 0 or more");
+  if (checkpoint_policy != "fixed" && checkpoint_policy != "auto") return bad("checkpoint_policy", "must be fixed or auto");
+  if (memory_interval_s != 0 && !(memory_interval_s >= step_s)) {
+    return bad("memory_interval_s", "must be 0 (every save to storage) or at least one step (step_s)");
+  }
+  for (auto [name, v] : {std::pair{"persist_s", persist_s}, {"peer_copy_s", peer_copy_s},
+                         {"restore_memory_s", restore_memory_s}, {"restore_storage_s", restore_storage_s}}) {
+    if (!(v >= 0)) return bad(name, "must be 0 or more");
+  }
+  if (!(peer_loss_fraction >= 0 && peer_loss_fraction <= 1)) return bad("peer_loss_fraction", "must be 0 to 1");
   if (shutdown_s < 0) return bad("shutdown_s", "must be 0 or more");
   if (restart_s < 0) return bad("restart_s", "must be 0 or more");
   if (diagnose_s < 0) return bad("diagnose_s", "must be 0 or more");

@@ -21,6 +21,29 @@ struct SimParams {
   double step_s = 5;                    // one step, assumed
   double checkpoint_interval_s = 1800;  // assumed; trainguard's saves block briefly, so it can be short
   double checkpoint_blocked_s = 0.159;  // measured: an 8 GiB rank's save on an H200 (README, checkpoint table)
+  // Checkpoint tiers (docs/checkpoint_policy.md). "fixed": saves every
+  // memory_interval_s to node memory (and the peer's) and every
+  // checkpoint_interval_s to storage (memory_interval_s 0: every save goes
+  // to storage, as a script with one interval does); "auto": the intervals
+  // the controller's checkpoint plan sends.
+  std::string checkpoint_policy = "fixed";
+  double memory_interval_s = 0;
+  // A save's write to storage after it blocked: restorable from storage once
+  // written. Assumed: a node's 64 GiB (8 ranks of 8 GiB) at 1 GB/s — Llama 3's
+  // 2 TB/s file system (arXiv:2407.21783) shared by 2,048 nodes.
+  double persist_s = 64;
+  // A save's push to the peer node's memory: 64 GiB at 50 GB/s (one 400 Gb/s NIC).
+  double peer_copy_s = 1.3;
+  // Of the hosts lost, the share that take their peer (the node its copies
+  // go to) with them: a rack, switch or power event spanning both. Assumed
+  // 2 %: peers sit in other racks; Llama 3's switch, cable and power faults
+  // were 9 % of its interruptions, few of them spanning racks.
+  double peer_loss_fraction = 0.02;
+  // Reading the checkpoint back, added to the restart: from node memory
+  // (8 GiB per rank over PCIe at 25 GB/s) or from storage (every node's
+  // 64 GiB at 1 GB/s, as written).
+  double restore_memory_s = 0.32;
+  double restore_storage_s = 64;
   // Recovery costs.
   double shutdown_s = 0.128;  // measured: Stop -> every rank stopped (bench/recovery_bench.py)
   double restart_s = 3.52;    // measured: launch -> first step of a 4-rank job (bench/recovery_bench.py); at scale, minutes

@@ -2,12 +2,15 @@
 // simulated nodes that send the agents' messages to the real controller on a
 // FakeClock, the scheduler they answer to, and the event queue that drives
 // them. Split by concern: sim_nodes.cc (the nodes, their links and the
-// scheduler), sim_faults.cc (failures drawn and struck), simulator.cc (the
-// event loop, the end of the job and the tally).
+// scheduler), sim_faults.cc (failures drawn and struck), sim_checkpoints.cc
+// (steps, saves to the memory and storage tiers, the restore point),
+// simulator.cc (the event loop, the end of the job and the tally).
 #pragma once
 
 #include <cmath>
+#include <deque>
 #include <limits>
+#include <set>
 #include <map>
 #include <memory>
 #include <queue>
@@ -32,7 +35,9 @@ enum class Ev : std::uint8_t {
   kStarted,     // node: its ranks were spawned (RanksStarted)
   kFirstStep,   // the generation made its first step: every node reports
   kRound,       // every node of the generation reports (a heartbeat each)
-  kCheckpoint,  // a checkpoint committed: rank 0's node reports it
+  kCheckpoint,  // a save ends its blocking: rank 0's node reports it
+  kPeerCopied,  // a save's push to the peers' memory ended (node: the generation, a: the step)
+  kPersisted,   // a save's write to storage ended (node: the generation, a: the step)
   kStopped,     // node: its ranks stopped (Stopped)
   kDiagnosed,   // node: its diagnostics answer
   kSdcNan,      // the corruption shows: the loss is NaN
@@ -57,13 +62,15 @@ class Simulation;
 
 // Keeps, as the controller records them, the events the report reads (a
 // 30-day run at 100,000 GPUs records 17 million, nearly all ranks_started:
-// reading them back cost a minute).
+// reading them back cost a minute). Not the commits: the report counts the
+// saves from the job's end (rank 0's count, never fewer than the commits).
 class ReportEvents final : public EventListener {
  public:
   void OnEvent(const Event& e) override {
     ++recorded;
     if (e.kind == "job_created" || e.kind == "first_step" || e.kind == "failure" || e.kind == "stopped" ||
-        e.kind == "attribution" || e.kind == "decision" || e.kind == "job_succeeded" || e.kind == "job_failed") {
+        e.kind == "attribution" || e.kind == "decision" || e.kind == "downtime" || e.kind == "job_succeeded" ||
+        e.kind == "job_failed" || e.kind == "checkpoint_plan") {
       kept.push_back(e);
     }
   }
@@ -100,7 +107,8 @@ class Simulation {
       : p_(p), model_(m), opt_(o), rng_(p.seed), provider_(this) {
     nproc_ = p.gpus_per_node;
     nnodes_ = p.gpus / p.gpus_per_node;
-    pace_s_ = p.step_s + p.checkpoint_blocked_s / StepsPerCheckpoint();
+    memory_every_s_ = p.memory_interval_s;
+    storage_every_s_ = p.checkpoint_interval_s;
     // A healthy rank reports at least once per hang timeout (a margin of
     // two steps and 10 s): the hang detector never sees a healthy rank stale.
     round_ = Sec(std::max(1.0, p.hang_timeout_s - std::max(10.0, 2 * p.step_s) - p.heartbeat_interval_s));
@@ -118,9 +126,11 @@ class Simulation {
   // only schedule and mark).
   void OnCommand(int node, const v1::ControllerMessage& msg);
   void OnClose(int node);
+  // The controller asks this of every node every few seconds: from a
+  // compact array (100 KB at 12,500 nodes), not from the nodes themselves.
   Nanos HeardOf(int node) const {
-    const Node& n = nodes_[node];
-    return n.alive && n.in_session ? clock_.MonotonicNanos() : n.heard_until;
+    const Nanos heard = heard_[static_cast<std::size_t>(node)];
+    return heard == kLive ? clock_.MonotonicNanos() : heard;
   }
   void Replace(const std::string& id, bool evicted);
   LossExplanation Explain(const std::string& id);
@@ -154,31 +164,41 @@ class Simulation {
     Nanos frozen = kNever;    // its steps stopped (a failure, or Stop)
     bool hung = false;
     int hang_rank = -1;
-    std::int64_t committed_before = -1;  // the newest checkpoint when it started
-    std::int64_t extra_checkpoint = -1;  // a save outside the interval (planned maintenance)
+    std::int64_t restored = -1;  // the checkpoint it resumed from (-1: none)
+    // Its steps, one every step_s: step seg_step ended at seg_done, the next
+    // one runs from seg_t (later by a save's blocking); the ranks wait after
+    // save_step until that save ends its blocking.
+    std::int64_t seg_step = 0;
+    Nanos seg_done = kNever, seg_t = kNever;
+    std::int64_t save_step = std::numeric_limits<std::int64_t>::max();
+    std::int64_t saves = 0;  // the ranks' saves and the time they blocked
+    Nanos blocked = 0;
+  };
+  // The job's checkpoints, across generations (sim_checkpoints.cc).
+  struct Checkpoints {
+    std::int64_t local = -1;    // the newest save in its nodes' memory
+    std::int64_t peer = -1;     // the newest whose push to the peers ended
+    std::int64_t storage = -1;  // the newest whole in storage
+    Nanos persist_until = 0;    // when the write to storage under way ends
+    std::int64_t last_storage_save = std::numeric_limits<std::int64_t>::min() / 2;
+    Nanos last_node_loss = -1;  // a push under way then did not end
+    std::deque<std::pair<Nanos, std::int64_t>> storage_saves;  // (saved at, step), for rollbacks
   };
 
-  std::int64_t StepsPerCheckpoint() const {
-    return std::max<std::int64_t>(1, std::llround(p_.checkpoint_interval_s / p_.step_s));
-  }
   // The newest step finished by `t` (first_no - 1: none yet).
   std::int64_t StepAt(Nanos t) const {
     t = std::min(t, gen_.frozen);
     if (gen_.first == kNever || t < gen_.first) return gen_.first_no - 1;
-    return gen_.first_no + static_cast<std::int64_t>(ToSec(t - gen_.first) / pace_s_);
+    if (t < gen_.seg_t) return gen_.seg_step;
+    return std::min(gen_.save_step, gen_.seg_step + static_cast<std::int64_t>(ToSec(t - gen_.seg_t) / p_.step_s));
   }
-  Nanos StepTime(std::int64_t n) const { return gen_.first + Sec((n - gen_.first_no) * pace_s_); }
-  std::int64_t CheckpointsThrough(std::int64_t step) const {
-    const std::int64_t k = StepsPerCheckpoint();
-    if (step < gen_.first_no) return 0;
-    return step / k - (gen_.first_no - 1) / k;
+  // When step `n` ends (n at or after the segment's step).
+  Nanos StepTime(std::int64_t n) const {
+    return n <= gen_.seg_step ? gen_.seg_done : gen_.seg_t + Sec(static_cast<double>(n - gen_.seg_step) * p_.step_s);
   }
-  std::int64_t CommittedAt(Nanos t) const {
-    std::int64_t step = StepAt(t), k = StepsPerCheckpoint();
-    std::int64_t c = gen_.committed_before;
-    if (step >= gen_.first_no && (step / k) * k >= gen_.first_no) c = std::max(c, (step / k) * k);
-    return std::max(c, gen_.extra_checkpoint);
-  }
+  bool MemoryTier() const { return memory_every_s_ > 0; }
+  // What a restart could resume from now: a rank's own node's memory, or storage.
+  std::int64_t Restorable() const { return MemoryTier() ? std::max(ckpt_.local, ckpt_.storage) : ckpt_.storage; }
   Nanos Wall(Nanos mono) const { return clock_.WallNanos() - clock_.MonotonicNanos() + mono; }
 
   void Schedule(Nanos at, Ev kind, int node = -1, std::int64_t a = 0) {
@@ -186,6 +206,11 @@ class Simulation {
   }
   double Uniform() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
   int AddNode();
+  // heard_ of a node from its state: after alive, in_session or heard_until change.
+  void SetHeard(int node) {
+    const Node& n = nodes_[node];
+    heard_[static_cast<std::size_t>(node)] = n.alive && n.in_session ? kLive : n.heard_until;
+  }
   void Connect(int node);
   void Deliver(int node, v1::AgentMessage&& msg);  // its contents are taken
   void FillRanks(int node, Nanos now, google::protobuf::RepeatedPtrField<v1::RankStatus>* out, bool started);
@@ -195,6 +220,15 @@ class Simulation {
   void Inject(int category);
   void Strike(int node, int category, FailureSignal signal);
   void Crash(int node, int category);
+  // Checkpoints (sim_checkpoints.cc).
+  void StartSteps(std::int64_t g, Nanos launched, Nanos now);  // a new generation: its restore point and first step
+  void ScheduleSave();
+  void Save(Nanos now);
+  void SavedToPeer(Nanos at, std::int64_t step);
+  void SavedToStorage(Nanos at, std::int64_t generation, std::int64_t step);
+  void SaveEverywhere(std::int64_t step, Nanos now);  // planned maintenance: a whole save first
+  void NodeLost(int group_rank);
+  void ApplyPlan(const v1::CheckpointPlan& plan);
   void Freeze(Nanos at);
   void Handle(const SimEvent& e);
   void EndJob();
@@ -210,11 +244,17 @@ class Simulation {
   std::unique_ptr<JobController> ctl_;
   ReportEvents recorded_;
   int nproc_ = 8, nnodes_ = 1;
-  double pace_s_ = 1;
+  Checkpoints ckpt_;
+  double memory_every_s_ = 0, storage_every_s_ = 0;  // the intervals saves follow (auto: the plan's)
+  std::set<int> lost_slots_;  // group ranks whose node was lost since the generation started
+  int storage_restores_ = 0;  // generations restored from storage
+  bool striking_peer_ = false;  // a host loss takes its peer along (no further)
   Nanos round_ = kSecond;
   Nanos first_round_ = kSecond;  // first step -> the first round
   Nanos start_mono_ = 0, end_mono_ = 0;
   std::vector<Node> nodes_;
+  static constexpr Nanos kLive = std::numeric_limits<Nanos>::min();  // heard_: alive and in session: heard now
+  std::vector<Nanos> heard_;  // by node
   std::vector<int> slot_node_;  // group rank -> node
   std::map<std::string, int> node_by_id_;
   Gen gen_;

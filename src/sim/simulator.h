@@ -71,6 +71,7 @@ struct SimResult {
   int false_alarms = 0;   // incidents with no injected fault behind them
   std::map<std::string, double> state_s;  // simulated seconds in each controller state
   double sim_s = 0, real_s = 0, cpu_s = 0;
+  double sim_cpu_s = 0;  // of cpu_s, the simulation's and the controller's thread; the rest is the store's writer
   std::int64_t messages = 0;      // agent messages the controller handled
   std::int64_t commands = 0;      // messages it sent
   std::int64_t events_stored = 0;
@@ -78,6 +79,19 @@ struct SimResult {
   int faults_while_down = 0;      // drawn while the job was not running (only persistent ones matter)
   int replacements = 0;           // nodes the scheduler brought
   double sdc_redone_s = 0;        // work on corrupted state, redone from an older checkpoint: not in the report
+  // Checkpoints: the intervals the saves followed last (auto: the
+  // controller's plan, whose line is `plan`), saves made, restarts that
+  // resumed from storage rather than memory.
+  double memory_interval_s = 0, storage_interval_s = 0;
+  std::string plan;
+  std::int64_t saves = 0;
+  int storage_restores = 0;
+  // The first-order model Young and Daly optimize, with this run's own job
+  // MTBF (wall / incidents) and downtime per failure (detection, shutdown,
+  // restart): the ETTR at Daly's interval for a save's cost, and at the
+  // interval the saves followed.
+  double mtbf_s = 0;
+  double optimum_interval_s = 0, optimum_ettr = 0, model_ettr = 0;
   double ettr_true = 0;           // report.ettr less sdc_redone_s / wall
   bool finished = true;
   std::string why_not;            // when !finished: why the job could not go on

@@ -268,3 +268,66 @@ TEST_F(SimulatorTest, SweepsWriteACsvRowAndAPlotPointPerRun) {
 
 }  // namespace
 }  // namespace trainguard
+
+namespace trainguard {
+namespace {
+
+TEST_F(SimulatorTest, ALostNodeRestoresFromItsPeersMemoryAndANodeWithItsPeerFromStorage) {
+  // Hosts lost (each replaced by the scheduler), saves to memory every 20 s
+  // and to storage every 10 minutes.
+  SimParams p = Small();
+  p.memory_interval_s = 20;
+  p.checkpoint_interval_s = 600;
+  p.persist_s = 30;
+  p.peer_copy_s = 1;
+  p.restore_storage_s = 40;
+  p.peer_loss_fraction = 0;
+  SimResult alone = Run(kDown, p);
+  ASSERT_GT(alone.report.incidents.size(), 3u);
+  EXPECT_EQ(alone.storage_restores, 0);
+  // Every loss took the peer along: each restart reads storage's older save.
+  p.peer_loss_fraction = 1;
+  SimResult pairs = Run(kDown, p);
+  ASSERT_GT(pairs.report.incidents.size(), 3u);
+  EXPECT_EQ(pairs.storage_restores, static_cast<int>(pairs.report.incidents.size()));
+  const double lost_alone = alone.report.lost_s / static_cast<double>(alone.report.incidents.size());
+  const double lost_pairs = pairs.report.lost_s / static_cast<double>(pairs.report.incidents.size());
+  EXPECT_LT(lost_alone, 20 + 2 * p.step_s);  // at most a memory interval (and the save under way)
+  EXPECT_GT(lost_pairs, 3 * lost_alone);
+  // Without a memory tier every restart reads storage.
+  p.memory_interval_s = 0;
+  p.peer_loss_fraction = 0;
+  SimResult storage_only = Run(kDown, p);
+  EXPECT_EQ(storage_only.storage_restores, static_cast<int>(storage_only.report.incidents.size()));
+}
+
+TEST_F(SimulatorTest, TheAutomaticPolicyFollowsTheControllersPlanToTheOptimum) {
+  // Crashes only (no node is lost), every 25 minutes or so on 8 nodes: the
+  // plan's memory interval is Daly's for the job's MTBF, and the run ends
+  // within a point of the first-order optimum; the script's 10-minute
+  // storage interval loses more.
+  SimParams p = Small();
+  p.days = 4;
+  p.step_s = 1;
+  p.checkpoint_blocked_s = 0.5;
+  p.checkpoint_interval_s = 600;
+  p.peer_copy_s = 1;
+  p.persist_s = 5;
+  const std::string often =
+      R"({"name": "bug", "per_1000_node_days": 4000, "signals": {"crash": 1}, "exit_code": 1,
+          "log_tail": ["Traceback (most recent call last):", "KeyError: 'attention_mask'"]})";
+  SimResult fixed = Run(often, p);
+  p.checkpoint_policy = "auto";
+  SimResult planned = Run(often, p);
+  ASSERT_GT(planned.report.incidents.size(), 50u);
+  ASSERT_FALSE(planned.plan.empty());
+  EXPECT_GT(planned.memory_interval_s, 0);
+  EXPECT_NEAR(planned.memory_interval_s, planned.optimum_interval_s, 0.2 * planned.optimum_interval_s)
+      << planned.plan;
+  EXPECT_NEAR(planned.report.ettr, planned.optimum_ettr, 0.01) << planned.plan;
+  EXPECT_GT(planned.report.ettr, fixed.report.ettr + 0.02);
+  EXPECT_LT(planned.report.lost_s, fixed.report.lost_s / 4);
+}
+
+}  // namespace
+}  // namespace trainguard

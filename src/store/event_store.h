@@ -29,6 +29,7 @@ struct JobRecord {
   std::string config_json;   // nnodes, nproc_per_node, timeouts, ...
   std::string state;         // STARTING, RUNNING, RECOVERING, SUCCEEDED, FAILED
   std::string summary;       // final one-paragraph summary, if any
+  Nanos ended_wall_ns = 0;   // when it SUCCEEDED or FAILED; 0 while it has not ended
 };
 
 struct Event {
@@ -148,8 +149,9 @@ class EventStore {
  public:
   virtual ~EventStore() = default;
   virtual Status CreateJob(const JobRecord& job) = 0;
-  virtual Status UpdateJob(const std::string& job_id, const std::string& state,
-                           const std::string& summary) = 0;
+  // `ended_wall_ns`: when the job ended (SUCCEEDED, FAILED); 0 otherwise.
+  virtual Status UpdateJob(const std::string& job_id, const std::string& state, const std::string& summary,
+                           Nanos ended_wall_ns) = 0;
   // An event whose uid the store holds already is not stored again (Event::uid).
   virtual Status Append(const Event& event) = 0;
   // Appends every event, in order, or none of them (one transaction): the
@@ -242,8 +244,8 @@ std::string StoreDisplayName(const std::string& where);
 class InMemoryEventStore final : public EventStore {
  public:
   Status CreateJob(const JobRecord& job) override;
-  Status UpdateJob(const std::string& job_id, const std::string& state,
-                   const std::string& summary) override;
+  Status UpdateJob(const std::string& job_id, const std::string& state, const std::string& summary,
+                   Nanos ended_wall_ns) override;
   Status Append(const Event& event) override;
   Status AppendEvents(const std::vector<Event>& events) override;
   StatusOr<std::vector<Event>> EventsAfter(const std::string& job_id, std::int64_t after_id,

@@ -129,14 +129,16 @@ TEST_P(EventStoreTest, RoundTripsJobsAndEventsInOrder) {
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
 
-  ASSERT_TRUE(store_->UpdateJob("j1", "SUCCEEDED", "done").ok());
-  EXPECT_EQ(store_->UpdateJob("nope", "FAILED", "").code(), StatusCode::kNotFound);
+  ASSERT_TRUE(store_->UpdateJob("j1", "SUCCEEDED", "done", 5000).ok());
+  EXPECT_EQ(store_->UpdateJob("nope", "FAILED", "", 0).code(), StatusCode::kNotFound);
   auto jobs = store_->Jobs();
   ASSERT_TRUE(jobs.ok());
   ASSERT_EQ(jobs->size(), 2u);
   EXPECT_EQ((*jobs)[0].job_id, "j1");
   EXPECT_EQ((*jobs)[0].state, "SUCCEEDED");
   EXPECT_EQ((*jobs)[0].summary, "done");
+  EXPECT_EQ((*jobs)[0].ended_wall_ns, 5000);
+  EXPECT_EQ((*jobs)[1].ended_wall_ns, 0) << "a job that has not ended has no end";
 }
 
 TEST_P(EventStoreTest, KeepsIncidentsAndNodeHealthAcrossJobs) {
@@ -437,7 +439,7 @@ TEST_P(EventStoreTest, AFencedLeaderWritesNothingOnceItsLeadPassed) {
   EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition) << refused.ToString();
   EXPECT_NE(refused.message().find("passed to ctl-b (epoch 2)"), std::string::npos) << refused.message();
   EXPECT_EQ(store_->FencedBy(), 2);
-  for (Status s : {store_->AppendEvents({e}), store_->UpdateJob("j", "FAILED", "a"),
+  for (Status s : {store_->AppendEvents({e}), store_->UpdateJob("j", "FAILED", "a", 0),
                    store_->RecordIncident({"j", 1, 1, "n", 0, "other", "r", "restart", 1, "{}"}),
                    store_->SetNodeHealth({"n1", "cordoned", "by a", "j", 1}),
                    store_->RecordNodeAction({"n1", 1, "evict", "a", "r", "j", "{}"}),
@@ -691,7 +693,8 @@ TEST(SqliteEventStoreTest, EventsSurviveReopen) {
 }
 
 // A store file of an earlier version (events and incidents without a uid
-// column) is opened, given the columns, and keeps its rows.
+// column, jobs without their end time) is opened, given the columns, and
+// keeps its rows.
 TEST(SqliteEventStoreTest, AStoreOfAnEarlierVersionGetsEventUids) {
   testutil::ScratchDir dir("event_store_old");
   const std::string path = dir / "store.db";
@@ -706,7 +709,10 @@ TEST(SqliteEventStoreTest, AStoreOfAnEarlierVersionGetsEventUids) {
         "VALUES('j', 1, 'old', '', -1, 0, 3, 'before', '{}');"
         "CREATE TABLE incidents (id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, incident INTEGER NOT "
         "NULL, wall_ns INTEGER NOT NULL, node TEXT NOT NULL, rank INTEGER NOT NULL, category TEXT NOT NULL, "
-        "rule TEXT NOT NULL, action TEXT NOT NULL, failure_step INTEGER NOT NULL, detail_json TEXT NOT NULL);";
+        "rule TEXT NOT NULL, action TEXT NOT NULL, failure_step INTEGER NOT NULL, detail_json TEXT NOT NULL);"
+        "CREATE TABLE jobs (job_id TEXT PRIMARY KEY, created_wall_ns INTEGER NOT NULL, command TEXT NOT NULL, "
+        "config_json TEXT NOT NULL, state TEXT NOT NULL, summary TEXT NOT NULL DEFAULT '');"
+        "INSERT INTO jobs VALUES('j', 1, 'train', '{}', 'FAILED', 'before end times');";
     EXPECT_EQ(sqlite3_exec(db, old_schema, nullptr, nullptr, nullptr), SQLITE_OK);
     sqlite3_close(db);
   }
@@ -727,6 +733,10 @@ TEST(SqliteEventStoreTest, AStoreOfAnEarlierVersionGetsEventUids) {
   ASSERT_TRUE((*s)->RecordIncident(incident).ok());
   ASSERT_TRUE((*s)->RecordIncident(incident).ok());
   EXPECT_EQ((*s)->IncidentsOnNode("node1")->size(), 1u);
+  // Its jobs have no end time (0: unknown); a job that ends now has one.
+  EXPECT_EQ((*s)->Jobs()->at(0).ended_wall_ns, 0);
+  ASSERT_TRUE((*s)->UpdateJob("j", "FAILED", "again", 77).ok());
+  EXPECT_EQ((*s)->Jobs()->at(0).ended_wall_ns, 77);
   // Opened again: the column is there, nothing is added twice.
   s->reset();
   auto again = OpenSqliteEventStore(path);

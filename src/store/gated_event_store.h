@@ -48,8 +48,9 @@ class GatedEventStore final : public EventStore {
   int waiting() const { return waiting_; }
 
   Status CreateJob(const JobRecord& job) override { return Gate("CreateJob", [&] { return inner_->CreateJob(job); }); }
-  Status UpdateJob(const std::string& job_id, const std::string& state, const std::string& summary) override {
-    return Gate("UpdateJob", [&] { return inner_->UpdateJob(job_id, state, summary); });
+  Status UpdateJob(const std::string& job_id, const std::string& state, const std::string& summary,
+                   Nanos ended_wall_ns) override {
+    return Gate("UpdateJob", [&] { return inner_->UpdateJob(job_id, state, summary, ended_wall_ns); });
   }
   Status Append(const Event& event) override {
     return Gate("Append", [&] {

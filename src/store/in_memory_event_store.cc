@@ -20,13 +20,14 @@ Status InMemoryEventStore::CreateJob(const JobRecord& job) {
 }
 
 Status InMemoryEventStore::UpdateJob(const std::string& job_id, const std::string& state,
-                                     const std::string& summary) {
+                                     const std::string& summary, Nanos ended_wall_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   TG_RETURN_IF_ERROR(Fence("UpdateJob"));
   for (auto& j : jobs_) {
     if (j.job_id == job_id) {
       j.state = state;
       j.summary = summary;
+      j.ended_wall_ns = ended_wall_ns;
       return Status::Ok();
     }
   }

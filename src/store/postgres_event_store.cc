@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   state TEXT NOT NULL,
   summary TEXT NOT NULL DEFAULT ''
 );
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS ended_wall_ns BIGINT NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS events (
   id BIGSERIAL PRIMARY KEY,
   job_id TEXT NOT NULL,
@@ -235,11 +236,12 @@ class PostgresEventStore final : public EventStore {
     });
   }
 
-  Status UpdateJob(const std::string& job_id, const std::string& state, const std::string& summary) override {
+  Status UpdateJob(const std::string& job_id, const std::string& state, const std::string& summary,
+                   Nanos ended_wall_ns) override {
     std::lock_guard<std::mutex> lock(mu_);
     return Fenced("UpdateJob", [&]() -> Status {
-      auto r = Run("update job " + job_id, "UPDATE jobs SET state=$1, summary=$2 WHERE job_id=$3",
-                   {Text(state), Text(summary), Text(job_id)});
+      auto r = Run("update job " + job_id, "UPDATE jobs SET state=$1, summary=$2, ended_wall_ns=$3 WHERE job_id=$4",
+                   {Text(state), Text(summary), Int(ended_wall_ns), Text(job_id)});
       if (!r.ok()) return r.status();
       if (r->affected() == 0) return NotFound("job " + job_id + " in " + name_);
       return Status::Ok();
@@ -294,13 +296,13 @@ class PostgresEventStore final : public EventStore {
   StatusOr<std::vector<JobRecord>> Jobs() override {
     std::lock_guard<std::mutex> lock(mu_);
     auto r = Run("read jobs",
-                 "SELECT job_id, created_wall_ns, command, config_json, state, summary FROM jobs "
+                 "SELECT job_id, created_wall_ns, command, config_json, state, summary, ended_wall_ns FROM jobs "
                  "ORDER BY created_wall_ns, seq",
                  {});
     if (!r.ok()) return r.status();
     std::vector<JobRecord> out;
     for (int i = 0; i < r->rows(); ++i) {
-      out.push_back({r->Str(i, 0), r->I64(i, 1), r->Str(i, 2), r->Str(i, 3), r->Str(i, 4), r->Str(i, 5)});
+      out.push_back({r->Str(i, 0), r->I64(i, 1), r->Str(i, 2), r->Str(i, 3), r->Str(i, 4), r->Str(i, 5), r->I64(i, 6)});
     }
     return out;
   }

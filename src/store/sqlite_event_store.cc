@@ -21,7 +21,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   command TEXT NOT NULL,
   config_json TEXT NOT NULL,
   state TEXT NOT NULL,
-  summary TEXT NOT NULL DEFAULT ''
+  summary TEXT NOT NULL DEFAULT '',
+  ended_wall_ns INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -191,6 +192,11 @@ class SqliteEventStore final : public EventStore {
       int rc = sqlite3_exec(db_, "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
       if (rc == SQLITE_OK) rc = sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr);
       if (rc == SQLITE_OK) rc = sqlite3_exec(db_, schema.c_str(), nullptr, nullptr, nullptr);
+      // A store of an earlier version: jobs without their end time.
+      if (rc == SQLITE_OK && !Stmt(db_, "SELECT ended_wall_ns FROM jobs LIMIT 0").ok()) {
+        rc = sqlite3_exec(db_, "ALTER TABLE jobs ADD COLUMN ended_wall_ns INTEGER NOT NULL DEFAULT 0", nullptr,
+                          nullptr, nullptr);
+      }
       for (const char* table : kTablesWithUids) {
         if (rc == SQLITE_OK && !Stmt(db_, ("SELECT uid FROM " + std::string(table) + " LIMIT 0").c_str()).ok()) {
           rc = sqlite3_exec(db_, ("ALTER TABLE " + std::string(table) + " ADD COLUMN uid TEXT").c_str(), nullptr,
@@ -229,15 +235,16 @@ class SqliteEventStore final : public EventStore {
     });
   }
 
-  Status UpdateJob(const std::string& job_id, const std::string& state,
-                   const std::string& summary) override {
+  Status UpdateJob(const std::string& job_id, const std::string& state, const std::string& summary,
+                   Nanos ended_wall_ns) override {
     std::lock_guard<std::mutex> lock(mu_);
     return Fenced("UpdateJob", [&]() -> Status {
-      Stmt s(db_, "UPDATE jobs SET state=?, summary=? WHERE job_id=?");
+      Stmt s(db_, "UPDATE jobs SET state=?, summary=?, ended_wall_ns=? WHERE job_id=?");
       if (!s.ok()) return Error("prepare update job");
       s.Bind(1, state);
       s.Bind(2, summary);
-      s.Bind(3, job_id);
+      s.Bind(3, ended_wall_ns);
+      s.Bind(4, job_id);
       if (sqlite3_step(s.get()) != SQLITE_DONE) return Error("update job " + job_id);
       if (sqlite3_changes(db_) == 0) return NotFound("job " + job_id + " in " + path_);
       return Status::Ok();
@@ -653,13 +660,13 @@ class SqliteEventStore final : public EventStore {
 
   StatusOr<std::vector<JobRecord>> Jobs() override {
     std::lock_guard<std::mutex> lock(mu_);
-    Stmt s(db_, "SELECT job_id, created_wall_ns, command, config_json, state, summary FROM jobs "
+    Stmt s(db_, "SELECT job_id, created_wall_ns, command, config_json, state, summary, ended_wall_ns FROM jobs "
                 "ORDER BY created_wall_ns, rowid");
     if (!s.ok()) return Error("prepare select jobs");
     std::vector<JobRecord> out;
     int rc;
     while ((rc = sqlite3_step(s.get())) == SQLITE_ROW) {
-      out.push_back({s.Text(0), s.Int(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5)});
+      out.push_back({s.Text(0), s.Int(1), s.Text(2), s.Text(3), s.Text(4), s.Text(5), s.Int(6)});
     }
     if (rc != SQLITE_DONE) return Error("read jobs");
     return out;

@@ -109,11 +109,12 @@ StoreWriter::Ticket StoreWriter::Append(Event event) {
   return Enqueue(Lane::kEvents, std::move(op));
 }
 
-StoreWriter::Ticket StoreWriter::UpdateJob(std::string job_id, std::string state, std::string summary) {
+StoreWriter::Ticket StoreWriter::UpdateJob(std::string job_id, std::string state, std::string summary,
+                                           Nanos ended_wall_ns) {
   Op op;
   op.what = "job state " + state;
-  op.write = [j = std::move(job_id), st = std::move(state), su = std::move(summary)](EventStore* s) {
-    return s->UpdateJob(j, st, su);
+  op.write = [j = std::move(job_id), st = std::move(state), su = std::move(summary), ended_wall_ns](EventStore* s) {
+    return s->UpdateJob(j, st, su, ended_wall_ns);
   };
   return Enqueue(Lane::kCritical, std::move(op));
 }

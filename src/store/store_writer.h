@@ -103,7 +103,7 @@ class StoreWriter {
   // a uid gets one of this writer's (Event::uid): retried after a commit
   // whose answer was lost, it is stored once.
   Ticket Append(Event event);
-  Ticket UpdateJob(std::string job_id, std::string state, std::string summary);
+  Ticket UpdateJob(std::string job_id, std::string state, std::string summary, Nanos ended_wall_ns = 0);
   Ticket RecordIncident(IncidentRecord incident);
   Ticket SetNodeHealth(NodeHealth health);
   Ticket RecordNodeAction(NodeAction action);

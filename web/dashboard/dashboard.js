@@ -83,6 +83,9 @@ function showDowntime(d) {
                    el("td", {}, storage[key].toFixed(2)), el("td", {}, share.toFixed(1) + " %")));
   }
   if (storage.line) body.append(el("tr", { class: "storage" }, el("td", { colspan: 3 }, storage.line)));
+  // What the checkpoint interval cost, against the optimum for the job's own figures.
+  const checkpoints = d.checkpoints || {};
+  if (checkpoints.line) body.append(el("tr", { class: "checkpoints" }, el("td", { colspan: 3 }, checkpoints.line)));
 }
 
 function showIncidents(incidents) {
