@@ -170,6 +170,15 @@ def private_tmpdir(monkeypatch):
     shutil.rmtree(path, ignore_errors=True)
 
 
+def alive(pid):
+    """Whether a process (or its zombie, not yet reaped) is there."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except OSError:
+        return False
+
+
 def wait_for(predicate, timeout, what):
     """Polls `predicate` until it returns a truthy value; fails after `timeout` s."""
     deadline = time.monotonic() + timeout

@@ -55,26 +55,30 @@ def test_save_every_auto_follows_the_plan_and_resumes_as_a_plain_run(tmp_path, n
     # it) replace it at once; the plan is then Daly's optimum for them, or the
     # 0.5 s minimum interval where that binds.
     plans = [e["detail"] for e in job.events("checkpoint_plan")]
-    first, newest = plans[0], plans[-1]
+    first = plans[0]
     optimum = math.sqrt(2 * first["save_cost_s"] * first["job_mtbf_s"])
     assert first["save_cost_s"] == 0.159 and 20 < first["job_mtbf_s"] < 40, first
     assert abs(first["memory_interval_s"] - optimum) <= 0.2 * optimum, (first, optimum)
-    assert len(plans) >= 2 and newest["save_cost_s"] < 0.05, plans
-    assert abs(newest["memory_interval_s"] - max(0.5, daly(newest["save_cost_s"], newest["job_mtbf_s"]))) < 1e-3, newest
+    assert len(plans) >= 2 and min(p["save_cost_s"] for p in plans[1:]) < 0.05, plans
+    for later in plans[1:]:
+        assert abs(later["memory_interval_s"] - max(0.5, daly(later["save_cost_s"], later["job_mtbf_s"]))) < 1e-3, later
 
-    # Rank 0 took the plan's interval to node memory and said so (unless the
+    # Rank 0 took a plan's interval to node memory and said so (unless the
     # newest save's write to node memory took longer), and every Nth save
-    # to storage, N the plan's storage interval over that.
+    # to storage, N the plan's storage interval over that. The plan it took
+    # last need not be the newest: one may come after its last agreement.
     said = [(int(k), float(s), int(n or 1), why) for k, s, n, why in SAID.findall(job.output())]
     assert said, job.output()[-3000:]
     print("rank 0 said:", said)
     k, interval, n, why = said[-1]
     if why == "the controller's plan, to node memory":
-        assert abs(interval - newest["memory_interval_s"]) < 0.05 + 0.01 * interval, (said, newest)
+        taken = [p for p in plans[1:] if abs(interval - p["memory_interval_s"]) < 0.05 + 0.01 * interval]
+        assert taken, (said, plans)
+        shares = [p["storage_interval_s"] / interval for p in taken]  # the interval as said, to 0.1 s
     else:
         assert why == "the newest save's write to node memory took as long" and interval >= 0.45, said
-    share = newest["storage_interval_s"] / interval  # the interval as said, to 0.1 s
-    assert abs(n - share) <= 0.1 * share + 1, (said, newest)
+        shares = [p["storage_interval_s"] / interval for p in plans[1:]]
+    assert any(abs(n - share) <= 0.1 * share + 1 for share in shares), (said, plans)
     assert n > 1, "the plan's storage interval is longer: most saves go to node memory alone"
     assert any(abs(s - first["memory_interval_s"]) < 0.05 + 0.01 * s for _, s, _, _ in said), (said, first)
 

@@ -10,7 +10,7 @@ import os
 import re
 import signal
 
-from conftest import EXAMPLE, PYTHON, Job, plain_example_checksum, wait_for
+from conftest import EXAMPLE, PYTHON, Job, alive, plain_example_checksum, wait_for
 from test_warm_start import memory_root, sources
 
 STEPS = 600
@@ -81,9 +81,12 @@ def test_a_node_lost_with_its_peer_sends_every_rank_back_to_storage(tmp_path, no
         return 200 in stored_steps(ckpt) and max(steps, default=0) > 200
     wait_for(lambda: newer_in_memory() or job.proc.poll() is not None, 180, "a save to memory alone after step 200")
     assert newer_in_memory(), job.output()[-3000:]
-    agents = job.agent_pids()
+    agents, ranks = job.agent_pids(), job.rank_pids(0)
     for node in ("node0", "node1"):  # both, and their memory with them
         os.kill(agents[node], signal.SIGKILL)
+    # The ranks die with their agents (a moment later): what storage holds
+    # once they are gone is what the job can resume from.
+    wait_for(lambda: not any(alive(pid) for pid in ranks.values()), 60, "generation 0's ranks gone")
     stored = stored_steps(ckpt)[-1]
     assert job.wait(300) == 0, job.output()[-3000:]
 

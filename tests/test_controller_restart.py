@@ -10,7 +10,7 @@ import signal
 import sqlite3
 import subprocess
 
-from conftest import PYTHON, ROOT, TRAINGUARD, events, free_port, status_page_step, wait_for
+from conftest import PYTHON, ROOT, TRAINGUARD, alive, events, free_port, status_page_step, wait_for
 
 PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
 
@@ -93,14 +93,6 @@ class Cluster:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-        return True
-    except OSError:
-        return False
 
 
 def test_kill_9_of_the_controller_and_a_restart_leave_the_ranks_running_and_the_job_completes(tmp_path, no_leftovers):

@@ -121,24 +121,30 @@ def plain_checksum(tmp_path_factory):
 
 def run_with_fault(tmp_path, job_id, fault):
     """The example job (its copy, importing one module from an installed-package
-    directory first), with `fault` applied to its standbys before rank 1 is
+    directory after torch), with `fault` applied to its standbys before rank 1 is
     killed; returns the job and its final checksum."""
     site = tmp_path / "lib" / "site-packages"  # installed, not the script's own: the standbys import it
     site.mkdir(parents=True)
+    marks = tmp_path / "marks"
+    marks.mkdir()
     # Hangs in a warm standby (which runs trainguard._standby) once the flag
-    # "hang" exists; with "slow", computes for 2 s there first.
+    # "hang" exists; with "slow", computes for 2 s there first. Either way the
+    # standby leaves a mark as it gets there: torch is imported by then.
     (site / "tg_slow_import.py").write_text(
         "import os, sys, time\n"
         "if 'trainguard._standby' in sys.modules and os.path.exists(%r):\n"
+        "    open(os.path.join(%r, str(os.getpid())), 'w').close()\n"
         "    time.sleep(3600)\n"
         "if 'trainguard._standby' in sys.modules and os.path.exists(%r):\n"
+        "    open(os.path.join(%r, str(os.getpid())), 'w').close()\n"
         "    end = time.monotonic() + 2\n"
         "    while time.monotonic() < end:\n"
-        "        pass\n" % (str(tmp_path / "hang"), str(tmp_path / "slow")))
+        "        pass\n" % (str(tmp_path / "hang"), str(marks), str(tmp_path / "slow"), str(marks)))
     with open(EXAMPLE) as f:
         source = f.read()
     script = tmp_path / "train.py"
-    script.write_text(source.replace("import argparse\n", "import argparse\nimport tg_slow_import  # noqa: F401\n", 1))
+    # After torch: what a standby has left once it marks is what this module adds.
+    script.write_text(source.replace("import torch\n", "import torch\nimport tg_slow_import  # noqa: F401\n", 1))
     if fault is hang_imports:
         (tmp_path / "hang").touch()
     if fault is slow_imports:
@@ -147,7 +153,9 @@ def run_with_fault(tmp_path, job_id, fault):
                "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum")]
     job = Job(tmp_path, job_id, command, flags=["--max-restarts", "2"], env={"PYTHONPATH": str(site)})
     if fault in (hang_imports, slow_imports):
-        wait_for(lambda: len(standby_pids(tmp_path)) >= 4 or job.proc.poll() is not None, 120, "4 standbys started")
+        # Killed once every standby is in the import: what is left of it is
+        # the 2 s at most (slow) or nothing (hang), however slow torch's import was.
+        wait_for(lambda: len(os.listdir(marks)) >= 4 or job.proc.poll() is not None, 120, "4 standbys in the import")
     else:
         wait_ready(job, 4)
     fault(tmp_path, script)

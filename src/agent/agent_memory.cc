@@ -13,7 +13,11 @@
 namespace trainguard {
 
 namespace {
-constexpr Nanos kPushScanInterval = 500 * kMillisecond;
+// Often enough that the peer lags the newest commit by less than one save
+// even when saves come every few tenths of a second: the node keeps the
+// step before its newest only (checkpoint_engine.cc), and a restore needs a
+// step every rank holds. A scan reads each rank's status page: atomics.
+constexpr Nanos kPushScanInterval = 100 * kMillisecond;
 }  // namespace
 
 void Agent::StartMemoryServer() {
@@ -84,11 +88,21 @@ void Agent::MaybePushMemoryCopies() {
   const Nanos now = clock_->MonotonicNanos();
   if (now < memory_->next_scan) return;
   memory_->next_scan = now + kPushScanInterval;
+  // The newest step every rank of this node has committed, pushed for all of
+  // them together: the peer then holds the same step of each (a restore
+  // needs one step every rank holds), not each rank's newest at the moment
+  // of the scan. Ranks that never committed (no checkpoints) do not hold it back.
+  std::int64_t step = INT64_MAX;
   for (const auto& rank : ranks_) {
     if (rank->page.get() == nullptr) continue;
-    const std::int64_t step = rank->page.get()->checkpoint_step.load(std::memory_order_relaxed);
+    const std::int64_t committed = rank->page.get()->checkpoint_step.load(std::memory_order_relaxed);
+    if (committed != kNoStep) step = std::min(step, committed);
+  }
+  if (step == INT64_MAX) return;
+  for (const auto& rank : ranks_) {
+    if (rank->page.get() == nullptr) continue;
     auto pushed = memory_->pushed_step.find(rank->global_rank);
-    if (step == kNoStep || (pushed != memory_->pushed_step.end() && step <= pushed->second)) continue;
+    if (pushed != memory_->pushed_step.end() && step <= pushed->second) continue;
     // Committed: the copy was written before the rank's manifest, so it is whole and named.
     memory_->pushed_step[rank->global_rank] = step;
     for (const auto& relative : memory_->store.OwnCopies(rank->global_rank, step)) {

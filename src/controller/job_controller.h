@@ -246,6 +246,9 @@ class JobController {
   int MinNodes() const { return config_.min_nnodes > 0 ? config_.min_nnodes : config_.nnodes; }
   // What the detectors look at now.
   JobView View() const;
+  // The earliest hang deadline the ranks' reports left (NodeView::hang_deadline),
+  // over the nodes View() holds: no hang can be found before it. O(nodes).
+  Nanos EarliestHangDeadline() const;
   void CheckHeartbeats();
   // Takes each node's arrival stamp from its link (AgentLink::LastHeardMono)
   // and sets when the earliest could pass the silence limit; true if one

@@ -30,7 +30,9 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
   }
   const v1::RankStatus& status = view.status;
   view.received_mono = clock_->MonotonicNanos();
-  next_hang_check_mono_ = std::min(next_hang_check_mono_, HangDeadline(view, LowestHangTimeout(config_), config_));
+  view.hang_deadline = HangDeadline(view, LowestHangTimeout(config_), config_);
+  node->hang_deadline = std::min(node->hang_deadline, view.hang_deadline);  // early is safe; a heartbeat makes it exact
+  next_hang_check_mono_ = std::min(next_hang_check_mono_, view.hang_deadline);
   sdc_.ObserveCommit(status.checkpoint_step());
   if (status.global_rank() == 0) checkpoints_.ObserveSaves(generation_, status.checkpoint_saves(), status.checkpoint_blocked_us());
   if (status.checkpoint_step() > checkpoint_step_) {
@@ -112,6 +114,8 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
     if (!seen.empty()) CarryOutSdc(std::move(seen));
     UpdateRank(node, hb.ranks(i), owned != nullptr ? owned->mutable_ranks(i) : nullptr);
   }
+  node->hang_deadline = kNoHangDeadline;  // exact again: its ranks were just looked at
+  for (const auto& [rank, rv] : node->ranks) node->hang_deadline = std::min(node->hang_deadline, rv.hang_deadline);
   CheckSdc(/*after_heartbeat=*/true);
 }
 

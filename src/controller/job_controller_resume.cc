@@ -304,6 +304,7 @@ bool JobController::ResumeNode(std::uint64_t conn, const std::shared_ptr<AgentLi
   node.last_heartbeat_mono = clock_->MonotonicNanos();
   node.last_heartbeat_wall = clock_->WallNanos();
   node.ranks.clear();
+  node.hang_deadline = 0;  // its ranks come from the registration, not UpdateRank: look at them
   json pids = json::object();
   if (with_its_ranks) {
     for (const auto& status : reg.resume_ranks()) {

@@ -252,6 +252,29 @@ TEST_F(JobControllerTest, HangIsDetectedOnlyAfterTheTimeout) {
   EXPECT_NEAR(d["detection_ms"].get<double>(), 10001, 2);
 }
 
+TEST_F(JobControllerTest, AStuckRankALaterHeartbeatLeavesOutIsStillFoundHungOnTime) {
+  // Each node keeps the earliest hang deadline of its ranks, and the
+  // detector's full pass runs only once that passed: heartbeats that move
+  // the node's other rank on must not move the stuck one's deadline.
+  Make(2, 2);
+  Register(0);
+  Register(1);
+  Heartbeat(0, 0, {Rank(0, 5, 0), Rank(1, 5, 0)});
+  Heartbeat(1, 0, {Rank(2, 5, 0), Rank(3, 5, 0)});
+  controller_->Tick();
+  for (int i = 1; i <= 9; ++i) {  // rank 1 says nothing more; everyone else steps
+    clock_.Advance(config_.hang_timeout / 10);
+    Heartbeat(0, 0, {Rank(0, 5 + i, 0)});
+    Heartbeat(1, 0, {Rank(2, 5 + i, 0), Rank(3, 5 + i, 0)});
+    controller_->Tick();
+    ASSERT_EQ(controller_->state(), JobState::kRunning) << i;
+  }
+  clock_.Advance(config_.hang_timeout / 10 + kMillisecond);
+  controller_->Tick();
+  ASSERT_EQ(controller_->state(), JobState::kStopping);
+  EXPECT_EQ(EventsOf("failure").at(0).rank, 1);
+}
+
 TEST_F(JobControllerTest, StartupGetsItsOwnAllowance) {
   Make(1, 1);
   Register(0);

@@ -16,6 +16,9 @@ struct RankView {
   v1::RankStatus status;
   Nanos received_mono = 0;  // when the controller received `status`
   bool exited_ok = false;
+  // HangDeadline under the lowest timeout, as of `status` (set with it by
+  // the controller; 0: not known, so due at once).
+  Nanos hang_deadline = 0;
 };
 
 // One node that holds a slot (group rank) and is connected.
@@ -27,6 +30,10 @@ struct NodeView {
   Nanos last_heartbeat_mono = 0;
   Nanos last_heartbeat_wall = 0;
   std::map<int, RankView> ranks;  // by global rank
+  // No later than the earliest of its ranks' hang_deadline (exactly that
+  // after each heartbeat; 0: not known): a pass over the nodes finds when
+  // the job could next be hung without touching 100,000 ranks.
+  Nanos hang_deadline = 0;
 };
 
 struct JobView {

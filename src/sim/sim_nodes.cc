@@ -140,13 +140,13 @@ void Simulation::FillRanks(int i, Nanos now, google::protobuf::RepeatedPtrField<
 void Simulation::Report(int i) {
   const Node& n = nodes_[i];
   if (!n.alive || !n.in_session || !n.ranks_running || n.generation != gen_.g) return;
-  scratch_.Clear();
-  auto* hb = scratch_.mutable_heartbeat();
+  auto* hb = heartbeat_.mutable_heartbeat();
+  hb->Clear();  // not heartbeat_.Clear(): that frees the ranks
   hb->set_generation(n.generation);
   Nanos now = clock_.MonotonicNanos();
   FillRanks(i, now, hb->mutable_ranks(), false);
   hb->set_sent_unix_ms(Wall(now) / kMillisecond);
-  Deliver(i, std::move(scratch_));
+  Deliver(i, std::move(heartbeat_));
 }
 
 void Simulation::ReportAll() {

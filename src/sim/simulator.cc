@@ -56,12 +56,12 @@ void Simulation::Handle(const SimEvent& e) {
     case Ev::kStarted: {
       Node& n = nodes_[e.node];
       if (!n.alive || !n.in_session || n.generation != e.a) break;
-      scratch_.Clear();
-      auto* s = scratch_.mutable_started();
+      auto* s = started_.mutable_started();
+      s->Clear();
       s->set_generation(e.a);
       FillRanks(e.node, now, s->mutable_ranks(), true);
       s->set_started_unix_ms(Wall(now) / kMillisecond);
-      Deliver(e.node, std::move(scratch_));
+      Deliver(e.node, std::move(started_));
       break;
     }
     case Ev::kFirstStep:
