@@ -53,6 +53,16 @@ Status CheckHeader(const json& j, const std::string& origin) {
   return Status::Ok();
 }
 
+// A commit's "save": {"attempt", "sequence"}, checked. Throws on a missing
+// or mistyped field (the callers turn that into their error).
+StatusOr<SaveId> DecodeSaveId(const json& j, const std::string& origin) {
+  SaveId save;
+  save.attempt = j.at("save").at("attempt").get<std::string>();
+  save.sequence = j.at("save").at("sequence").get<std::int64_t>();
+  if (!IsValidAttempt(save.attempt) || save.sequence < 0) return InvalidArgument(origin + ": bad save identity");
+  return save;
+}
+
 }  // namespace
 
 StatusOr<ManifestFile> DecodeManifest(const std::string& text, const std::string& origin) {
@@ -123,11 +133,9 @@ StatusOr<CommitRecord> DecodeCommit(const std::string& text, const std::string& 
   try {
     CommitRecord c;
     c.step = j.at("step").get<std::int64_t>();
-    c.save.attempt = j.at("save").at("attempt").get<std::string>();
-    c.save.sequence = j.at("save").at("sequence").get<std::int64_t>();
-    if (!IsValidAttempt(c.save.attempt) || c.save.sequence < 0) {
-      return InvalidArgument(origin + ": bad save identity");
-    }
+    StatusOr<SaveId> save = DecodeSaveId(j, origin);
+    if (!save.ok()) return save.status();
+    c.save = *save;
     c.world_size = j.at("world_size").get<int>();
     c.created_unix_ms = j.value("created_unix_ms", 0LL);
     for (const auto& r : j.at("ranks")) {
@@ -171,11 +179,9 @@ StatusOr<MemoryCommitRecord> DecodeMemoryCommit(const std::string& text, const s
   try {
     MemoryCommitRecord c;
     c.step = j.at("step").get<std::int64_t>();
-    c.save.attempt = j.at("save").at("attempt").get<std::string>();
-    c.save.sequence = j.at("save").at("sequence").get<std::int64_t>();
-    if (!IsValidAttempt(c.save.attempt) || c.save.sequence < 0) {
-      return InvalidArgument(origin + ": bad save identity");
-    }
+    StatusOr<SaveId> save = DecodeSaveId(j, origin);
+    if (!save.ok()) return save.status();
+    c.save = *save;
     c.rank = j.at("rank").get<int>();
     c.world_size = j.at("world_size").get<int>();
     if (c.rank < 0 || c.rank >= c.world_size || j.at("manifest").get<std::string>() != RankFileStem(c.rank) + ".json") {
