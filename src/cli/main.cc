@@ -362,32 +362,70 @@ std::vector<Command> AddStoreReaders(CLI::App& app) {
   return out;
 }
 
+// The simulation's parameters as flags (SimParams' names): `sim` takes them
+// all, `plan` those with a plan help (what it varies itself, the
+// checkpoints, spares and hang timeout, it does not take).
+struct SimFlag {
+  const char* flag;
+  const char* name;
+  const char* help;
+  const char* plan_help;  // nullptr: not a plan flag
+};
+constexpr SimFlag kSimFlags[] = {
+    {"--gpus", "gpus", "GPUs in the job (default 16384)", "GPUs in the job (default 16384)"},
+    {"--gpus-per-node", "gpus_per_node", "default: the failure model's (8)", "default: the failure model's (8)"},
+    {"--days", "days", "simulated days (default 30)", "simulated days per candidate (default 7)"},
+    {"--seed", "seed", "random seed (default 1)", "random seed, the same for every candidate (default 1)"},
+    {"--step-s", "step_s", "seconds per training step (default 5)", "seconds per training step (default 5)"},
+    {"--checkpoint-interval", "checkpoint_interval_s", "seconds between checkpoints (default 1800)", nullptr},
+    {"--checkpoint-blocked", "checkpoint_blocked_s", "seconds a save blocks training (default 0.159, measured)",
+     "seconds a save blocks training (default 0.159)"},
+    {"--memory-interval", "memory_interval_s",
+     "seconds between saves to node memory (fixed policy; default 0: every save goes to storage)", nullptr},
+    {"--persist-s", "persist_s", "a save's write to storage, seconds (default 64)",
+     "a save's write to storage, seconds (default 64)"},
+    {"--peer-copy-s", "peer_copy_s", "a save's push to the peer node's memory, seconds (default 1.3)", nullptr},
+    {"--peer-loss-fraction", "peer_loss_fraction", "share of lost hosts that take their peer along (default 0.02)",
+     nullptr},
+    {"--restore-memory-s", "restore_memory_s", "reading a checkpoint back from node memory, seconds (default 0.32)",
+     nullptr},
+    {"--restore-storage-s", "restore_storage_s", "reading a checkpoint back from storage, seconds (default 64)",
+     nullptr},
+    {"--restart-s", "restart_s", "launch -> first step, seconds (default 3.52, measured on a 4-rank job)",
+     "launch -> first step, seconds (default 3.52)"},
+    {"--import-s-per-node", "import_s_per_node",
+     "added to the restart per node: imports from a shared file system without a cache (default 0)",
+     "added to the restart per node: imports from a shared file system without a cache (default 0)"},
+    {"--store-s-per-rank", "store_s_per_rank", "added to the restart per rank: the rendezvous store (default 0)",
+     "added to the restart per rank: the rendezvous store (default 0)"},
+    {"--nccl-init-s-per-rank", "nccl_init_s_per_rank",
+     "added to the restart per rank: NCCL's communicator set-up (default 0)",
+     "added to the restart per rank: NCCL's communicator set-up (default 0)"},
+    {"--shutdown-s", "shutdown_s", "Stop -> ranks stopped on a node, seconds (default 0.128, measured)", nullptr},
+    {"--diagnose-s", "diagnose_s", "one node's diagnostics, seconds (default 2.12, measured)", nullptr},
+    {"--spares", "spares", "hot spare nodes (default 0)", nullptr},
+    {"--replacement-s", "replacement_s", "the scheduler brings a node in this long; -1: never (default 300)",
+     "the scheduler brings a node in this long; -1: never (default 300)"},
+    {"--pool", "pool", "nodes the scheduler can bring before repairs return some; -1: unlimited", nullptr},
+    {"--hang-timeout", "hang_timeout_s", "seconds (default 300)", nullptr},
+    {"--max-restarts", "max_restarts", "-1: unlimited (default)", nullptr},
+};
+
+void AddSimFlags(CLI::App* cmd, const std::shared_ptr<trainguard::SimCommandOptions>& o, bool plan) {
+  for (const SimFlag& f : kSimFlags) {
+    if (plan && f.plan_help == nullptr) continue;
+    cmd->add_option_function<double>(f.flag, [o, name = std::string(f.name)](double v) { o->set[name] = v; },
+                                     plan ? f.plan_help : f.help);
+  }
+}
+
 Command AddPlan(CLI::App& app) {
   auto plan = std::make_shared<trainguard::SimCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "before a launch: simulate how to checkpoint, how many spares and which hang timeout; print the "
               "recommended settings with the ETTR each gives (and plan.svg)");
   cmd->add_option("--failure-model", plan->model, "llama3, meta_rsc, mtbf, or a model file (JSON)")->capture_default_str();
-  struct PlanFlag {
-    const char* flag;
-    const char* name;
-    const char* help;
-  };
-  static const PlanFlag plan_flags[] = {
-      {"--gpus", "gpus", "GPUs in the job (default 16384)"},
-      {"--gpus-per-node", "gpus_per_node", "default: the failure model's (8)"},
-      {"--days", "days", "simulated days per candidate (default 7)"},
-      {"--seed", "seed", "random seed, the same for every candidate (default 1)"},
-      {"--step-s", "step_s", "seconds per training step (default 5)"},
-      {"--checkpoint-blocked", "checkpoint_blocked_s", "seconds a save blocks training (default 0.159)"},
-      {"--restart-s", "restart_s", "launch -> first step, seconds (default 3.52)"},
-      {"--persist-s", "persist_s", "a save's write to storage, seconds (default 64)"},
-      {"--replacement-s", "replacement_s", "the scheduler brings a node in this long; -1: never (default 300)"},
-  };
-  for (const PlanFlag& f : plan_flags) {
-    cmd->add_option_function<double>(f.flag, [plan, name = std::string(f.name)](double v) { plan->set[name] = v; },
-                                     f.help);
-  }
+  AddSimFlags(cmd, plan, /*plan=*/true);
   cmd->add_option("--out", plan->out, "directory of plan.svg")->capture_default_str();
   cmd->add_flag("--json", plan->json, "JSON output");
   return {cmd, [plan] { return trainguard::PlanCommand(*plan); }};
@@ -399,39 +437,7 @@ Command AddSim(CLI::App& app) {
       "sim", "simulate a job of up to 100,000s of GPUs, run by the real controller: ETTR and where the time went");
   cmd->add_option("--failure-model", sim->model, "llama3, meta_rsc, mtbf, or a model file (JSON)")->capture_default_str();
   cmd->add_option("--params", sim->params_file, "parameters as a JSON object (flags override it)");
-  struct SimFlag {
-    const char* flag;
-    const char* name;
-    const char* help;
-  };
-  static const SimFlag sim_flags[] = {
-      {"--gpus", "gpus", "GPUs in the job (default 16384)"},
-      {"--gpus-per-node", "gpus_per_node", "default: the failure model's (8)"},
-      {"--days", "days", "simulated days (default 30)"},
-      {"--seed", "seed", "random seed (default 1)"},
-      {"--step-s", "step_s", "seconds per training step (default 5)"},
-      {"--checkpoint-interval", "checkpoint_interval_s", "seconds between checkpoints (default 1800)"},
-      {"--checkpoint-blocked", "checkpoint_blocked_s", "seconds a save blocks training (default 0.159, measured)"},
-      {"--memory-interval", "memory_interval_s",
-       "seconds between saves to node memory (fixed policy; default 0: every save goes to storage)"},
-      {"--persist-s", "persist_s", "a save's write to storage, seconds (default 64)"},
-      {"--peer-copy-s", "peer_copy_s", "a save's push to the peer node's memory, seconds (default 1.3)"},
-      {"--peer-loss-fraction", "peer_loss_fraction", "share of lost hosts that take their peer along (default 0.02)"},
-      {"--restore-memory-s", "restore_memory_s", "reading a checkpoint back from node memory, seconds (default 0.32)"},
-      {"--restore-storage-s", "restore_storage_s", "reading a checkpoint back from storage, seconds (default 64)"},
-      {"--restart-s", "restart_s", "launch -> first step, seconds (default 3.52, measured on a 4-rank job)"},
-      {"--shutdown-s", "shutdown_s", "Stop -> ranks stopped on a node, seconds (default 0.128, measured)"},
-      {"--diagnose-s", "diagnose_s", "one node's diagnostics, seconds (default 2.12, measured)"},
-      {"--spares", "spares", "hot spare nodes (default 0)"},
-      {"--replacement-s", "replacement_s", "the scheduler brings a node in this long; -1: never (default 300)"},
-      {"--pool", "pool", "nodes the scheduler can bring before repairs return some; -1: unlimited"},
-      {"--hang-timeout", "hang_timeout_s", "seconds (default 300)"},
-      {"--max-restarts", "max_restarts", "-1: unlimited (default)"},
-  };
-  for (const SimFlag& f : sim_flags) {
-    cmd->add_option_function<double>(f.flag, [sim, name = std::string(f.name)](double v) { sim->set[name] = v; },
-                                     f.help);
-  }
+  AddSimFlags(cmd, sim, /*plan=*/false);
   cmd->add_option("--diagnose", sim->diagnose, "off, quick or full (default off)")
       ->check(CLI::IsMember({"off", "quick", "full"}));
   cmd->add_option("--checkpoint-policy", sim->checkpoint_policy,

@@ -59,7 +59,7 @@ void Simulation::StartSteps(std::int64_t g, Nanos launched, Nanos now) {
   gen_.launched = launched;
   gen_.restored = from;
   const double restore_s = g == 0 || from < 0 ? 0 : from_storage ? p_.restore_storage_s : p_.restore_memory_s;
-  gen_.first = now + Sec(p_.restart_s + restore_s);
+  gen_.first = now + Sec(p_.LaunchS(nnodes_) + restore_s);
   gen_.first_no = from + 1;
   gen_.seg_step = gen_.first_no;
   gen_.seg_done = gen_.seg_t = gen_.first;

@@ -60,8 +60,13 @@ std::string SimText(const SimParams& p, const FailureModel& m, const SimResult& 
        std::to_string(p.gpus_per_node) + "), " + Fmt("%.1f", p.days) + " days, failure model " + m.name + ", seed " +
        std::to_string(p.seed) + "\n";
   o += "  costs: step " + Fmt("%g", p.step_s) + " s, checkpoint every " + Fmt("%g", p.checkpoint_interval_s) +
-       " s blocking " + Fmt("%g", p.checkpoint_blocked_s) + " s, restart " + Fmt("%g", p.restart_s) +
-       " s, shutdown " + Fmt("%g", p.shutdown_s) + " s, hang timeout " + Fmt("%g", p.hang_timeout_s) + " s, spares " +
+       " s blocking " + Fmt("%g", p.checkpoint_blocked_s) + " s, restart " + Fmt("%g", p.LaunchS(nodes)) +
+       (p.LaunchS(nodes) != p.restart_s
+            ? " s (" + Fmt("%g", p.restart_s) + " s + imports " + Fmt("%g", p.import_s_per_node * nodes) +
+                  " s + store " + Fmt("%g", p.store_s_per_rank * p.gpus) + " s + NCCL " +
+                  Fmt("%g", p.nccl_init_s_per_rank * p.gpus) + " s)"
+            : std::string(" s")) +
+       ", shutdown " + Fmt("%g", p.shutdown_s) + " s, hang timeout " + Fmt("%g", p.hang_timeout_s) + " s, spares " +
        std::to_string(p.spares) + ", replacement " +
        (p.replacement_s < 0 ? std::string("none") : Fmt("%g", p.replacement_s) + " s") + ", diagnose " + p.diagnose +
        "\n";

@@ -47,6 +47,9 @@ Status SimParams::MergeJson(const std::string& text, const std::string& origin) 
       {"restore_storage_s", [&](const json& v) { return number("restore_storage_s", v, &restore_storage_s); }},
       {"shutdown_s", [&](const json& v) { return number("shutdown_s", v, &shutdown_s); }},
       {"restart_s", [&](const json& v) { return number("restart_s", v, &restart_s); }},
+      {"import_s_per_node", [&](const json& v) { return number("import_s_per_node", v, &import_s_per_node); }},
+      {"store_s_per_rank", [&](const json& v) { return number("store_s_per_rank", v, &store_s_per_rank); }},
+      {"nccl_init_s_per_rank", [&](const json& v) { return number("nccl_init_s_per_rank", v, &nccl_init_s_per_rank); }},
       {"diagnose_s", [&](const json& v) { return number("diagnose_s", v, &diagnose_s); }},
       {"diagnose", [&](const json& v) {
          if (!v.is_string()) return InvalidArgument(origin + ": diagnose: expected \"off\", \"quick\" or \"full\", got " + v.dump());
@@ -94,6 +97,10 @@ Status SimParams::Validate() const {
   if (!(peer_loss_fraction >= 0 && peer_loss_fraction <= 1)) return bad("peer_loss_fraction", "must be 0 to 1");
   if (shutdown_s < 0) return bad("shutdown_s", "must be 0 or more");
   if (restart_s < 0) return bad("restart_s", "must be 0 or more");
+  for (auto [name, v] : {std::pair{"import_s_per_node", import_s_per_node}, {"store_s_per_rank", store_s_per_rank},
+                         {"nccl_init_s_per_rank", nccl_init_s_per_rank}}) {
+    if (!(v >= 0)) return bad(name, "must be 0 or more");
+  }
   if (diagnose_s < 0) return bad("diagnose_s", "must be 0 or more");
   if (diagnose != "off" && diagnose != "quick" && diagnose != "full") return bad("diagnose", "must be off, quick or full");
   if (spares < 0) return bad("spares", "must be 0 or more");

@@ -47,6 +47,11 @@ struct SimParams {
   // Recovery costs.
   double shutdown_s = 0.128;  // measured: Stop -> every rank stopped (bench/recovery_bench.py)
   double restart_s = 3.52;    // measured: launch -> first step of a 4-rank job (bench/recovery_bench.py); at scale, minutes
+  // The restart's terms that grow with the job, added to restart_s (0: not
+  // modelled; docs/simulator.md gives published figures for each):
+  double import_s_per_node = 0;     // imports from a shared file system without a cache
+  double store_s_per_rank = 0;      // the rendezvous store's set-up (TCPStore)
+  double nccl_init_s_per_rank = 0;  // NCCL's communicator set-up on its default path
   double diagnose_s = 2.12;   // measured: the quick suite on one node (bench/diag_bench.py)
   std::string diagnose = "off";
   int spares = 0;              // hot spares registered with the job
@@ -59,6 +64,11 @@ struct SimParams {
   double rendezvous_timeout_s = 0;  // 0: max(300 s, 2 x replacement_s)
   int max_restarts = -1;            // -1: unlimited
   int no_progress_restarts = 3;
+
+  // Launch -> first step for `nodes` nodes: restart_s and the terms that grow with the job.
+  double LaunchS(int nodes) const {
+    return restart_s + import_s_per_node * nodes + (store_s_per_rank + nccl_init_s_per_rank) * gpus;
+  }
 
   // Applies a JSON object's fields over these (unknown fields and wrong
   // types are refused, naming the field).

@@ -235,7 +235,7 @@ StatusOr<SimResult> Simulation::Run() {
   }
   c.storage_loss_prior_share = model_.PerNodeDay() > 0 ? storage_rate / model_.PerNodeDay() : 0;
   // The first round comes before any rank's startup timeout runs out.
-  first_round_ = std::max(kSecond, c.startup_timeout - Sec(p_.restart_s) - 10 * kSecond);
+  first_round_ = std::max(kSecond, c.startup_timeout - Sec(p_.LaunchS(nnodes_)) - 10 * kSecond);
   ctl_ = std::make_unique<JobController>(c, &clock_, store_.get(), &provider_, opt_.rules, write_store_.get());
   ctl_->SetOffLockThreads(0);
   ctl_->SetEventListener(&recorded_);
@@ -376,7 +376,7 @@ JobConfig SimJobConfig(const SimParams& p) {
   c.heartbeat_interval = Sec(p.heartbeat_interval_s);
   c.missed_heartbeats = p.missed_heartbeats;
   c.hang_timeout = Sec(p.hang_timeout_s);
-  c.startup_timeout = std::max(c.startup_timeout, Sec(p.restart_s * 2 + 60));
+  c.startup_timeout = std::max(c.startup_timeout, Sec(p.LaunchS(c.nnodes) * 2 + 60));
   // SimParams checked it is one of the three.
   c.diagnose = p.diagnose == "full" ? DiagnoseMode::kFull : p.diagnose == "quick" ? DiagnoseMode::kQuick : DiagnoseMode::kOff;
   c.diag_timeout = std::max(c.diag_timeout, Sec(p.diagnose_s * 3));

@@ -174,6 +174,24 @@ TEST_F(SimulatorTest, DetectionComesFromTheDetectors) {
   EXPECT_EQ(crash.false_alarms + hang.false_alarms + down.false_alarms, 0);
 }
 
+TEST_F(SimulatorTest, TheRestartsTermsThatGrowWithTheJobLengthenEveryRestartByTheirSum) {
+  // Software crashes (no eviction, no wait for a node): each restart is
+  // launch -> first step, plus what the restore reads.
+  SimParams p = Small();
+  SimResult plain = Run(kBug, p);
+  p.import_s_per_node = 0.5;        // 8 nodes: 4 s
+  p.store_s_per_rank = 0.01;        // 64 ranks: 0.64 s
+  p.nccl_init_s_per_rank = 0.0625;  // 64 ranks: 4 s
+  EXPECT_DOUBLE_EQ(p.LaunchS(8), p.restart_s + 8.64);
+  SimResult at_scale = Run(kBug, p);
+  ASSERT_GT(plain.categories[0].incidents, 2);
+  ASSERT_EQ(plain.categories[0].incidents, at_scale.categories[0].incidents);  // the same faults, drawn first
+  const double per_restart = (at_scale.report.restart_s - plain.report.restart_s) / plain.categories[0].incidents;
+  EXPECT_NEAR(per_restart, 8.64, 0.1);
+  p.nccl_init_s_per_rank = -0.1;
+  EXPECT_NE(p.Validate().message().find("nccl_init_s_per_rank"), std::string::npos);
+}
+
 TEST_F(SimulatorTest, HardwareFaultsAreEvictedAndReplacedSoftwareOnesRestarted) {
   SimResult hw = Run(kXid79);
   ASSERT_GT(hw.categories[0].incidents, 2);
