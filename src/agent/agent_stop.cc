@@ -170,6 +170,9 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
       r->set_generation(generation);
       *r->mutable_rank() = Describe(*rank);
       for (const auto& line : rank->output->Tail()) r->add_log_tail(line);
+      // A rank that raised and was still tearing down (its peers failed
+      // first): its error file names the cause.
+      if (auto error = ReadErrorFile(rank->error_file)) *r->mutable_error() = *error;
     }
     if (rank->page.get() != nullptr) {
       rank->timings.Poll(*rank->page.get());

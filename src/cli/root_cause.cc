@@ -26,10 +26,12 @@ std::vector<std::string> RootCauseLines(const std::vector<Event>& events) {
   // rank its failure was seen on.
   int rank = -1;
   std::int64_t generation = -1;
+  const Event* named = nullptr;
   for (auto it = events.rbegin(); it != events.rend() && rank < 0; ++it) {
     if (it->kind == "attribution" || it->kind == "failure") {
       rank = it->rank;
       generation = it->generation;
+      named = &*it;
     }
   }
   if (rank < 0) return {};
@@ -43,9 +45,21 @@ std::vector<std::string> RootCauseLines(const std::vector<Event>& events) {
     exit = &*it;
     break;
   }
-  if (exit == nullptr) return {};
-  nlohmann::json d = Detail(*exit);
-  std::vector<std::string> lines = {"root cause: " + exit->message};
+  nlohmann::json d;
+  std::vector<std::string> lines;
+  if (exit != nullptr) {
+    d = Detail(*exit);
+    lines = {"root cause: " + exit->message};
+  } else {
+    // The culprit raised but was still tearing down when its peers failed:
+    // the incident stopped it, and its error file came with the stop.
+    nlohmann::json a = Detail(*named);
+    auto file = a.find("culprit_error_file");
+    if (file == a.end() || !file->is_object()) return {};
+    d = {{"error_file", *file}};
+    lines = {"root cause: rank " + std::to_string(rank) + " on " + named->node +
+             ", which raised before its peers failed (stopped by the incident while it exited)"};
+  }
   auto error = d.find("error_file");
   if (error != d.end() && error->is_object()) {
     lines.push_back("  error file: " + error->value("path", std::string()));

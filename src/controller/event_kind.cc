@@ -135,7 +135,8 @@ const std::vector<EventKindInfo>& EventKinds() {
        "ranks' nodes, and `culprit_evidence`: why them, or why no rank is named; docs/detection.md), "
        "evidence, confidence (calibrated), `answered_by` (rules, model or none), `model` (the learned "
        "model's reading when consulted: category, probability, deciding features), recommended action, "
-       "decision (docs/attribution.md)"},
+       "decision, and `culprit_error_file` when the culprit rank had raised but was still exiting as the "
+       "incident stopped it (its error file came with the stop: the root cause's, docs/attribution.md)"},
       {EventKind::kDecision, "decision",
        "with the attribution",
        "restart, evict_node or stop, and why; `policy`: the recovery policy's memory after it (incident "

@@ -45,6 +45,9 @@ struct Incident {
   std::map<int, std::pair<std::string, std::string>> stacks;  // rank -> (state, python)
   std::map<int, std::int64_t> rank_steps;  // last step of each rank, as reported at the end
   std::map<int, Nanos> exit_times;         // ranks that failed on their own: when
+  // Ranks the incident stopped that had written an error file (raised,
+  // then were slow to exit): rank -> the file as RankErrorJson text.
+  std::map<int, std::string> stopped_error_files;
 
   // Adds a line to `lines`, unless `unique` and the same text is there
   // already: from the same rank (rank >= 0) or the same node (rank -1, a

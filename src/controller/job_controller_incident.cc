@@ -210,6 +210,9 @@ Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
             {"fleet", json::parse(fleet.EvidenceJson())},
             {"first_in_time", b.first_in_time},
             {"culprit_evidence", b.culprit_evidence}};
+  if (auto f = inc.stopped_error_files.find(b.culprit_rank); f != inc.stopped_error_files.end()) {
+    d["culprit_error_file"] = json::parse(f->second, nullptr, false);  // the root cause's, where no exit carried it
+  }
   Emit(EventKind::kAttribution, b.culprit_node, b.culprit_rank, b.step,
        "incident " + std::to_string(inc.number) + ": " + a.category + " (" +
            (a.hardware ? "hardware" : "software") + ", " + a.persistence + ", confidence " +

@@ -246,6 +246,13 @@ void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
       incident_->rank_steps[rank] = r.rank().step();
       // Its RankExited may have carried the same lines.
       for (const auto& line : r.log_tail()) incident_->AddLine({rank, node->node_id, line}, /*unique=*/true);
+      if (r.has_error()) {  // it raised before the stop came: the cause, likely, of its peers' failures
+        std::vector<std::string> tail(r.log_tail().begin(), r.log_tail().end());
+        for (const auto& line : RankErrorLines(r.error(), tail)) {
+          incident_->AddLine({rank, node->node_id, line}, /*unique=*/true);
+        }
+        incident_->stopped_error_files[rank] = RankErrorJson(r.error()).dump(-1, ' ', false, kReplaceBadUtf8);
+      }
     }
     // A rank exit may have carried the same kernel lines.
     for (const auto& line : stopped.kernel_lines()) incident_->AddLine({-1, node->node_id, line}, /*unique=*/true);

@@ -489,6 +489,31 @@ TEST_F(JobControllerTest, ADeterministicUserErrorStopsAtItsFirstRepeat) {
   EXPECT_EQ(Detail("decision", 1)["decision"], "stop");
 }
 
+TEST_F(JobControllerTest, ARankThatRaisedButExitedAfterItsPeerIsStillTheCulprit) {
+  // Rank 1 raised (its error file is written) and was still tearing down
+  // when rank 0 lost its connection to it and exited first. The stop brings
+  // rank 1's error file: the attribution names rank 1, not the symptom.
+  Make(1, 2, /*max_restarts=*/0, /*attribute=*/true);
+  Register(0);
+  Exit(0, 0, 0, 1, 0, 3, "RuntimeError: [../gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4242");
+  v1::AgentMessage m;
+  auto* st = m.mutable_stopped();
+  st->set_generation(0);
+  auto* r = st->add_ranks();
+  r->set_generation(0);
+  *r->mutable_rank() = Rank(1, 3);
+  r->add_log_tail("tracker: uploading run summary part 40/40");
+  r->mutable_error()->set_message("ValueError: shard 1 of step 3 has a corrupt header (magic 0x0000)");
+  r->mutable_error()->set_type("ValueError");
+  r->mutable_error()->set_traceback("Traceback (most recent call last):\n  File \"train.py\", line 9, in load_shard\n");
+  controller_->OnMessage(conn_base_, m);
+  ASSERT_EQ(controller_->state(), JobState::kFailed);
+  auto a = Detail("attribution");
+  EXPECT_EQ(a["category"], "user_code") << a.dump();
+  EXPECT_EQ(a["culprit_ranks"], nlohmann::json::array({1})) << a.dump();
+  EXPECT_EQ(a["culprit_error_file"]["type"], "ValueError") << a.dump();
+}
+
 // Timings go into the store on the controller's clock: a node whose clock is
 // 5 s ahead (measured by a clock probe with a 2 ms round trip) has 5 s taken
 // off; an offset within the probe's uncertainty is left alone.
