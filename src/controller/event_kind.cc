@@ -204,7 +204,7 @@ const std::vector<EventKindInfo>& EventKinds() {
        "a node's timing rings lost records",
        "dropped (cumulative this generation)"},
       {EventKind::kSpareLost, "spare_lost",
-       "an idle spare's agent went away (no failure: it held no ranks)",
+       "an idle spare's agent went away (no failure: it held no ranks); the scheduler backend is asked for another",
        ""},
       {EventKind::kNodeReassigned, "node_reassigned",
        "before the first start, a node that asked for a group rank takes it from one that had taken it as "

@@ -264,6 +264,9 @@ class JobController {
   // explained; the incident a loss opened takes its sentence and verdict,
   // and is decided only then (or after kExplainWait).
   void ApplyExplanation(const std::string& node_id, const LossExplanation& known);
+  // Asks the scheduler backend, off the lock, what it knows of node `id`'s
+  // loss; ApplyExplanation then asks it for a replacement.
+  void ExplainAndReplace(const std::string& id, const std::string& why);
   // Opens an incident for `finding` and stops every rank.
   void Fail(const Finding& finding);
   void MaybeAllStopped();

@@ -114,6 +114,10 @@ TEST_F(JobControllerTest, AnIdleSpareThatGoesAwayIsNoFailure) {
   EXPECT_EQ(controller_->state(), JobState::kRunning);
   EXPECT_EQ(EventsOf("failure").size(), 0u);
   EXPECT_EQ(EventsOf("spare_lost").size(), 1u);
+  // The job keeps its spare: the backend is asked for another (once its
+  // explanation, asked off the lock, is in).
+  controller_->Tick();
+  EXPECT_EQ(provider_.replaced, std::vector<std::string>{"node2"});
   EXPECT_FALSE(Register(3)->closed);  // its place as a spare is free again
 }
 

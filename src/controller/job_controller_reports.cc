@@ -302,10 +302,15 @@ void JobController::OnDisconnect(std::uint64_t conn) {
   node->link.reset();
   if (state_ == JobState::kSucceeded || state_ == JobState::kFailed) return;
   diagnosis_.NodeGone(node->node_id, "its agent went away during the diagnostics");
-  if (node->group_rank < 0) {  // an idle spare (or an evicted node) went away: no rank of the job is hit
+  if (node->group_rank < 0) {  // an idle spare went away: no rank of the job is hit
     std::string id = node->node_id;
-    Emit(EventKind::kSpareLost, id, -1, -1, "idle node " + id + " went away (connection to its agent closed)");
+    Emit(EventKind::kSpareLost, id, -1, -1,
+         "idle node " + id + " went away (connection to its agent closed)" +
+             (provider_ != nullptr ? ": the scheduler is asked for another" : ""));
     nodes_.Remove(id);
+    // The job keeps its spares: a spare's host fails while idle as often as
+    // a job node's.
+    ExplainAndReplace(id, "idle spare went away (connection to its agent closed)");
   } else {
     NodeLost(node, "connection to its agent closed", clock_->WallNanos());
   }
@@ -328,14 +333,7 @@ void JobController::NodeLost(Node* node, const std::string& why, Nanos fault_wal
   // What the scheduler backend knows of the loss (an agent process that
   // exited while its host stayed up, Slurm's node state) outweighs the bare
   // loss: asked off the lock; the node is replaced once it has answered.
-  if (provider_ != nullptr) {
-    explaining_[id] = why;
-    NodeProvider* provider = provider_;
-    explain_->Run([this, provider, id]() -> OffLockRunner::Apply {
-      LossExplanation known = provider->ExplainLoss(id);
-      return [this, id, known] { ApplyExplanation(id, known); };
-    });
-  }
+  ExplainAndReplace(id, why);
   // A replacement, or the agent itself, may come back: the slot is awaited.
   if (group_rank >= 0) given_up_slots_.erase(group_rank);
   if (state_ == JobState::kRunning) {
@@ -359,6 +357,16 @@ void JobController::TakeOffLockResults() {
   for (const auto& apply : explain_->Take()) apply();
   for (const auto& apply : blame_->Take()) apply();
   starter_->Take();  // nothing to apply: its work sent the Start itself
+}
+
+void JobController::ExplainAndReplace(const std::string& id, const std::string& why) {
+  if (provider_ == nullptr) return;
+  explaining_[id] = why;
+  NodeProvider* provider = provider_;
+  explain_->Run([this, provider, id]() -> OffLockRunner::Apply {
+    LossExplanation known = provider->ExplainLoss(id);
+    return [this, id, known] { ApplyExplanation(id, known); };
+  });
 }
 
 void JobController::ApplyExplanation(const std::string& id, const LossExplanation& known) {

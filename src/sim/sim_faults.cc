@@ -8,24 +8,42 @@
 namespace trainguard::sim_detail {
 
 void Simulation::ScheduleNextFault() {
-  // Faults strike the job's nodes: a bad node `multiplier` times as often.
-  double weight = nnodes_ * (1 + model_.bad_node_fraction * (model_.bad_node_multiplier - 1));
+  // Faults strike the job's nodes and its idle spares alike: a bad node
+  // `multiplier` times as often.
+  double weight = (nnodes_ + p_.spares) * (1 + model_.bad_node_fraction * (model_.bad_node_multiplier - 1));
   double per_s = model_.PerNodeDay() * weight / 86400.0;
   double wait = -std::log(1.0 - Uniform()) / per_s;
   Schedule(clock_.MonotonicNanos() + Sec(wait), Ev::kFault);
 }
 
-void Simulation::Inject(int category) {
-  const FailureCategory& c = model_.categories[category];
-  // The node: a slot at random, bad nodes weighted up (rejection sampling).
-  int node = -1;
-  for (int tries = 0; tries < 1000 && node < 0; ++tries) {
-    int slot = static_cast<int>(Uniform() * nnodes_);
-    int candidate = slot < static_cast<int>(slot_node_.size()) ? slot_node_[slot] : -1;
+int Simulation::IdleSpare(int k) const {
+  // Rare (a fault drawn on a spare's place): a pass over the nodes.
+  for (int i = 0; i < static_cast<int>(nodes_.size()); ++i) {
+    const Node& n = nodes_[i];
+    if (!n.gone && n.in_session && n.group_rank < 0 && k-- == 0) return i;
+  }
+  return -1;
+}
+
+int Simulation::PickNode() {
+  // A place at random (the job's slots, then the spares'), bad nodes
+  // weighted up (rejection sampling).
+  const int places = nnodes_ + p_.spares;
+  for (int tries = 0; tries < 1000; ++tries) {
+    const int k = static_cast<int>(Uniform() * places);
+    const int candidate = k >= nnodes_                                  ? IdleSpare(k - nnodes_)
+                          : k < static_cast<int>(slot_node_.size()) ? slot_node_[k]
+                                                                    : -1;
     if (candidate < 0) continue;
     double w = nodes_[candidate].bad ? model_.bad_node_multiplier : 1.0;
-    if (Uniform() * model_.bad_node_multiplier <= w) node = candidate;
+    if (Uniform() * model_.bad_node_multiplier <= w) return candidate;
   }
+  return -1;
+}
+
+void Simulation::Inject(int category) {
+  const FailureCategory& c = model_.categories[category];
+  const int node = PickNode();
   if (node < 0) return;
   double u = Uniform(), acc = 0;
   FailureSignal signal = c.signals.back().first;
@@ -40,9 +58,21 @@ void Simulation::Inject(int category) {
   ++result_.categories[category].injected;
   Node& n = nodes_[node];
   if (!n.alive) return;  // it is already down
+  const bool spare = n.group_rank < 0;  // never started: an idle spare
+  if (spare) ++result_.faults_on_spares;
   if (Uniform() < c.persistent && signal != FailureSignal::kPlanned) {
     n.broken = category;
     n.broken_signal = signal;
+    if (spare && signal != FailureSignal::kNodeDown) ++result_.spares_broken;
+  }
+  if (spare) {
+    // Its host lost (or drained for maintenance) it goes away; anything
+    // else hits no rank. A persistent fault waits for its promotion.
+    if (signal == FailureSignal::kPlanned) n.planned = true;
+    if (signal == FailureSignal::kNodeDown || signal == FailureSignal::kPlanned) {
+      Strike(node, category, FailureSignal::kNodeDown);
+    }
+    return;
   }
   Strike(node, category, signal);
 }
@@ -66,8 +96,10 @@ void Simulation::Strike(int node, int category, FailureSignal signal) {
     n.heard_until = now;
     SetHeard(node);
     n.down_category = category;
-    NodeLost(n.group_rank);
-    fault_outstanding_ = true;
+    // gRPC's keepalive (a ping every 10 s, 20 s for its answer) closes the
+    // session of a host that went silent: how the controller learns of an
+    // idle spare's loss, or of a job node's while no generation runs.
+    Schedule(now + Sec(30), Ev::kDisconnect, node);
     if (opt_.trace != nullptr) {
       SimTraceEntry t;
       t.kind = SimTraceEntry::kDown;
@@ -75,6 +107,12 @@ void Simulation::Strike(int node, int category, FailureSignal signal) {
       t.node = node;
       opt_.trace->push_back(std::move(t));
     }
+    if (n.group_rank < 0) {  // an idle spare: no copy or rank of the job is hit
+      ++result_.spares_lost;
+      return;
+    }
+    NodeLost(n.group_rank);
+    fault_outstanding_ = true;
     // A rack, switch or power event takes the peer (the node its copies go to) along.
     if (!striking_peer_ && n.group_rank >= 0 && nnodes_ > 1 && Uniform() < p_.peer_loss_fraction) {
       const int slot = (n.group_rank + 1) % nnodes_;

@@ -82,6 +82,10 @@ std::string SimText(const SimParams& p, const FailureModel& m, const SimResult& 
        " a day), " + std::to_string(incidents) + " incidents, " + std::to_string(d.restarts) + " restarts, " +
        std::to_string(r.false_alarms) + " false alarms, " + std::to_string(r.replacements) +
        " nodes brought by the scheduler\n";
+  if (r.faults_on_spares > 0) {
+    o += "idle spares: " + std::to_string(r.faults_on_spares) + " faults drawn, " + std::to_string(r.spares_lost) +
+         " hosts lost (replaced), " + std::to_string(r.spares_broken) + " left broken until promoted\n";
+  }
   if (r.mtbf_s > 0) {
     o += "checkpoint interval: the first-order model (job MTBF " + Fmt("%.0f", r.mtbf_s) +
          " s as this run saw it, its downtime per failure) gives " + Fmt("%.1f", 100 * r.model_ettr) +
@@ -154,6 +158,9 @@ json SimJson(const SimParams& p, const FailureModel& m, const SimResult& r) {
           {"false_alarms", r.false_alarms},
           {"faults", r.faults},
           {"faults_while_down", r.faults_while_down},
+          {"faults_on_spares", r.faults_on_spares},
+          {"spares_lost", r.spares_lost},
+          {"spares_broken", r.spares_broken},
           {"replacements", r.replacements},
           {"sdc_redone_s", r.sdc_redone_s},
           {"state_s", r.state_s},

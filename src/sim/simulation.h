@@ -46,6 +46,7 @@ enum class Ev : std::uint8_t {
   kPlannedDown, // the node leaves for maintenance after the job's checkpoint
   kArrive,      // a node the scheduler brought registers
   kRepaired,    // an evicted or dead node is repaired: back in the scheduler's pool
+  kDisconnect,  // node: its host died; the transport closes its session (gRPC keepalive)
   kEnd,         // the simulated time is up
 };
 
@@ -217,6 +218,10 @@ class Simulation {
   void Report(int node);  // one heartbeat
   void ReportAll();
   void ScheduleNextFault();
+  // The node a fault strikes: a job node's slot or an idle spare, at
+  // random, bad nodes weighted up; -1: the drawn place is empty.
+  int PickNode();
+  int IdleSpare(int k) const;  // the k-th idle spare, -1: fewer
   void Inject(int category);
   void Strike(int node, int category, FailureSignal signal);
   void Crash(int node, int category);

@@ -168,6 +168,14 @@ void Simulation::Handle(const SimEvent& e) {
     case Ev::kRepaired:
       ++pool_left_;
       break;
+    case Ev::kDisconnect: {
+      Node& n = nodes_[e.node];
+      if (n.alive || !n.in_session) break;  // the controller closed it first
+      n.in_session = false;
+      SetHeard(e.node);
+      ctl_->OnDisconnect(static_cast<std::uint64_t>(e.node) + 1);
+      break;
+    }
     case Ev::kEnd:
       EndJob();
       break;

@@ -77,6 +77,11 @@ struct SimResult {
   std::int64_t events_stored = 0;
   int faults = 0;
   int faults_while_down = 0;      // drawn while the job was not running (only persistent ones matter)
+  // Drawn on an idle spare: its host lost (the transport closes its session,
+  // the scheduler brings another), or a persistent fault it takes into the
+  // job when promoted; a passing one hits no rank.
+  int faults_on_spares = 0;
+  int spares_lost = 0, spares_broken = 0;
   int replacements = 0;           // nodes the scheduler brought
   double sdc_redone_s = 0;        // work on corrupted state, redone from an older checkpoint: not in the report
   // Checkpoints: the intervals the saves followed last (auto: the

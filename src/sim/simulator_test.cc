@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include "sim/sim_output.h"
 #include "store/event_store.h"
@@ -264,6 +266,53 @@ TEST_F(SimulatorTest, AHostDeadAtTheEndIsFoundBeforeTheJobEnds) {
                     p);
   EXPECT_TRUE(r.finished) << r.why_not;
   EXPECT_LT(r.sim_s, 120);
+}
+
+// Idle spares fail at a job node's rate. A host lost while idle: the
+// transport closes its session, the controller records it and asks the
+// scheduler for another, so the job keeps its spares. A persistent fault
+// waits for the spare's promotion and fails its ranks 30 s after the first
+// step of the generation it joins; a passing one hits no rank.
+TEST_F(SimulatorTest, SparesFailWhileIdleAndTheJobKeepsItsSpares) {
+  SimParams p = Small();
+  p.spares = 8;  // as many as the job's nodes: half the faults strike a spare
+  p.days = 3;
+  const std::string down =
+      R"({"name": "down", "hardware": true, "per_1000_node_days": 400, "signals": {"node_down": 1}})";
+  SimResult r = Run(kXid79 + "," + down, p);
+  ASSERT_TRUE(r.finished) << r.why_not;
+  EXPECT_GT(r.faults_on_spares, 4);
+  EXPECT_GT(r.spares_lost, 0);
+  EXPECT_GT(r.spares_broken, 0);
+  EXPECT_LT(r.faults_on_spares, r.faults);
+  auto store = OpenSqliteEventStore((dir_ / "run0.db").string());
+  ASSERT_TRUE(store.ok());
+  auto events = store.value()->Events("sim");
+  ASSERT_TRUE(events.ok());
+  std::set<std::string> promoted;
+  std::map<std::int64_t, Nanos> first_step;  // generation -> its first step
+  int spare_lost = 0;
+  for (const Event& e : *events) {
+    if (e.kind == "spare_lost") {
+      ++spare_lost;
+      EXPECT_NE(e.message.find("the scheduler is asked for another"), std::string::npos) << e.message;
+    }
+    if (e.kind == "spare_promoted") promoted.insert(e.node);
+    if (e.kind == "first_step") first_step.emplace(e.generation, e.wall_ns);
+  }
+  // Every spare host lost was found (none in the job's last 30 s here).
+  EXPECT_EQ(spare_lost, r.spares_lost);
+  // A spare broken while idle fails 30 s into the generation it was promoted in.
+  int refaults = 0;
+  for (const Event& e : *events) {
+    if (e.kind != "failure" || !promoted.count(e.node)) continue;
+    auto first = first_step.find(e.generation);
+    if (first != first_step.end() && std::abs(e.wall_ns - first->second - 30 * kSecond) < 100 * kMillisecond) ++refaults;
+  }
+  EXPECT_GT(refaults, 0);
+  // Without spares nothing is drawn on one.
+  SimResult none = Run(kXid79 + "," + down);
+  EXPECT_EQ(none.faults_on_spares, 0);
 }
 
 TEST_F(SimulatorTest, SweepsWriteACsvRowAndAPlotPointPerRun) {
