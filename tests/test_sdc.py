@@ -17,6 +17,11 @@ STEPS = 200
 PLAIN_DDP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_ddp.py")
 
 
+def progression(first, stride, count):
+    """A replica set as the replica_sets event writes an arithmetic progression of ranks."""
+    return {"first": first, "stride": stride, "count": count}
+
+
 def command(tmp_path, *extra):
     return [PYTHON, EXAMPLE, "--steps", str(STEPS), "--ckpt-every", "20", "--step-delay", "0.02",
             "--ckpt-dir", str(tmp_path / "ckpt"), "--out", str(tmp_path / "sum"), *extra]
@@ -30,7 +35,7 @@ def test_a_rank_whose_parameters_silently_diverge_is_named_evicted_and_rolled_ba
     run.mkdir()
     job = Job(run, "sdc-flip", command(run, "--flip-at-step", "90", "--crash-rank", "2"), flags=["--spares", "1"])
     assert job.wait(300) == 0, job.output()[-3000:]
-    assert [e["detail"]["sets"] for e in job.events("replica_sets") if e["generation"] == 0] == [[[0, 1, 2, 3]]]
+    assert [e["detail"]["sets"] for e in job.events("replica_sets") if e["generation"] == 0] == [[progression(0, 1, 4)]]
     found = job.events("replica_divergence")
     assert len(found) == 1, job.event_lines()[-3000:]
     d = found[0]["detail"]
@@ -62,7 +67,7 @@ def test_a_rank_whose_parameters_silently_diverge_is_named_evicted_and_rolled_ba
 def test_a_healthy_job_compares_its_replicas_and_finds_nothing(tmp_path, no_leftovers):
     job = Job(tmp_path, "sdc-healthy", command(tmp_path))
     assert job.wait(300) == 0, job.output()[-3000:]
-    assert [e["detail"]["sets"] for e in job.events("replica_sets")] == [[[0, 1, 2, 3]]]
+    assert [e["detail"]["sets"] for e in job.events("replica_sets")] == [[progression(0, 1, 4)]]
     assert not job.events("replica_divergence") and not job.events("failure")
 
 
@@ -76,7 +81,8 @@ def test_a_tensor_and_pipeline_parallel_job_compares_data_parallel_peers_only(tm
     job = Job(tmp_path, "sdc-tp-pp-dp", [PYTHON, script, "--steps", "120", "--step-delay", "0.02", "--replicated-dp"],
               nnodes=4, nproc=2)
     assert job.wait(300) == 0, job.output()[-3000:]
-    assert [e["detail"]["sets"] for e in job.events("replica_sets")] == [[[0, 2], [1, 3], [4, 6], [5, 7]]]
+    assert [e["detail"]["sets"] for e in job.events("replica_sets")] == \
+        [[progression(0, 2, 2), progression(1, 2, 2), progression(4, 2, 2), progression(5, 2, 2)]]
     assert not job.events("replica_divergence") and not job.events("failure")
     assert not job.events("numeric_anomaly") and not job.events("numeric_spike")
 

@@ -13,6 +13,7 @@
 // checked step. Not thread-safe (the controller's thread).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <climits>
 #include <deque>
@@ -22,7 +23,18 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace trainguard {
+
+// Replica sets as JSON, small at any size: a set that is an arithmetic
+// progression of ranks (DDP: the world; TP x PP x DP: each coordinate's DP
+// peers) as {"first", "stride", "count"}, any other as its list of ranks.
+// (As lists, 100,000 ranks' sets took 600 KB in every generation's event.)
+nlohmann::json ReplicaSetJson(const std::vector<int>& set);
+nlohmann::json ReplicaSetsJson(const std::vector<std::vector<int>>& sets);
+// Reads both forms back; nullopt when malformed (a count over 10,000,000).
+std::optional<std::vector<std::vector<int>>> ReplicaSetsFromJson(const nlohmann::json& j);
 
 struct Divergence {
   std::int64_t step = -1;               // the first checked step the set disagreed at
@@ -72,7 +84,15 @@ class ReplicaCheck {
   void Learn();
 
   int world_size_ = 0;
-  std::vector<std::deque<std::pair<std::int64_t, std::uint64_t>>> kept_;  // by rank, ascending steps
+  // A rank's newest kKeep fingerprints, oldest first, in place (no
+  // allocation per fingerprint or per generation).
+  struct Kept {
+    std::array<std::pair<std::int64_t, std::uint64_t>, kKeep> ring;
+    std::uint8_t head = 0;  // the oldest
+    std::uint8_t size = 0;
+    const std::pair<std::int64_t, std::uint64_t>& operator[](std::size_t i) const { return ring[(head + i) % kKeep]; }
+  };
+  std::vector<Kept> kept_;  // by rank
   // Learning: the partition seen at the newest fully reported step.
   std::int64_t learn_checked_ = -1;
   int learn_steps_ = 0;  // common steps the learning examined

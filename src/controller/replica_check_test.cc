@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 namespace trainguard {
 namespace {
 
@@ -21,6 +23,25 @@ TEST(ReplicaCheckTest, AMinorityAmongFourReplicasIsNamedWithTheLastStepTheyAgree
   EXPECT_EQ(found[0].diverged, std::vector<int>{2});
   EXPECT_EQ(found[0].replicas, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_TRUE(c.Evaluate().empty()) << "reported once";
+}
+
+// The sets of 100,000 ranks (TP 8 x DP 12,500) are a few numbers each, and
+// read back as they were; any other set is its list; bad input is refused.
+TEST(ReplicaCheckTest, SetsAreWrittenSmallAtAnySizeAndReadBackTheSame) {
+  std::vector<std::vector<int>> sets(8);
+  for (int r = 0; r < 100000; ++r) sets[r % 8].push_back(r);
+  sets.push_back({3, 5, 11});  // not a progression
+  const nlohmann::json j = ReplicaSetsJson(sets);
+  EXPECT_LT(j.dump().size(), 500u);
+  EXPECT_EQ(j[1], (nlohmann::json{{"first", 1}, {"stride", 8}, {"count", 12500}}));
+  EXPECT_EQ(j[8], (nlohmann::json{3, 5, 11}));
+  EXPECT_EQ(ReplicaSetsFromJson(j), sets);
+  EXPECT_EQ(ReplicaSetsFromJson(nlohmann::json::parse("[[0, 1, 2, 3]]")), (std::vector<std::vector<int>>{{0, 1, 2, 3}}));
+  for (const char* bad : {R"({"first": 0})", R"([{"first": 0, "stride": 0, "count": 4}])",
+                          R"([{"first": 0, "stride": 1, "count": 1e12}])", R"([{"first": 0, "count": 4}])",
+                          R"([["a"]])", R"([{"first": -1, "stride": 1, "count": 2}])"}) {
+    EXPECT_FALSE(ReplicaSetsFromJson(nlohmann::json::parse(bad)).has_value()) << bad;
+  }
 }
 
 TEST(ReplicaCheckTest, TwoReplicasDisagreeWithoutACulprit) {

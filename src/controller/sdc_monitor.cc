@@ -18,9 +18,12 @@ using nlohmann::json;
 
 namespace {
 
+// At most 16 ranks, then how many in all: a line, not a world.
 std::string List(const std::vector<int>& ranks) {
+  constexpr std::size_t kShown = 16;
   std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  for (std::size_t i = 0; i < ranks.size() && i < kShown; ++i) out += (out.empty() ? "" : ", ") + std::to_string(ranks[i]);
+  if (ranks.size() > kShown) out += ", ... (" + std::to_string(ranks.size()) + " ranks)";
   return out;
 }
 
@@ -181,10 +184,16 @@ void SdcMonitor::CheckReplicas(const SdcJob& job, Nanos now_mono, Nanos now_wall
   const bool learned = !replicas_.replica_sets().empty();
   std::vector<Divergence> found = replicas_.Evaluate();
   if (!learned && !replicas_.replica_sets().empty()) {
-    json sets = replicas_.replica_sets();
+    const auto& learned_sets = replicas_.replica_sets();
+    json sets = ReplicaSetsJson(learned_sets);
+    std::string sizes = std::to_string(learned_sets.front().size());
+    for (const auto& set : learned_sets) {
+      if (std::to_string(set.size()) != sizes) sizes = "different numbers of";
+    }
     out->push_back(Said(EventKind::kReplicaSets, "", -1, -1,
-                        "parameter fingerprints: " + std::to_string(replicas_.replica_sets().size()) +
-                            " set(s) of replicas agree (" + sets.dump() + "), compared from now on",
+                        "parameter fingerprints: " + std::to_string(learned_sets.size()) + " set(s) of " + sizes +
+                            " replicas agree (the first: ranks " + List(learned_sets.front()) +
+                            "), compared from now on",
                         json{{"generation", generation_}, {"sets", sets}, {"agreed_through", replicas_.AgreedThrough()}}));
   }
   for (const Divergence& d : found) {
@@ -217,8 +226,15 @@ bool SdcMonitor::ReplayWentWrongEarlier(const Divergence& d) const {
 }
 
 void SdcMonitor::ActOnDivergence(const SdcJob& job, const Divergence& d, Nanos now_wall, SdcActions* out) {
+  // The diverged ranks' fingerprints and a few of the others' (a set can
+  // have thousands of members).
   json values = json::object();
-  for (const auto& [r, v] : d.values) values[std::to_string(r)] = Hex(v);
+  std::size_t others = 0;
+  for (const auto& [r, v] : d.values) {
+    const bool diverged = std::find(d.diverged.begin(), d.diverged.end(), r) != d.diverged.end();
+    if (diverged || d.diverged.empty() || others++ < 8) values[std::to_string(r)] = Hex(v);
+    if (values.size() >= 64) break;
+  }
   const std::vector<std::string> nodes = NodesOf(job, d.diverged);
   const bool two = d.diverged.empty();
   const std::string message =
@@ -230,7 +246,8 @@ void SdcMonitor::ActOnDivergence(const SdcJob& job, const Divergence& d, Nanos n
                 std::to_string(d.step) + " (all agreed after step " + std::to_string(d.last_agreed_step) +
                 "): silent data corruption suspected on its device";
   json detail = {{"step", d.step},        {"last_agreed_step", d.last_agreed_step},
-                 {"replicas", d.replicas}, {"diverged", d.diverged},
+                 {"replicas", ReplicaSetJson(d.replicas)}, {"replicas_total", d.replicas.size()},
+                 {"diverged", d.diverged},
                  {"fingerprints", values}, {"nodes", nodes}};
   // The state written after the last agreement may be corrupt: no checkpoint newer than it is resumed.
   ResumeAtMost(job, d.last_agreed_step, "the last at which the replicas' parameters agreed");

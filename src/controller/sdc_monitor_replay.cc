@@ -55,7 +55,7 @@ void SdcMonitor::Replay(EventKind kind, std::int64_t generation, std::int64_t st
       break;
     case EventKind::kReplicaSets:
       if (generation == generation_) {
-        replayed_sets_ = Field<std::vector<std::vector<int>>>(detail, "sets").value_or(std::vector<std::vector<int>>{});
+        replayed_sets_ = ReplicaSetsFromJson(detail.value("sets", json())).value_or(std::vector<std::vector<int>>{});
         replayed_agreed_ = Field<std::int64_t>(detail, "agreed_through").value_or(-1);
       }
       break;

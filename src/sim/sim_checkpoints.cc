@@ -27,9 +27,27 @@ void Simulation::StartSteps(std::int64_t g, Nanos launched, Nanos now) {
   bool both_lost = false;
   for (int s : lost_slots_) both_lost = both_lost || lost_slots_.count((s + 1) % nnodes_) > 0;
   std::int64_t from = -1;
+  std::int64_t stored = -1;  // with a rollback bound: storage's newest save within it
   bool from_storage = true;
   if (g == 0) {
     from = -1;
+  } else if (resume_at_most_ >= 0) {
+    // The controller's bound after replicas diverged: the newest save no
+    // newer, from storage, the nodes' memory (the newest two) or, for a lost
+    // node, its peer's.
+    for (const auto& [at, step] : ckpt_.storage_saves) {
+      if (step <= resume_at_most_) stored = std::max(stored, step);
+    }
+    std::int64_t memory = -1;
+    if (MemoryTier() && lost_slots_.empty()) {
+      for (std::int64_t step : {ckpt_.local, ckpt_.local_prev}) {
+        if (step <= resume_at_most_) memory = std::max(memory, step);
+      }
+    } else if (MemoryTier() && !both_lost && ckpt_.peer <= resume_at_most_) {
+      memory = ckpt_.peer;
+    }
+    from_storage = memory < stored;
+    from = std::max(stored, memory);
   } else if (sdc_since_ >= 0) {
     // The memory copies were saved after the corruption began: storage's
     // newest save from before it.
@@ -47,7 +65,11 @@ void Simulation::StartSteps(std::int64_t g, Nanos launched, Nanos now) {
   // The new generation's saves replace whatever the failed one left past its restore point.
   if (g > 0) {
     ckpt_.local = ckpt_.peer = from;
-    if (sdc_since_ >= 0) {  // saves from the corruption on are corrupt, in storage too
+    ckpt_.local_prev = -1;
+    if (resume_at_most_ >= 0) {  // saves past the bound are set aside
+      ckpt_.storage = stored;
+      while (!ckpt_.storage_saves.empty() && ckpt_.storage_saves.back().second > from) ckpt_.storage_saves.pop_back();
+    } else if (sdc_since_ >= 0) {  // saves from the corruption on are corrupt, in storage too
       ckpt_.storage = from;
       while (!ckpt_.storage_saves.empty() && ckpt_.storage_saves.back().first >= sdc_since_) {
         ckpt_.storage_saves.pop_back();
@@ -94,6 +116,7 @@ void Simulation::Save(Nanos now) {
   gen_.seg_step = n;
   gen_.seg_t = now + wait;
   if (MemoryTier()) {
+    ckpt_.local_prev = ckpt_.local;
     ckpt_.local = n;
     Schedule(gen_.seg_t + Sec(p_.peer_copy_s), Ev::kPeerCopied, static_cast<int>(gen_.g), n);
   }

@@ -139,6 +139,22 @@ void Simulation::Strike(int node, int category, FailureSignal signal) {
     return;
   }
   if (signal == FailureSignal::kSdc) {
+    // A defect that stays (a stuck-at fault, a "mercurial" core) corrupts
+    // every step, the optimizer's included: its rank's parameters leave its
+    // replicas', and its next fingerprint shows it. A single upset in the
+    // forward or backward pass is summed into every replica by the
+    // gradients' all-reduce: it shows only as a NaN loss, later.
+    if (n.broken == category && Fingerprinted()) {
+      if (n.sdc_local < 0) n.sdc_local = static_cast<int>(Uniform() * nproc_);
+      if (sdc_rank_ >= 0) return;  // one diverged rank at a time: the first is found
+      sdc_rank_ = n.group_rank * nproc_ + n.sdc_local;
+      sdc_step_ = StepAt(now) + 1;
+      sdc_category_ = category;
+      const std::int64_t k = p_.fingerprint_every;
+      const std::int64_t taken = (sdc_step_ + k - 1) / k * k;
+      Schedule(StepTime(taken) + Sec(p_.heartbeat_interval_s), Ev::kSdcShows, -1, gen_.g);
+      return;
+    }
     if (sdc_since_ < 0) sdc_since_ = now;
     Schedule(now + Sec(model_.categories[category].latency_hours * 3600), Ev::kSdcNan, node, category);
     return;

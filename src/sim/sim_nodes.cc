@@ -137,6 +137,47 @@ void Simulation::FillRanks(int i, Nanos now, google::protobuf::RepeatedPtrField<
   }
 }
 
+std::uint64_t Simulation::Fingerprint(int global, std::int64_t step) const {
+  // The same for every replica of one part of the model (ranks equal modulo
+  // model_parallel) at one step; a diverged rank's differs from then on.
+  std::uint64_t x = static_cast<std::uint64_t>(step) * 0x9E3779B97F4A7C15ULL +
+                    static_cast<std::uint64_t>(global % p_.ModelParallel());
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;  // splitmix64's finaliser
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  x ^= x >> 31;
+  return global == sdc_rank_ && step >= sdc_step_ ? ~x : x;
+}
+
+void Simulation::AddFingerprints(int i, Nanos now, google::protobuf::RepeatedPtrField<v1::RankStatus>* ranks) {
+  if (!Fingerprinted()) return;
+  const std::int64_t step = StepAt(now), k = p_.fingerprint_every;
+  auto multiple_from = [k](std::int64_t s) { return (s + k - 1) / k * k; };  // steps are >= 0
+  // A heartbeat carries the newest (the agent sends those taken since its
+  // last report: the round's steps would all agree), the one before it too
+  // when a diverged rank's shows (the bound of the rollback is the step
+  // before); the generation's first two once, with a node's first
+  // heartbeat: the replicas are learned in a generation's first steps, not
+  // a round later.
+  std::vector<std::int64_t> steps;
+  Node& n = nodes_[i];
+  const std::int64_t first = multiple_from(gen_.first_no);
+  if (n.fp_generation != gen_.g && first + k <= step) {
+    steps = {first, first + k};
+    n.fp_generation = gen_.g;
+  }
+  const std::int64_t newest = step / k * k;
+  for (std::int64_t s : {sdc_rank_ >= 0 ? newest - k : newest, newest}) {
+    if (s >= first && (steps.empty() || s > steps.back())) steps.push_back(s);
+  }
+  for (auto& r : *ranks) {
+    for (std::int64_t s : steps) {
+      v1::Fingerprint* f = r.add_fingerprints();
+      f->set_step(s);
+      f->set_value(Fingerprint(r.global_rank(), s));
+    }
+  }
+}
+
 void Simulation::Report(int i) {
   const Node& n = nodes_[i];
   if (!n.alive || !n.in_session || !n.ranks_running || n.generation != gen_.g) return;
@@ -145,6 +186,7 @@ void Simulation::Report(int i) {
   hb->set_generation(n.generation);
   Nanos now = clock_.MonotonicNanos();
   FillRanks(i, now, hb->mutable_ranks(), false);
+  AddFingerprints(i, now, hb->mutable_ranks());
   hb->set_sent_unix_ms(Wall(now) / kMillisecond);
   Deliver(i, std::move(heartbeat_));
 }
@@ -170,8 +212,16 @@ void Simulation::OnCommand(int i, const v1::ControllerMessage& msg) {
       if (static_cast<int>(slot_node_.size()) <= s.group_rank()) slot_node_.resize(s.group_rank() + 1, -1);
       slot_node_[s.group_rank()] = i;
       if (gen_.g != s.generation()) {
+        // After replicas diverged the controller bounds the restore (trainguard.Checkpointer honours it).
+        auto bound = s.env().find("TRAINGUARD_RESUME_AT_MOST");
+        resume_at_most_ = bound == s.env().end() ? -1 : std::stoll(bound->second);
         StartSteps(s.generation(), now, now);
         sdc_since_ = -1;
+        // A new generation starts from one checkpoint everywhere (DDP
+        // broadcasts rank 0's parameters): no replica is diverged.
+        sdc_rank_ = -1;
+        sdc_step_ = -1;
+        sdc_category_ = -1;
         Schedule(gen_.first, Ev::kFirstStep, -1, gen_.g);
       }
       Schedule(now + 50 * kMillisecond, Ev::kStarted, i, s.generation());

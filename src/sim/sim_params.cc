@@ -50,6 +50,8 @@ Status SimParams::MergeJson(const std::string& text, const std::string& origin) 
       {"import_s_per_node", [&](const json& v) { return number("import_s_per_node", v, &import_s_per_node); }},
       {"store_s_per_rank", [&](const json& v) { return number("store_s_per_rank", v, &store_s_per_rank); }},
       {"nccl_init_s_per_rank", [&](const json& v) { return number("nccl_init_s_per_rank", v, &nccl_init_s_per_rank); }},
+      {"fingerprint_every", [&](const json& v) { double d; TG_RETURN_IF_ERROR(whole("fingerprint_every", v, &d)); fingerprint_every = static_cast<int>(d); return Status::Ok(); }},
+      {"model_parallel", [&](const json& v) { double d; TG_RETURN_IF_ERROR(whole("model_parallel", v, &d)); model_parallel = static_cast<int>(d); return Status::Ok(); }},
       {"diagnose_s", [&](const json& v) { return number("diagnose_s", v, &diagnose_s); }},
       {"diagnose", [&](const json& v) {
          if (!v.is_string()) return InvalidArgument(origin + ": diagnose: expected \"off\", \"quick\" or \"full\", got " + v.dump());
@@ -100,6 +102,11 @@ Status SimParams::Validate() const {
   for (auto [name, v] : {std::pair{"import_s_per_node", import_s_per_node}, {"store_s_per_rank", store_s_per_rank},
                          {"nccl_init_s_per_rank", nccl_init_s_per_rank}}) {
     if (!(v >= 0)) return bad(name, "must be 0 or more");
+  }
+  if (fingerprint_every < 0) return bad("fingerprint_every", "must be 0 (off) or more");
+  if (model_parallel < 0 || model_parallel > gpus || gpus % ModelParallel() != 0) {
+    return bad("model_parallel", std::to_string(ModelParallel()) + " does not divide the " + std::to_string(gpus) +
+                                     " GPUs into whole copies of the model (0: one node's GPUs)");
   }
   if (diagnose_s < 0) return bad("diagnose_s", "must be 0 or more");
   if (diagnose != "off" && diagnose != "quick" && diagnose != "full") return bad("diagnose", "must be off, quick or full");

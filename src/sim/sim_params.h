@@ -52,6 +52,15 @@ struct SimParams {
   double import_s_per_node = 0;     // imports from a shared file system without a cache
   double store_s_per_rank = 0;      // the rendezvous store's set-up (TCPStore)
   double nccl_init_s_per_rank = 0;  // NCCL's communicator set-up on its default path
+  // Silent corruption (docs/sdc.md): the ranks' parameter fingerprints,
+  // taken every `fingerprint_every` steps (0: off; the instrumentation's
+  // choice at 5 s steps is every step), are compared among data-parallel
+  // replicas. Each `model_parallel` consecutive ranks (TP x PP x CP) hold
+  // one copy of the model between them; 0: one node's GPUs (tensor
+  // parallel within the node). Equal to gpus: no replicas (FSDP over the
+  // whole job), nothing to compare.
+  int fingerprint_every = 1;
+  int model_parallel = 0;
   double diagnose_s = 2.12;   // measured: the quick suite on one node (bench/diag_bench.py)
   std::string diagnose = "off";
   int spares = 0;              // hot spares registered with the job
@@ -65,6 +74,7 @@ struct SimParams {
   int max_restarts = -1;            // -1: unlimited
   int no_progress_restarts = 3;
 
+  int ModelParallel() const { return model_parallel > 0 ? model_parallel : gpus_per_node; }
   // Launch -> first step for `nodes` nodes: restart_s and the terms that grow with the job.
   double LaunchS(int nodes) const {
     return restart_s + import_s_per_node * nodes + (store_s_per_rank + nccl_init_s_per_rank) * gpus;

@@ -41,6 +41,7 @@ enum class Ev : std::uint8_t {
   kStopped,     // node: its ranks stopped (Stopped)
   kDiagnosed,   // node: its diagnostics answer
   kSdcNan,      // the corruption shows: the loss is NaN
+  kSdcShows,    // a diverged rank's fingerprint is taken: every node reports (a heartbeat later)
   kRefault,     // a persistent fault strikes again after a start
   kHangReport,  // every node reports the hung state (a second after the hang)
   kPlannedDown, // the node leaves for maintenance after the job's checkpoint
@@ -150,6 +151,8 @@ class Simulation {
     FailureSignal broken_signal = FailureSignal::kCrash;
     int down_category = -1;  // why its host went down
     int struck = -1;         // the category that last struck it: its kernel log shows it (Stopped)
+    int sdc_local = -1;      // the GPU of a corrupting defect that stays (a persistent sdc)
+    std::int64_t fp_generation = -1;  // the generation whose first fingerprints it reported
     bool planned = false;    // it left for planned maintenance
     int group_rank = -1;
     std::int64_t generation = -1;
@@ -178,6 +181,7 @@ class Simulation {
   // The job's checkpoints, across generations (sim_checkpoints.cc).
   struct Checkpoints {
     std::int64_t local = -1;    // the newest save in its nodes' memory
+    std::int64_t local_prev = -1;  // the one before it, also kept there
     std::int64_t peer = -1;     // the newest whose push to the peers ended
     std::int64_t storage = -1;  // the newest whole in storage
     Nanos persist_until = 0;    // when the write to storage under way ends
@@ -215,6 +219,11 @@ class Simulation {
   void Connect(int node);
   void Deliver(int node, v1::AgentMessage&& msg);  // its contents are taken
   void FillRanks(int node, Nanos now, google::protobuf::RepeatedPtrField<v1::RankStatus>* out, bool started);
+  // Fingerprints are compared when they are taken and each set of
+  // replicas has a strict majority (3 or more).
+  bool Fingerprinted() const { return p_.fingerprint_every > 0 && p_.gpus / p_.ModelParallel() >= 3; }
+  std::uint64_t Fingerprint(int global, std::int64_t step) const;
+  void AddFingerprints(int node, Nanos now, google::protobuf::RepeatedPtrField<v1::RankStatus>* ranks);
   void Report(int node);  // one heartbeat
   void ReportAll();
   void ScheduleNextFault();
@@ -268,6 +277,12 @@ class Simulation {
   std::uint64_t seq_ = 0;
   bool fault_outstanding_ = true;  // tick finely (the first start counts)
   Nanos sdc_since_ = -1;           // corruption under way since (mono), -1: none
+  // A defect that diverged a rank's parameters from its replicas': the rank,
+  // the first step it diverged at, the category (-1: none).
+  int sdc_rank_ = -1;
+  std::int64_t sdc_step_ = -1;
+  int sdc_category_ = -1;
+  std::int64_t resume_at_most_ = -1;  // the controller's rollback bound in the Start (-1: none)
   int pool_left_ = 0;
   bool ending_ = false;
   v1::AgentMessage scratch_;

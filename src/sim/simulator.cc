@@ -146,6 +146,20 @@ void Simulation::Handle(const SimEvent& e) {
       Crash(node, static_cast<int>(e.a));
       break;
     }
+    case Ev::kSdcShows: {
+      // The diverged rank's fingerprint is taken: every node's next
+      // heartbeat carries its ranks' (the replica check needs them all).
+      if (e.a != gen_.g || gen_.frozen <= now || sdc_rank_ < 0) break;
+      const std::int64_t k = p_.fingerprint_every;
+      if (StepAt(now) / k * k < sdc_step_) {  // a save held the steps up
+        Schedule(now + Sec(p_.step_s), Ev::kSdcShows, -1, e.a);
+        break;
+      }
+      if (!gen_cause_.count(gen_.g)) gen_cause_[gen_.g] = sdc_category_;
+      fault_outstanding_ = true;
+      ReportAll();
+      break;
+    }
     case Ev::kRefault: {
       Node& n = nodes_[e.node];
       if (n.broken < 0 || n.generation != e.a || !n.alive) break;

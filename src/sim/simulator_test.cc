@@ -9,6 +9,8 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/sim_output.h"
 #include "store/event_store.h"
 
@@ -313,6 +315,54 @@ TEST_F(SimulatorTest, SparesFailWhileIdleAndTheJobKeepsItsSpares) {
   // Without spares nothing is drawn on one.
   SimResult none = Run(kXid79 + "," + down);
   EXPECT_EQ(none.faults_on_spares, 0);
+}
+
+// A GPU with a defect that stays corrupts every step: its rank's parameter
+// fingerprints leave its replicas' at once. The controller's replica check
+// names it, the node is evicted and the job resumes from no checkpoint
+// newer than the replicas' last agreement. Without fingerprints the same
+// defect shows only as a NaN loss an hour later, again after every restart.
+TEST_F(SimulatorTest, ADefectThatCorruptsAgainIsFoundByItsFingerprintsAndEvicted) {
+  const std::string sdc =
+      R"({"name": "sdc", "hardware": true, "per_1000_node_days": 400, "signals": {"sdc": 1}, "persistent": 1,
+          "latency_hours": 1, "exit_code": 1, "log_tail": ["RuntimeError: loss is nan, stopping training"]})";
+  SimParams p = Small();
+  p.memory_interval_s = 20;  // saves to memory every 20 s, to storage every 10 min
+  SimResult found = Run(sdc, p);
+  ASSERT_TRUE(found.finished) << found.why_not;
+  const SimCategoryStats& c = found.categories[0];
+  ASSERT_GT(c.incidents, 3);
+  EXPECT_EQ(c.evictions, c.incidents);
+  EXPECT_EQ(c.hardware_agrees, c.incidents);
+  EXPECT_EQ(found.sdc_redone_s, 0);  // nothing went unseen
+  for (const auto& inc : found.report.incidents) {
+    EXPECT_EQ(inc.value("failure_kind", ""), "replica_divergence") << inc.dump();
+  }
+  auto store = OpenSqliteEventStore((dir_ / "run0.db").string());
+  ASSERT_TRUE(store.ok());
+  auto events = store.value()->Events("sim");
+  ASSERT_TRUE(events.ok());
+  std::map<std::int64_t, std::int64_t> bound;  // generation -> the last step its replicas agreed at
+  std::map<std::int64_t, std::int64_t> resumed;  // generation -> the step it resumed from
+  for (const Event& e : *events) {
+    auto d = nlohmann::json::parse(e.detail_json, nullptr, false);
+    if (e.kind == "failure" && d.contains("resume_at_most")) bound[e.generation] = d["resume_at_most"].get<std::int64_t>();
+    if (e.kind == "first_step" && d.contains("resumed_step")) resumed[e.generation] = d["resumed_step"].get<std::int64_t>();
+  }
+  ASSERT_GT(bound.size(), 3u);
+  int near = 0;
+  for (const auto& [g, at_most] : bound) {
+    ASSERT_TRUE(resumed.count(g + 1)) << g;
+    EXPECT_LE(resumed[g + 1], at_most) << g;
+    // From the peer's memory when its newest copy is within the bound, else
+    // from storage (the evicted node's own copies are gone with it).
+    if (resumed[g + 1] >= at_most - 20 / p.step_s - 1) ++near;
+  }
+  EXPECT_GT(near, static_cast<int>(bound.size()) / 2);
+  p.fingerprint_every = 0;
+  SimResult blind = Run(sdc, p);
+  EXPECT_GT(blind.sdc_redone_s, 3600);
+  EXPECT_LT(blind.ettr_true, found.ettr_true - 0.1) << blind.ettr_true << " " << found.ettr_true;
 }
 
 TEST_F(SimulatorTest, SweepsWriteACsvRowAndAPlotPointPerRun) {
