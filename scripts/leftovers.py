@@ -87,23 +87,30 @@ def left_behind(before, after, ignore=()):
     return out
 
 
-def _descendants():
-    """(pid, command line) of this process's live descendants."""
-    parent_of, command = {}, {}
+def processes():
+    """(pid, the fields of /proc/PID/stat after the command's name, command
+    line) of every live process (tests/conftest.py uses it too)."""
     for pid in _entries("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open("/proc/%s/stat" % pid) as f:
-                rest = f.read().rsplit(")", 1)[1].split()
+                fields = f.read().rsplit(")", 1)[1].split()
             with open("/proc/%s/cmdline" % pid, "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
+        yield int(pid), fields, cmd
+
+
+def _descendants():
+    """(pid, command line) of this process's live descendants."""
+    parent_of, command = {}, {}
+    for pid, rest, cmd in processes():
         if rest[0] in ("Z", "X"):
             continue
-        parent_of[int(pid)] = int(rest[1])
-        command[int(pid)] = cmd
+        parent_of[pid] = int(rest[1])
+        command[pid] = cmd
     me, found = os.getpid(), []
     for pid in parent_of:
         up, seen = parent_of[pid], 0

@@ -19,6 +19,8 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from leftovers import processes  # noqa: E402  (the walk over /proc, shared)
 BUILD = os.environ.get("TRAINGUARD_BUILD", os.path.join(ROOT, "build"))
 TRAINGUARD = os.path.join(BUILD, "trainguard")
 EXAMPLE = os.path.join(ROOT, "examples", "train_ddp.py")
@@ -95,25 +97,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.serial)
 
 
-def _processes():
-    """(pid, the fields of /proc/PID/stat after the command's name, command line) of every live process."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % pid) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        yield int(pid), fields, cmd
-
-
 def _cpu_snapshot():
     """{pid: (cpu seconds, command)} of every process, and the machine's /proc/stat CPU line."""
     tick = os.sysconf("SC_CLK_TCK")
-    procs = {pid: ((int(fields[11]) + int(fields[12])) / tick, cmd[:160]) for pid, fields, cmd in _processes()}
+    procs = {pid: ((int(fields[11]) + int(fields[12])) / tick, cmd[:160]) for pid, fields, cmd in processes()}
     with open("/proc/stat") as f:
         machine = [int(x) for x in f.readline().split()[1:]]
     return procs, machine
@@ -240,7 +227,7 @@ def status_page_step(job_id, node, rank, agent_pid=None):
 def processes_mentioning(token):
     """Pids of live processes whose command line contains `token`."""
     me = os.getpid()
-    return [pid for pid, fields, cmd in _processes() if pid != me and token in cmd and fields[0] != "Z"]
+    return [pid for pid, fields, cmd in processes() if pid != me and token in cmd and fields[0] != "Z"]
 
 
 _next_port = []

@@ -184,6 +184,18 @@ int Agent::RunLoop() {
     error_ = "cannot create run directory " + config_.run_dir + ": " + ec.message();
     return 1;
   }
+  // What agents killed on this host (SIGKILL, the OOM killer) could not
+  // remove: status pages no process holds, and node-memory checkpoint copies
+  // whose agent is gone (gigabytes a rank, in /dev/shm: a full /dev/shm
+  // fails the next job's NCCL).
+  const int pages = RemoveStalePages(config_.shm_dir, "trainguard-", 10);
+  const int copies = RemoveOrphanedCopies(config_.shm_dir);
+  if (pages + copies > 0) {
+    std::fprintf(stderr,
+                 "trainguard agent %s: removed %d status page(s) and %d checkpoint copy director%s in %s that "
+                 "agents killed on this host left\n",
+                 config_.node_id.c_str(), pages, copies, copies == 1 ? "y" : "ies", config_.shm_dir.c_str());
+  }
   peer_server_ = std::make_unique<PeerServer>();
   if (Status s = peer_server_->Start(config_.address); !s.ok()) {
     std::fprintf(stderr, "trainguard agent: warning: %s; this node's network is not probed\n", s.message().c_str());

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 #include <sys/mount.h>
 #include <sys/vfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -140,6 +143,36 @@ TEST_F(MemoryPeerTest, AStoreOfItsOwnIsATmpfsThatGoesWithIt) {
 TEST_F(MemoryPeerTest, TheFallbackDirectoryIsRemovedWithTheStore) {
   { auto s = Store("fallback"); Write(s->Root() + "/x", "1"); EXPECT_EQ(s->Root(), (dir_ / "fallback").string()); }
   EXPECT_FALSE(fs::exists(dir_ / "fallback"));
+}
+
+// An agent killed (SIGKILL) cannot remove its fallback directory: the next
+// agent on the host does, once nothing holds the lock inside it and it is
+// 10 s old. A live agent's directory, one of an agent from before the lock
+// and one just made stay.
+TEST_F(MemoryPeerTest, AKilledAgentsCopiesAreRemovedByTheNextAgentAndNoOneElses) {
+  auto live = Store("trainguard-j-n0-100-checkpoints");
+  Write(live->Root() + "/step-000000000010/save-1-1/rank-0.data", "live");
+  const fs::path killed = dir_ / "trainguard-j-n1-101-checkpoints";
+  pid_t child = fork();
+  if (child == 0) {
+    MemoryStore store(dir_.string(), false);
+    if (store.Open(killed.filename().string()).ok()) Write(store.Root() + "/step-000000000010/save-1-1/rank-1.data", "x");
+    raise(SIGKILL);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  Write((dir_ / "trainguard-j-n2-102-checkpoints" / "step-000000000010" / "save-1-1" / "rank-2.data").string(), "old");
+  ASSERT_TRUE(fs::exists(killed / "step-000000000010" / "save-1-1" / "rank-1.data"));
+  EXPECT_EQ(RemoveOrphanedCopies(dir_.string()), 0);  // just made: it may be a directory not yet locked
+  const auto past = fs::file_time_type::clock::now() - std::chrono::seconds(20);
+  fs::last_write_time(killed / ".agent-lock", past);
+  fs::last_write_time(fs::path(live->Root()) / ".agent-lock", past);
+  EXPECT_EQ(RemoveOrphanedCopies(dir_.string()), 1);
+  EXPECT_FALSE(fs::exists(killed));
+  EXPECT_EQ(Read(live->Root() + "/step-000000000010/save-1-1/rank-0.data"), "live");
+  EXPECT_TRUE(fs::exists(dir_ / "trainguard-j-n2-102-checkpoints"));
 }
 
 TEST_F(MemoryPeerTest, APeerKeepsTheNewestPushedStepsAndAReplacementFetchesThem) {

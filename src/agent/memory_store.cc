@@ -1,10 +1,12 @@
 #include "agent/memory_store.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -129,6 +131,40 @@ bool ParseCopyPath(const std::string& relative, CopyPath* out) {
 MemoryStore::MemoryStore(std::string fallback_parent, bool try_own_tmpfs)
     : fallback_parent_(std::move(fallback_parent)), try_own_tmpfs_(try_own_tmpfs) {}
 
+namespace {
+constexpr const char* kOwnerLock = ".agent-lock";
+constexpr auto kOrphanMinAge = std::chrono::seconds(10);
+}  // namespace
+
+int RemoveOrphanedCopies(const std::string& parent) {
+  int removed = 0;
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string suffix = "-checkpoints";
+    if (name.rfind("trainguard-", 0) != 0 || name.size() <= suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      continue;
+    }
+    const std::string lock = entry.path().string() + "/" + kOwnerLock;
+    std::error_code time_ec;
+    const auto made = fs::last_write_time(lock, time_ec);
+    if (time_ec || now - made < kOrphanMinAge) continue;  // none (an older agent's), or just made
+    const int fd = open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    // Its agent holds a shared lock while it lives; the kernel drops it
+    // when the agent ends, however it ends, in whatever pid namespace.
+    const bool orphaned = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (orphaned) {
+      std::error_code rm_ec;
+      if (fs::remove_all(entry.path(), rm_ec) > 0 && !rm_ec) ++removed;
+    }
+    close(fd);
+  }
+  return removed;
+}
+
 MemoryStore::~MemoryStore() {
   if (mount_fd_ >= 0) {
     close(mount_fd_);
@@ -136,6 +172,7 @@ MemoryStore::~MemoryStore() {
     std::error_code ec;
     fs::remove_all(root_, ec);
   }
+  if (owner_fd_ >= 0) close(owner_fd_);
 }
 
 Status MemoryStore::Open(const std::string& name) {
@@ -154,6 +191,17 @@ Status MemoryStore::Open(const std::string& name) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return IoError("node memory copies: cannot make " + dir + ": " + ec.message());
+  // Held while the store lives: an agent starting on this host later knows
+  // the directory is in use (RemoveOrphanedCopies).
+  const std::string owner = dir + "/" + kOwnerLock;
+  owner_fd_ = open(owner.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (owner_fd_ < 0 || flock(owner_fd_, LOCK_SH) != 0) {
+    Status failed = IoError("node memory copies: cannot lock " + owner + ": " + std::strerror(errno));
+    if (owner_fd_ >= 0) close(owner_fd_);
+    owner_fd_ = -1;
+    fs::remove_all(dir, ec);
+    return failed;
+  }
   root_ = dir;
   return Status::Ok();
 }

@@ -49,6 +49,14 @@ inline constexpr const char* kCopyKinds[] = {"json", "data", "commit"};
 // Parses `relative`; false for anything else (no "..", no extra parts, canonical names only).
 bool ParseCopyPath(const std::string& relative, CopyPath* out);
 
+// Removes the fallback directories in `parent` (trainguard-*-checkpoints)
+// whose agent is gone: nothing holds the lock file inside, made 10 s ago or
+// more (a directory being made has no lock held for an instant). An agent
+// killed (SIGKILL, the OOM killer) leaves its node's checkpoint copies in
+// /dev/shm, gigabytes a rank, until this runs: every agent runs it when it
+// starts. Returns how many went.
+int RemoveOrphanedCopies(const std::string& parent);
+
 class MemoryStore {
  public:
   // `fallback_parent`: where the directory goes when no tmpfs of its own can be made.
@@ -95,6 +103,7 @@ class MemoryStore {
   mutable std::mutex mu_;
   std::string root_;
   int mount_fd_ = -1;      // the detached tmpfs (-1: the fallback directory)
+  int owner_fd_ = -1;      // the fallback directory's kOwnerLock, held shared while the store lives
   bool huge_ = false;
   std::string why_fallback_;
 };

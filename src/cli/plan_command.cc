@@ -52,10 +52,7 @@ int PlanCommand(const SimCommandOptions& o) {
   if (!model.ok()) return fail(model.status());
   SimParams base;
   base.days = 7;  // each candidate's run; --days sets it
-  json flags = json::object();
-  for (const auto& [name, value] : o.set) flags[name] = value;
-  if (Status s = base.MergeJson(flags.dump(), "the command line"); !s.ok()) return fail(s);
-  if (base.gpus_per_node == 0) base.gpus_per_node = model->gpus_per_node;
+  if (Status s = MergeSimFlags(o, *model, &base); !s.ok()) return fail(s);
   if (Status s = base.Validate(); !s.ok()) return fail(InvalidArgument("parameter " + s.message()));
   auto rules = LoadRulesFor({});
   if (!rules.ok()) return fail(rules.status());

@@ -68,12 +68,7 @@ int SimCommand(const SimCommandOptions& o) {
     Status s = base.MergeJson(*text, o.params_file);
     if (!s.ok()) return fail(s);
   }
-  json flags = json::object();
-  for (const auto& [name, value] : o.set) flags[name] = value;
-  if (!o.diagnose.empty()) flags["diagnose"] = o.diagnose;
-  if (!o.checkpoint_policy.empty()) flags["checkpoint_policy"] = o.checkpoint_policy;
-  if (Status s = base.MergeJson(flags.dump(), "the command line"); !s.ok()) return fail(s);
-  if (base.gpus_per_node == 0) base.gpus_per_node = model->gpus_per_node;
+  if (Status s = MergeSimFlags(o, *model, &base); !s.ok()) return fail(s);
 
   std::vector<Run> runs = {{base, {}}};
   for (const auto& spec : o.sweep) {

@@ -8,11 +8,23 @@
 #include <cstring>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/cli_support.h"
 
 namespace trainguard {
 
 namespace fs = std::filesystem;
+
+Status MergeSimFlags(const SimCommandOptions& o, const FailureModel& model, SimParams* params) {
+  nlohmann::json flags = nlohmann::json::object();
+  for (const auto& [name, value] : o.set) flags[name] = value;
+  if (!o.diagnose.empty()) flags["diagnose"] = o.diagnose;
+  if (!o.checkpoint_policy.empty()) flags["checkpoint_policy"] = o.checkpoint_policy;
+  TG_RETURN_IF_ERROR(params->MergeJson(flags.dump(), "the command line"));
+  if (params->gpus_per_node == 0) params->gpus_per_node = model.gpus_per_node;
+  return Status::Ok();
+}
 
 // A shipped model by name (next to the binary, or installed), or a file.
 StatusOr<FailureModel> ResolveFailureModel(const std::string& name) {

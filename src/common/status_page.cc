@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -32,12 +33,17 @@ long StatusPageAgent(const std::string& name) {
   return std::stol(pid);
 }
 
-int RemoveStalePages(const std::string& dir, const std::string& prefix) {
+int RemoveStalePages(const std::string& dir, const std::string& prefix, int min_age_s) {
   int removed = 0;
   std::error_code ec;
+  const auto now = std::filesystem::file_time_type::clock::now();
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) == 0 && StatusPageAgent(name) > 0 && RemoveIfStale(entry.path().string())) ++removed;
+    if (name.rfind(prefix, 0) != 0 || StatusPageAgent(name) <= 0) continue;
+    std::error_code time_ec;
+    const auto written = entry.last_write_time(time_ec);
+    if (min_age_s > 0 && (time_ec || now - written < std::chrono::seconds(min_age_s))) continue;
+    if (RemoveIfStale(entry.path().string())) ++removed;
   }
   return removed;
 }

@@ -154,9 +154,11 @@ long StatusPageAgent(const std::string& name);
 // created it (MappedStatusPage::Create holds a lock while the page lives) is
 // gone. Returns whether it removed it.
 bool RemoveIfStale(const std::string& path);
-// RemoveIfStale on every page in `dir` whose name starts with `prefix`;
+// RemoveIfStale on every page in `dir` whose name starts with `prefix` and
+// that was last written `min_age_s` or more ago (a page being made is not
+// locked yet for an instant: a sweep over other agents' pages waits);
 // returns how many went.
-int RemoveStalePages(const std::string& dir, const std::string& prefix);
+int RemoveStalePages(const std::string& dir, const std::string& prefix, int min_age_s = 0);
 
 // Writes a fresh, empty page into `page` (agent side, before the rank starts).
 void InitStatusPage(StatusPage* page);

@@ -1,6 +1,8 @@
 #include "common/status_page.h"
 
 #include <gtest/gtest.h>
+
+#include <chrono>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,6 +58,15 @@ TEST(StatusPageTest, OnlyAPageNobodyHoldsIsRemovedAsStale) {
   EXPECT_FALSE(std::filesystem::exists(left));
   EXPECT_FALSE(std::filesystem::exists(killed));
   EXPECT_TRUE(std::filesystem::exists(other));  // another job's: not asked
+  // A sweep over other agents' pages leaves those written lately (one
+  // being made is not locked yet for an instant).
+  const std::string fresh = dir + "/" + StatusPageName("k", "n2", 104, 0);
+  { auto page = MappedStatusPage::Create(fresh); ASSERT_TRUE(page.ok()); }
+  EXPECT_EQ(RemoveStalePages(dir, "trainguard-", 10), 0);
+  std::filesystem::last_write_time(fresh, std::filesystem::file_time_type::clock::now() - std::chrono::seconds(20));
+  EXPECT_EQ(RemoveStalePages(dir, "trainguard-", 10), 1);
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  EXPECT_TRUE(std::filesystem::exists(held));
   live = MappedStatusPage();                     // the holder lets go
   EXPECT_TRUE(RemoveIfStale(held));
 }

@@ -152,18 +152,21 @@ void Simulation::AddFingerprints(int i, Nanos now, google::protobuf::RepeatedPtr
   if (!Fingerprinted()) return;
   const std::int64_t step = StepAt(now), k = p_.fingerprint_every;
   auto multiple_from = [k](std::int64_t s) { return (s + k - 1) / k * k; };  // steps are >= 0
-  // A heartbeat carries the newest (the agent sends those taken since its
-  // last report: the round's steps would all agree), the one before it too
-  // when a diverged rank's shows (the bound of the rollback is the step
-  // before); the generation's first two once, with a node's first
-  // heartbeat: the replicas are learned in a generation's first steps, not
-  // a round later.
+  // Fingerprints travel where a comparison can find something (a real
+  // agent sends each one; between these every replica's is the same, and
+  // 100,000 more a round would only confirm it): a node's first heartbeat
+  // of a generation carries the generation's first two (the replicas are
+  // learned from them, in its first steps, not a round later) and the
+  // newest; while a rank is diverged, every heartbeat carries the newest
+  // and the one before (the rollback's bound is the step before).
   std::vector<std::int64_t> steps;
   Node& n = nodes_[i];
   const std::int64_t first = multiple_from(gen_.first_no);
   if (n.fp_generation != gen_.g && first + k <= step) {
     steps = {first, first + k};
     n.fp_generation = gen_.g;
+  } else if (sdc_rank_ < 0) {
+    return;
   }
   const std::int64_t newest = step / k * k;
   for (std::int64_t s : {sdc_rank_ >= 0 ? newest - k : newest, newest}) {
