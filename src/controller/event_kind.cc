@@ -42,13 +42,14 @@ const std::vector<EventKindInfo>& EventKinds() {
        "its Unix time, time since launch, `warm`, `resumed_step` (the checkpoint the rank says it restored)"},
       {EventKind::kReplicaSets, "replica_sets",
        "the parameter fingerprints of a generation showed which ranks are replicas (docs/sdc.md)",
-       "`generation`, `sets` (lists of global ranks), `agreed_through` (a restarted controller keeps "
-       "comparing them from there)"},
+       "`generation`, `sets` (each an arithmetic progression of global ranks as `first`, `stride`, `count`, any "
+       "other set as its list), `agreed_through` (a restarted controller keeps comparing them from there)"},
       {EventKind::kReplicaDivergence, "replica_divergence",
        "a rank's parameter fingerprint differs from its replicas' (docs/sdc.md); a `failure` of kind "
        "`replica_divergence` follows",
-       "`step`, `last_agreed_step`, `replicas`, `diverged` (empty: two replicas, no majority), "
-       "`fingerprints` by rank, `nodes`, `resume_at_most`; `replay` when the step is replayed to confirm "
+       "`step`, `last_agreed_step`, `replicas` (the set, as in `replica_sets`), `replicas_total`, `diverged` "
+       "(empty: two replicas, no majority), `fingerprints` by rank (the diverged ranks' and up to 8 others', 64 "
+       "at most), `nodes`, `resume_at_most`; `replay` when the step is replayed to confirm "
        "(two replicas)"},
       {EventKind::kNumericAnomaly, "numeric_anomaly",
        "NaN/Inf in ranks' losses or gradient norms at the first step any rank had one (docs/sdc.md); a "
