@@ -93,9 +93,15 @@ def test_plan_recommends_settings_that_beat_the_defaults(tmp_path):
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     knobs = [c["knob"] for c in j["candidates"]]
-    assert knobs[0] == "defaults" and {"checkpoints", "spares", "hang timeout"} <= set(knobs), knobs
-    assert j["ettr"] >= j["defaults_ettr"] and j["ettr"] == max(c["ettr"] for c in j["candidates"])
+    assert knobs[0] == "defaults" and {"checkpoints", "spares", "hang timeout", "stragglers"} <= set(knobs), knobs
+    # Chosen by goodput (ETTR less what slow nodes cost): the best candidate's.
+    assert j["goodput"] >= j["defaults_goodput"] and j["goodput"] == max(c["goodput"] for c in j["candidates"])
+    for c in j["candidates"]:
+        s = c["sim"]
+        slowed = s["stragglers"]["slowed_s"] / s["report"]["wall_s"]
+        assert abs(c["goodput"] - (c["ettr"] - slowed - s["sdc_redone_s"] / s["report"]["wall_s"])) < 1e-9, c
     assert "--checkpoint-policy" in j["recommended"] and "--hang-timeout" in j["recommended"]
+    assert "--straggler-action" in j["recommended"]
     svg = (tmp_path / "plan.svg").read_text()
     assert svg.startswith("<svg") and svg.count("<rect") == len(j["candidates"])
     assert not os.listdir(temp), "the candidates' stores were left behind"

@@ -182,6 +182,7 @@ struct SimCommandOptions {
   std::map<std::string, double> set;  // parameters given as flags (name -> value)
   std::string diagnose;          // "" = the params'
   std::string checkpoint_policy;  // "" = the params'
+  std::string straggler_action;   // "" = the params'
   std::vector<std::string> sweep;  // NAME=V1,V2,... (each a parameter)
   std::string out = ".";         // where a sweep writes sim-sweep.csv and sim-sweep.svg
   std::string store;             // keep the simulated job's store here ("" = a temporary one)

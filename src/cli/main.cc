@@ -447,6 +447,9 @@ Command AddSim(CLI::App& app) {
   cmd->add_option("--checkpoint-policy", sim->checkpoint_policy,
                   "fixed (the intervals given) or auto (the controller's checkpoint plan); default fixed")
       ->check(CLI::IsMember({"fixed", "auto"}));
+  cmd->add_option("--straggler-action", sim->straggler_action,
+                  "report (an event; default) or evict (replace the slow node: a restart)")
+      ->check(CLI::IsMember({"report", "evict"}));
   cmd->add_option("--sweep", sim->sweep,
                   "NAME=V1,V2,... a parameter's values (repeatable: every combination runs); writes "
                   "sim-sweep.csv and sim-sweep.svg (ETTR against gpus) to --out");

@@ -1,8 +1,9 @@
 // trainguard plan: the settings to launch a job with, from the simulator
 // (docs/checkpoint_policy.md). From the defaults, each knob in turn — how the
-// job checkpoints, its spares, its hang timeout — is simulated at a few
-// values (the same failures for every candidate: one seed) and the best
-// kept; the table says what each gave.
+// job checkpoints, its spares, its hang timeout, what a straggler gets — is
+// simulated at a few values (the same failures for every candidate: one
+// seed) and the best kept, by goodput (ETTR less the time slow nodes cost
+// and the work redone after corruption); the table says what each gave.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -78,13 +79,13 @@ int PlanCommand(const SimCommandOptions& o) {
   Candidate best;
   auto try_knob = [&](std::vector<Candidate> cs) -> Status {
     int winner = -1;
-    double ettr = best.result.report.ettr;
+    double goodput = best.result.ettr_true;
     for (std::size_t i = 0; i < cs.size(); ++i) {
       auto done = simulate(cs[i]);
       if (!done.ok()) return done.status();
       cs[i] = std::move(done.value());
-      if (cs[i].result.report.ettr > ettr) {
-        ettr = cs[i].result.report.ettr;
+      if (cs[i].result.ettr_true > goodput) {
+        goodput = cs[i].result.ettr_true;
         winner = static_cast<int>(i);
       }
     }
@@ -135,6 +136,12 @@ int PlanCommand(const SimCommandOptions& o) {
     cs.push_back({"hang timeout", std::to_string(static_cast<int>(t)) + " s", p, {}});
   }
   if (Status s = try_knob(cs); !s.ok()) return fail(s);
+  // Stragglers: replacing a slow node costs a restart; keeping it, the job's pace while it lasts.
+  if (model->stragglers.enabled() && best.params.straggler_action != "evict") {
+    p = best.params;
+    p.straggler_action = "evict";
+    if (Status s = try_knob({{"stragglers", "evict (replace a node named slow)", p, {}}}); !s.ok()) return fail(s);
+  }
 
   const Candidate& first = all.front();
   const Candidate& chosen = best;
@@ -149,27 +156,33 @@ int PlanCommand(const SimCommandOptions& o) {
     recommended += " (trainguard.Checkpointer(save_every=\"auto\"))";
   }
   recommended += " --spares " + std::to_string(chosen.params.spares) + " --hang-timeout " +
-                 std::to_string(static_cast<int>(chosen.params.hang_timeout_s));
+                 std::to_string(static_cast<int>(chosen.params.hang_timeout_s)) + " --straggler-action " +
+                 chosen.params.straggler_action;
   if (o.json) {
     json rows = json::array();
     for (const auto& c : all) {
       rows.push_back({{"knob", c.knob}, {"setting", c.setting}, {"kept", c.kept}, {"ettr", c.result.report.ettr},
-                      {"sim", SimJson(c.params, *model, c.result)}});
+                      {"goodput", c.result.ettr_true}, {"sim", SimJson(c.params, *model, c.result)}});
     }
     std::printf("%s\n", json{{"candidates", rows}, {"recommended", recommended},
-                             {"ettr", chosen.result.report.ettr}, {"defaults_ettr", first.result.report.ettr}}
+                             {"ettr", chosen.result.report.ettr}, {"defaults_ettr", first.result.report.ettr},
+                             {"goodput", chosen.result.ettr_true}, {"defaults_goodput", first.result.ettr_true}}
                             .dump(2)
                             .c_str());
   } else {
     std::printf("trainguard plan: %s\n\n", head);
-    std::printf("  %-14s %-78s %8s %9s\n", "knob", "setting", "ETTR", "vs dflt");
+    std::printf("  %-14s %-78s %8s %8s %9s\n", "knob", "setting", "ETTR", "goodput", "vs dflt");
     for (const auto& c : all) {
-      std::printf("%s %-14s %-78s %8s %+8.1f\n", c.kept ? "*" : " ", c.knob.c_str(), c.setting.substr(0, 78).c_str(),
-                  Percent(c.result.report.ettr).c_str(), 100 * (c.result.report.ettr - first.result.report.ettr));
+      std::printf("%s %-14s %-78s %8s %8s %+8.1f\n", c.kept ? "*" : " ", c.knob.c_str(), c.setting.substr(0, 78).c_str(),
+                  Percent(c.result.report.ettr).c_str(), Percent(c.result.ettr_true).c_str(),
+                  100 * (c.result.ettr_true - first.result.ettr_true));
     }
-    std::printf("  (*: better than the best before it, carried into the next knob)\n\nrecommended: %s\n  ETTR %s against %s with the defaults\n",
+    std::printf("  (goodput: ETTR less the time slow nodes cost and work redone after corruption; *: a better goodput "
+                "than the best before it, carried into the next knob)\n\nrecommended: %s\n  ETTR %s against %s with "
+                "the defaults; goodput %s against %s\n",
                 recommended.c_str(), Percent(chosen.result.report.ettr).c_str(),
-                Percent(first.result.report.ettr).c_str());
+                Percent(first.result.report.ettr).c_str(), Percent(chosen.result.ettr_true).c_str(),
+                Percent(first.result.ettr_true).c_str());
     if (chosen.params.checkpoint_policy == "auto") {
       std::printf("  checkpoints: %s\n", CheckpointLine(chosen.params, chosen.result).c_str());
     }
@@ -178,7 +191,7 @@ int PlanCommand(const SimCommandOptions& o) {
   fs::create_directories(o.out, ec);
   const fs::path svg = fs::path(o.out) / "plan.svg";
   std::vector<EttrBar> bars;
-  for (const auto& c : all) bars.push_back({c.knob + ": " + c.setting, c.result.report.ettr, c.kept});
+  for (const auto& c : all) bars.push_back({c.knob + ": " + c.setting, c.result.ettr_true, c.kept});
   std::ofstream(svg) << BarsSvg(bars, "trainguard plan: " + std::string(head));
   std::fprintf(stderr, "trainguard plan: wrote %s\n", svg.c_str());
   return 0;

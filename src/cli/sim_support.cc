@@ -21,6 +21,7 @@ Status MergeSimFlags(const SimCommandOptions& o, const FailureModel& model, SimP
   for (const auto& [name, value] : o.set) flags[name] = value;
   if (!o.diagnose.empty()) flags["diagnose"] = o.diagnose;
   if (!o.checkpoint_policy.empty()) flags["checkpoint_policy"] = o.checkpoint_policy;
+  if (!o.straggler_action.empty()) flags["straggler_action"] = o.straggler_action;
   TG_RETURN_IF_ERROR(params->MergeJson(flags.dump(), "the command line"));
   if (params->gpus_per_node == 0) params->gpus_per_node = model.gpus_per_node;
   return Status::Ok();

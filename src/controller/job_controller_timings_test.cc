@@ -90,13 +90,13 @@ TEST_F(JobControllerTest, StepTimingsAreTakenInWhileTheJobsLockIsHeld) {
   controller_->OnMessage(1, reg);
   Register(1);
   ASSERT_EQ(controller_->state(), JobState::kRunning);
-  Timings(1, 0, 1, 0, 1);  // the generation's first rows: a try at its layout, under the lock
+  Timings(1, 0, 1, 0, 2);  // a step's worth of rows (2 ranks): a try at its layout, under the lock
   gated->Shut();
   const int sent = gated->entered();
   std::thread ticker([&] { controller_->Tick(); });  // probes the clocks: stuck in node0's send
   ASSERT_TRUE(gated->WaitEntered(sent + 1));
   auto timings = std::async(std::launch::async, [&] {
-    Timings(1, 0, 1, 1, 3);
+    Timings(1, 0, 1, 2, 3);
     v1::AgentMessage echo;
     echo.mutable_clock_echo()->set_controller_unix_us(clock_.WallNanos() / 1000);
     echo.mutable_clock_echo()->set_agent_unix_us(clock_.WallNanos() / 1000 + 2'000'000);

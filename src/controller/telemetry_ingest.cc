@@ -36,7 +36,10 @@ void TelemetryIngest::StartGeneration(std::int64_t generation, int world) {
   data_wait_.Reset();
   timings_dropped_.clear();  // agents count their losses per generation
   rows_this_generation_ = 0;
-  layout_next_try_rows_ = 0;
+  // The first try once a step's worth of rows came: before, most ranks have
+  // not reported their groups, and a try reads every rank (100,000 in a big
+  // job) under the job's lock.
+  layout_next_try_rows_ = world;
   found_ = TelemetryFindings{};
 }
 

@@ -155,11 +155,15 @@ TEST_F(TelemetryIngestTest, LostTimingsAreSaidOncePerCountAndAgainInTheNextGener
 
 TEST_F(TelemetryIngestTest, TheLayoutIsDueEveryTenStepsWorthUntilRecorded) {
   TelemetryIngest& in = Make(2, 0);
-  ASSERT_TRUE(in.OnTimings(1, Steps(0, 0, 0, 1)));  // the first rows: a first try
-  EXPECT_EQ(in.TakeFindings().layout_due, std::optional<bool>(false));
-  in.OnTimings(2, Steps(1, 0, 0, 18));  // 19 rows of 2 ranks: not 10 steps' worth since
+  // One rank's first row: the other has not reported its groups (a try
+  // would read every rank of the job for nothing).
+  EXPECT_FALSE(in.OnTimings(1, Steps(0, 0, 0, 1)));
   EXPECT_FALSE(in.TakeFindings().layout_due);
-  in.OnTimings(2, Steps(1, 0, 18, 20));
+  ASSERT_TRUE(in.OnTimings(2, Steps(1, 0, 0, 1)));  // a step's worth: a first try
+  EXPECT_EQ(in.TakeFindings().layout_due, std::optional<bool>(false));
+  in.OnTimings(2, Steps(1, 0, 1, 19));  // 20 rows of 2 ranks: not 10 steps' worth since
+  EXPECT_FALSE(in.TakeFindings().layout_due);
+  in.OnTimings(2, Steps(1, 0, 19, 21));
   EXPECT_EQ(in.TakeFindings().layout_due, std::optional<bool>(false));
   in.OnTimings(1, Steps(0, 0, 1, 200));  // past 100 steps' worth: as it is
   EXPECT_EQ(in.TakeFindings().layout_due, std::optional<bool>(true));

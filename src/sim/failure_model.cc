@@ -171,6 +171,36 @@ Status ParseCategory(const Fields& f, double basis_node_days, FailureCategory* c
   return Status::Ok();
 }
 
+// [low, high], both within [lo, hi], low <= high.
+Status Range(const Fields& f, const std::string& field, double lo, double hi, double* low, double* high) {
+  if (!f.Has(field)) return Status::Ok();
+  const json& v = f.Raw(field);
+  if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number()) {
+    return f.Error(field, "expected [low, high], got " + v.dump());
+  }
+  const double a = v[0].get<double>(), b = v[1].get<double>();
+  if (!(a >= lo && b <= hi && a <= b)) {
+    std::ostringstream s;
+    s << "expected " << lo << " <= low <= high <= " << hi << ", got " << v.dump();
+    return f.Error(field, s.str());
+  }
+  *low = a;
+  *high = b;
+  return Status::Ok();
+}
+
+Status ParseStragglers(const Fields& f, StragglerModel* m) {
+  TG_RETURN_IF_ERROR(f.OnlyKnown({"per_1000_node_days", "slowdown", "minutes", "on_node", "source", "notes"}));
+  double r = 0;
+  TG_RETURN_IF_ERROR(f.Number("per_1000_node_days", 0, 1e6, &r, true));
+  m->per_node_day = r / 1000;
+  TG_RETURN_IF_ERROR(Range(f, "slowdown", 1.001, 100, &m->slowdown_min, &m->slowdown_max));
+  TG_RETURN_IF_ERROR(Range(f, "minutes", 1e-3, 1e6, &m->minutes_min, &m->minutes_max));
+  TG_RETURN_IF_ERROR(f.Number("on_node", 0, 1, &m->on_node));
+  TG_RETURN_IF_ERROR(f.String("source", &m->source));
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<FailureModel> FailureModel::Parse(const std::string& text, const std::string& origin) {
@@ -178,7 +208,8 @@ StatusOr<FailureModel> FailureModel::Parse(const std::string& text, const std::s
   if (doc.is_discarded()) return InvalidArgument(origin + ": not valid JSON");
   if (!doc.is_object()) return InvalidArgument(origin + ": expected a JSON object");
   Fields top(doc, "", origin);
-  TG_RETURN_IF_ERROR(top.OnlyKnown({"name", "source", "notes", "basis", "gpus_per_node", "bad_nodes", "categories"}));
+  TG_RETURN_IF_ERROR(top.OnlyKnown({"name", "source", "notes", "basis", "gpus_per_node", "bad_nodes", "categories",
+                                    "stragglers"}));
   FailureModel m;
   TG_RETURN_IF_ERROR(top.String("name", &m.name, true));
   TG_RETURN_IF_ERROR(top.String("source", &m.source, true));
@@ -199,6 +230,11 @@ StatusOr<FailureModel> FailureModel::Parse(const std::string& text, const std::s
     TG_RETURN_IF_ERROR(b.OnlyKnown({"fraction", "rate_multiplier", "notes"}));
     TG_RETURN_IF_ERROR(b.Number("fraction", 0, 1, &m.bad_node_fraction, true));
     TG_RETURN_IF_ERROR(b.Number("rate_multiplier", 1, 1e6, &m.bad_node_multiplier, true));
+  }
+  if (top.Has("stragglers")) {
+    Fields st(json::object(), "", origin);
+    TG_RETURN_IF_ERROR(top.Object("stragglers", &st));
+    TG_RETURN_IF_ERROR(ParseStragglers(st, &m.stragglers));
   }
   if (!top.Has("categories") || !doc["categories"].is_array() || doc["categories"].empty()) {
     return top.Error("categories", "expected a non-empty list");

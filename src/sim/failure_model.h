@@ -25,6 +25,12 @@
 // after `repair_hours`. `bad_nodes` makes a share of the nodes fail
 // `rate_multiplier` times as often (the bad-node subpopulation).
 //
+// `stragglers` (optional) are not failures: a node slows down (a throttled
+// GPU, a busy CPU, a degraded link) and, training being synchronous, the
+// whole job with it, for a while. They are drawn apart from the failures
+// (their own random stream: a model without them fails the same way) and
+// enter neither the MTBF nor the categories.
+//
 // Pure data: no clock, no I/O but Load's read.
 #pragma once
 
@@ -54,6 +60,21 @@ struct FailureCategory {
   std::vector<std::string> kernel_lines;
 };
 
+// Fail-slow: a node's steps take `slowdown` times as long (log-uniform over
+// [slowdown_min, slowdown_max]) for a time log-uniform over [minutes_min,
+// minutes_max]. `on_node` is the share that shows in the node's own compute
+// time, where the straggler detector compares it with its peers'; the rest
+// (a degraded link, congestion) lengthens every node's collectives alike and
+// names no node.
+struct StragglerModel {
+  double per_node_day = 0;
+  double slowdown_min = 1.1, slowdown_max = 1.5;
+  double minutes_min = 0.5, minutes_max = 600;
+  double on_node = 0.5;
+  std::string source;
+  bool enabled() const { return per_node_day > 0; }
+};
+
 struct FailureModel {
   std::string name;
   std::string source;
@@ -61,6 +82,7 @@ struct FailureModel {
   double bad_node_fraction = 0;
   double bad_node_multiplier = 1;
   std::vector<FailureCategory> categories;
+  StragglerModel stragglers;
 
   double PerNodeDay() const;  // all categories together
   // Parses a model; errors name the file, the field and what is wrong.

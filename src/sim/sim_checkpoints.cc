@@ -76,8 +76,10 @@ void Simulation::StartSteps(std::int64_t g, Nanos launched, Nanos now) {
       }
     }
   }
+  CountSlowed(now);  // the generation that ends
   gen_ = Gen{};
   gen_.g = g;
+  gen_.step_s = p_.step_s;
   gen_.launched = launched;
   gen_.restored = from;
   const double restore_s = g == 0 || from < 0 ? 0 : from_storage ? p_.restore_storage_s : p_.restore_memory_s;
@@ -92,7 +94,7 @@ void Simulation::ScheduleSave() {
   const double every = MemoryTier() ? memory_every_s_ : storage_every_s_;
   const std::int64_t k = std::max<std::int64_t>(1, std::llround(every / p_.step_s));
   gen_.save_step = gen_.seg_step + k;
-  Schedule(StepTime(gen_.save_step) + Sec(p_.checkpoint_blocked_s), Ev::kCheckpoint, -1, gen_.g);
+  ScheduleCheckpointEvent();
 }
 
 void Simulation::Save(Nanos now) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <vector>
 
 namespace trainguard {
 
@@ -75,7 +76,12 @@ std::string SimText(const SimParams& p, const FailureModel& m, const SimResult& 
   const double days = d.wall_s / 86400;
   o += "\nETTR " + Fmt("%.1f", 100 * d.ettr) + " %  (productive " + Fmt("%.2f", d.productive_s / 86400) + " of " +
        Fmt("%.2f", days) + " days)";
-  if (r.sdc_redone_s > 0) o += "; counting work on corrupted state, redone: " + Fmt("%.1f", 100 * r.ettr_true) + " %";
+  if (r.sdc_redone_s > 0 || r.slowed_s > 0) {
+    o += "; goodput " + Fmt("%.1f", 100 * r.ettr_true) + " %, counting " +
+         (r.sdc_redone_s > 0 && r.slowed_s > 0 ? "work on corrupted state, redone, and the time slow nodes cost"
+          : r.sdc_redone_s > 0                 ? "work on corrupted state, redone"
+                                               : "the time slow nodes cost");
+  }
   o += "\n";
   int incidents = static_cast<int>(d.incidents.size());
   o += "failures: " + std::to_string(r.faults) + " drawn (" + Fmt("%.1f", days > 0 ? r.faults / days : 0) +
@@ -85,6 +91,25 @@ std::string SimText(const SimParams& p, const FailureModel& m, const SimResult& 
   if (r.faults_on_spares > 0) {
     o += "idle spares: " + std::to_string(r.faults_on_spares) + " faults drawn, " + std::to_string(r.spares_lost) +
          " hosts lost (replaced), " + std::to_string(r.spares_broken) + " left broken until promoted\n";
+  }
+  if (r.slowdowns > 0) {
+    int visible = 0, named = 0;
+    std::vector<double> soon;
+    for (const auto& s : r.slowdown_list) {
+      if (!s.in_job || !s.visible) continue;
+      ++visible;
+      if (s.named_s >= 0) {
+        ++named;
+        soon.push_back(s.named_s);
+      }
+    }
+    std::sort(soon.begin(), soon.end());
+    o += "stragglers: " + std::to_string(r.slowdowns) + " slowdowns drawn, " + std::to_string(r.slowdowns_in_job) +
+         " on nodes of the job (" + std::to_string(visible) + " in the node's compute, the rest in every node's "
+         "collectives); the job ran slowed " + Fmt("%.2f", r.slow_s / 3600) + " h, costing " +
+         Fmt("%.2f", r.slowed_s / 3600) + " h; named " + std::to_string(named) + " of " + std::to_string(visible) +
+         (soon.empty() ? std::string() : ", median " + Fmt("%.0f", soon[soon.size() / 2]) + " s after it began") +
+         ", " + std::to_string(r.named_wrongly) + " healthy nodes named; action " + p.straggler_action + "\n";
   }
   if (r.mtbf_s > 0) {
     o += "checkpoint interval: the first-order model (job MTBF " + Fmt("%.0f", r.mtbf_s) +
@@ -142,7 +167,14 @@ json SimJson(const SimParams& p, const FailureModel& m, const SimResult& r) {
           {"finished", r.finished},
           {"why_not", r.why_not},
           {"ettr", r.report.ettr},
-          {"ettr_counting_sdc", r.ettr_true},
+          {"goodput", r.ettr_true},
+          {"stragglers", {{"action", p.straggler_action},
+                          {"slowdowns", r.slowdowns},
+                          {"slowdowns_in_job", r.slowdowns_in_job},
+                          {"slow_s", r.slow_s},
+                          {"slowed_s", r.slowed_s},
+                          {"named", r.stragglers_named},
+                          {"named_wrongly", r.named_wrongly}}},
           {"checkpoints", {{"policy", p.checkpoint_policy},
                            {"memory_interval_s", r.memory_interval_s},
                            {"storage_interval_s", r.storage_interval_s},
@@ -266,7 +298,7 @@ std::string BarsSvg(const std::vector<EttrBar>& cs, const std::string& title) {
     o += "<text x=\"" + std::to_string(left + static_cast<int>(e * width) + 5) + "\" y=\"" + std::to_string(y + 15) +
          "\">" + Fmt("%.1f %%", 100 * e) + "</text>\n";
   }
-  o += "<text x=\"10\" y=\"" + std::to_string(h - 8) + "\">ETTR of each candidate (dark: kept)</text>\n</svg>\n";
+  o += "<text x=\"10\" y=\"" + std::to_string(h - 8) + "\">goodput of each candidate: ETTR less the time slow nodes cost and work redone after corruption (dark: kept)</text>\n</svg>\n";
   return o;
 }
 

@@ -62,6 +62,11 @@ Status SimParams::MergeJson(const std::string& text, const std::string& origin) 
       {"replacement_s", [&](const json& v) { return number("replacement_s", v, &replacement_s); }},
       {"pool", [&](const json& v) { double d; TG_RETURN_IF_ERROR(whole("pool", v, &d)); pool = static_cast<int>(d); return Status::Ok(); }},
       {"hang_timeout_s", [&](const json& v) { return number("hang_timeout_s", v, &hang_timeout_s); }},
+      {"straggler_action", [&](const json& v) {
+         if (!v.is_string()) return InvalidArgument(origin + ": straggler_action: expected \"report\" or \"evict\", got " + v.dump());
+         straggler_action = v.get<std::string>();
+         return Status::Ok();
+       }},
       {"heartbeat_interval_s", [&](const json& v) { return number("heartbeat_interval_s", v, &heartbeat_interval_s); }},
       {"missed_heartbeats", [&](const json& v) { double d; TG_RETURN_IF_ERROR(whole("missed_heartbeats", v, &d)); missed_heartbeats = static_cast<int>(d); return Status::Ok(); }},
       {"rendezvous_timeout_s", [&](const json& v) { return number("rendezvous_timeout_s", v, &rendezvous_timeout_s); }},
@@ -116,6 +121,7 @@ Status SimParams::Validate() const {
   if (hang_timeout_s <= 2 * step_s) {
     return bad("hang_timeout_s", "must exceed two steps (step_s): every healthy rank would be hung");
   }
+  if (straggler_action != "report" && straggler_action != "evict") return bad("straggler_action", "must be report or evict");
   if (!(heartbeat_interval_s > 0)) return bad("heartbeat_interval_s", "must be above 0");
   if (missed_heartbeats < 1) return bad("missed_heartbeats", "must be 1 or more");
   if (rendezvous_timeout_s < 0) return bad("rendezvous_timeout_s", "must be 0 (automatic) or more");

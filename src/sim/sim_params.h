@@ -68,6 +68,10 @@ struct SimParams {
   int pool = -1;               // nodes the scheduler can bring before repairs return some; -1: unlimited
   // Detection knobs (JobConfig's defaults).
   double hang_timeout_s = 300;
+  // What a straggler gets (the failure model's stragglers): "report" (an
+  // event, the job goes on at its pace) or "evict" (the node is replaced
+  // once the detector has seen it slow long enough; a restart).
+  std::string straggler_action = "report";
   double heartbeat_interval_s = 1;
   int missed_heartbeats = 5;
   double rendezvous_timeout_s = 0;  // 0: max(300 s, 2 x replacement_s)

@@ -4,7 +4,9 @@
 // them. Split by concern: sim_nodes.cc (the nodes, their links and the
 // scheduler), sim_faults.cc (failures drawn and struck), sim_checkpoints.cc
 // (steps, saves to the memory and storage tiers, the restore point),
-// simulator.cc (the event loop, the end of the job and the tally).
+// sim_stragglers.cc (nodes that slow the job, and the timings the straggler
+// detector sees), simulator.cc (the event loop, the end of the job and the
+// tally).
 #pragma once
 
 #include <cmath>
@@ -48,6 +50,10 @@ enum class Ev : std::uint8_t {
   kArrive,      // a node the scheduler brought registers
   kRepaired,    // an evicted or dead node is repaired: back in the scheduler's pool
   kDisconnect,  // node: its host died; the transport closes its session (gRPC keepalive)
+  kSlow,        // the next straggler strikes (drawn when the one before struck)
+  kPreWatch,    // the next straggler's place starts sending timings (its baseline)
+  kSlowEnd,     // node: its slowdown `a` ends
+  kTimings,     // the watched nodes send their steps' timings (a: the generation)
   kEnd,         // the simulated time is up
 };
 
@@ -70,6 +76,11 @@ class ReportEvents final : public EventListener {
  public:
   void OnEvent(const Event& e) override {
     ++recorded;
+    if (e.kind == "straggler") {
+      stragglers.push_back(e);
+      named.insert(e.node);
+    }
+    if (e.kind == "straggler_cleared") named.erase(e.node);
     if (e.kind == "job_created" || e.kind == "first_step" || e.kind == "failure" || e.kind == "stopped" ||
         e.kind == "attribution" || e.kind == "decision" || e.kind == "downtime" || e.kind == "job_succeeded" ||
         e.kind == "job_failed" || e.kind == "checkpoint_plan") {
@@ -77,6 +88,8 @@ class ReportEvents final : public EventListener {
     }
   }
   std::vector<Event> kept;
+  std::vector<Event> stragglers;  // the detector's namings
+  std::set<std::string> named;    // nodes named and not cleared
   std::int64_t recorded = 0;
 };
 
@@ -106,7 +119,7 @@ class SimProvider final : public NodeProvider {
 class Simulation {
  public:
   Simulation(const SimParams& p, const FailureModel& m, const SimOptions& o)
-      : p_(p), model_(m), opt_(o), rng_(p.seed), provider_(this) {
+      : p_(p), model_(m), opt_(o), rng_(p.seed), provider_(this), slow_rng_(p.seed * 0x9E3779B97F4A7C15ULL + 7) {
     nproc_ = p.gpus_per_node;
     nnodes_ = p.gpus / p.gpus_per_node;
     memory_every_s_ = p.memory_interval_s;
@@ -120,6 +133,15 @@ class Simulation {
       s.hardware = c.hardware;
       result_.categories.push_back(s);
     }
+    if (model_.stragglers.enabled()) {
+      // Their evictions, beside the failures' categories.
+      SimCategoryStats s;
+      s.name = "straggler";
+      s.hardware = true;
+      straggler_category_ = static_cast<int>(result_.categories.size());
+      result_.categories.push_back(s);
+    }
+    gen_.step_s = p.step_s;
   }
 
   StatusOr<SimResult> Run();
@@ -152,6 +174,9 @@ class Simulation {
     int down_category = -1;  // why its host went down
     int struck = -1;         // the category that last struck it: its kernel log shows it (Stopped)
     int sdc_local = -1;      // the GPU of a corrupting defect that stays (a persistent sdc)
+    double slow = 1;         // its steps take this many times as long (a straggler)
+    bool slow_visible = false;  // in its own compute (else in every node's collectives)
+    std::int64_t slow_id = -1;  // the slowdown's (its end event carries it)
     std::int64_t fp_generation = -1;  // the generation whose first fingerprints it reported
     bool planned = false;    // it left for planned maintenance
     int group_rank = -1;
@@ -169,12 +194,18 @@ class Simulation {
     bool hung = false;
     int hang_rank = -1;
     std::int64_t restored = -1;  // the checkpoint it resumed from (-1: none)
-    // Its steps, one every step_s: step seg_step ended at seg_done, the next
-    // one runs from seg_t (later by a save's blocking); the ranks wait after
-    // save_step until that save ends its blocking.
+    // Its steps, one every step_s (the slowest node's pace): step seg_step
+    // ended at seg_done, the next one runs from seg_t (later by a save's
+    // blocking); the ranks wait after save_step until that save ends its
+    // blocking (the save's event carries save_token).
     std::int64_t seg_step = 0;
     Nanos seg_done = kNever, seg_t = kNever;
+    double step_s = 0;
+    double slowdown = 1;      // step_s over the healthy step
+    bool slow_visible = false;  // the slowest node's slowdown is in its compute
+    Nanos slow_mark = 0;      // the slowed time is counted up to here
     std::int64_t save_step = std::numeric_limits<std::int64_t>::max();
+    int save_token = 0;
     std::int64_t saves = 0;  // the ranks' saves and the time they blocked
     Nanos blocked = 0;
   };
@@ -195,11 +226,11 @@ class Simulation {
     t = std::min(t, gen_.frozen);
     if (gen_.first == kNever || t < gen_.first) return gen_.first_no - 1;
     if (t < gen_.seg_t) return gen_.seg_step;
-    return std::min(gen_.save_step, gen_.seg_step + static_cast<std::int64_t>(ToSec(t - gen_.seg_t) / p_.step_s));
+    return std::min(gen_.save_step, gen_.seg_step + static_cast<std::int64_t>(ToSec(t - gen_.seg_t) / gen_.step_s));
   }
   // When step `n` ends (n at or after the segment's step).
   Nanos StepTime(std::int64_t n) const {
-    return n <= gen_.seg_step ? gen_.seg_done : gen_.seg_t + Sec(static_cast<double>(n - gen_.seg_step) * p_.step_s);
+    return n <= gen_.seg_step ? gen_.seg_done : gen_.seg_t + Sec(static_cast<double>(n - gen_.seg_step) * gen_.step_s);
   }
   bool MemoryTier() const { return memory_every_s_ > 0; }
   // What a restart could resume from now: a rank's own node's memory, or storage.
@@ -244,9 +275,24 @@ class Simulation {
   void NodeLost(int group_rank);
   void ApplyPlan(const v1::CheckpointPlan& plan);
   void Freeze(Nanos at);
+  // Stragglers (sim_stragglers.cc).
+  void ScheduleNextSlow();
+  void PreWatch();
+  void Slow();                                  // one drawn: a node slows
+  void SlowEnds(int node, std::int64_t id);
+  bool InJob(int node) const;                   // a node of the running generation
+  void Repace(Nanos now);                       // the job's pace from its slowest node
+  void CountSlowed(Nanos now);                  // the slowed time, up to now
+  void Watch(Nanos now);                        // timings flow while a node is slow
+  void SendTimings(Nanos now, int also_slot = -1);
+  void TimingsDue(std::int64_t generation);   // the watch's next send
+  bool SlowVisible() const;  // a node of the job slow in its compute
+  bool SlowUnnamed() const;  // a node of the job slow in its compute, not named
+  void ScheduleCheckpointEvent();
   void Handle(const SimEvent& e);
   void EndJob();
   void Tally();
+  void TallyStragglers();  // which slowdowns were named, and how soon
 
   const SimParams& p_;
   const FailureModel& model_;
@@ -283,6 +329,31 @@ class Simulation {
   std::int64_t sdc_step_ = -1;
   int sdc_category_ = -1;
   std::int64_t resume_at_most_ = -1;  // the controller's rollback bound in the Start (-1: none)
+  // Stragglers: their own random stream (the failures' is unchanged), the
+  // slow nodes, and the timings the watched nodes send (sim_stragglers.cc).
+  // Agents send timings with every heartbeat; the watched nodes, every 5 steps.
+  static constexpr std::int64_t kTimingsEvery = 5;
+  std::mt19937_64 slow_rng_;
+  std::int64_t slow_seq_ = 0;
+  // The next slowdown, drawn ahead: where (a job slot, or a spare's place
+  // from nnodes_ on), how much, how long.
+  struct NextSlow {
+    int place = -1;
+    double factor = 1, minutes = 0;
+    bool visible = false;
+  } next_slow_;
+  std::set<int> slow_nodes_;
+  int straggler_category_ = -1;  // its row in result_.categories
+  struct Watching {
+    bool on = false;
+    std::int64_t generation = -1;
+    std::int64_t from = 0;         // the first step sent
+    std::int64_t until = -1;       // sent up to this step after the last slowdown ended (-1: one lasts)
+    std::vector<int> peers;        // group ranks of the healthy sample
+    int pending = -1;              // the group rank the next slowdown strikes
+    bool paused = false;           // the slow nodes are named (report): until one recovers
+    std::map<int, std::int64_t> sent_to;  // group rank -> its newest step sent
+  } watch_;
   int pool_left_ = 0;
   bool ending_ = false;
   v1::AgentMessage scratch_;

@@ -73,6 +73,9 @@ void Simulation::Handle(const SimEvent& e) {
       fault_outstanding_ = false;
       if (!slot_node_.empty() && slot_node_[0] >= 0) Report(slot_node_[0]);
       Schedule(now + std::min(round_, first_round_), Ev::kRound, -1, e.a);
+      // Nodes still slow set the new generation's pace.
+      Repace(now);
+      if (SlowVisible()) Watch(now);
       break;
     case Ev::kRound:
       if (e.a != gen_.g || gen_.frozen <= now) break;
@@ -84,7 +87,7 @@ void Simulation::Handle(const SimEvent& e) {
       ReportAll();
       break;
     case Ev::kCheckpoint:
-      if (e.a != gen_.g || gen_.frozen <= now) break;
+      if (e.a != gen_.g || e.node != gen_.save_token || gen_.frozen <= now) break;
       Save(now);
       if (!slot_node_.empty() && slot_node_[0] >= 0) Report(slot_node_[0]);
       break;
@@ -190,6 +193,20 @@ void Simulation::Handle(const SimEvent& e) {
       ctl_->OnDisconnect(static_cast<std::uint64_t>(e.node) + 1);
       break;
     }
+    case Ev::kSlow:
+      if (ending_) break;
+      Slow();
+      ScheduleNextSlow();
+      break;
+    case Ev::kPreWatch:
+      if (!ending_) PreWatch();
+      break;
+    case Ev::kSlowEnd:
+      SlowEnds(e.node, e.a);
+      break;
+    case Ev::kTimings:
+      TimingsDue(e.a);
+      break;
     case Ev::kEnd:
       EndJob();
       break;
@@ -214,6 +231,7 @@ void Simulation::EndJob() {
     return;
   }
   ending_ = true;
+  CountSlowed(now);
   ReportAll();
   for (int node : slot_node_) {
     if (node < 0 || !nodes_[node].alive || !nodes_[node].ranks_running) continue;
@@ -271,6 +289,7 @@ StatusOr<SimResult> Simulation::Run() {
   end_mono_ = start_mono_ + Sec(p_.days * 86400);
   for (int i = 0; i < nnodes_ + p_.spares; ++i) Connect(AddNode());
   ScheduleNextFault();
+  ScheduleNextSlow();
   Schedule(end_mono_, Ev::kEnd);
 
   Nanos next_tick = clock_.MonotonicNanos();
@@ -363,7 +382,8 @@ void Simulation::Tally() {
     if (inc.contains("hardware") && inc["hardware"].get<bool>() == s.hardware) ++s.hardware_agrees;
   }
   double wall = result_.report.wall_s;
-  result_.ettr_true = wall > 0 ? result_.report.ettr - result_.sdc_redone_s / wall : 0;
+  result_.ettr_true = wall > 0 ? result_.report.ettr - (result_.sdc_redone_s + result_.slowed_s) / wall : 0;
+  TallyStragglers();
   result_.memory_interval_s = memory_every_s_;
   result_.storage_interval_s = storage_every_s_;
   result_.storage_restores = storage_restores_;
@@ -398,6 +418,7 @@ JobConfig SimJobConfig(const SimParams& p) {
   c.heartbeat_interval = Sec(p.heartbeat_interval_s);
   c.missed_heartbeats = p.missed_heartbeats;
   c.hang_timeout = Sec(p.hang_timeout_s);
+  c.straggler_action = p.straggler_action == "evict" ? StragglerAction::kEvict : StragglerAction::kReport;
   c.startup_timeout = std::max(c.startup_timeout, Sec(p.LaunchS(c.nnodes) * 2 + 60));
   // SimParams checked it is one of the three.
   c.diagnose = p.diagnose == "full" ? DiagnoseMode::kFull : p.diagnose == "quick" ? DiagnoseMode::kQuick : DiagnoseMode::kOff;

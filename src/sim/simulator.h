@@ -65,6 +65,16 @@ struct SimTraceEntry {
   v1::AgentMessage msg;
 };
 
+// One slowdown drawn (the failure model's stragglers), and what became of it.
+struct SimSlowdown {
+  std::string node;
+  double start_s = 0, end_s = 0;  // since the simulation's start (end: as drawn)
+  double slowdown = 1;
+  bool visible = false;  // in the node's own compute (else in every node's collectives)
+  bool in_job = false;   // a node of the running job when it began
+  double named_s = -1;   // the detector named its node this long after it began (-1: never)
+};
+
 struct SimResult {
   DowntimeReport report;  // `trainguard report`'s accounting of the simulated job's events
   std::vector<SimCategoryStats> categories;
@@ -97,7 +107,18 @@ struct SimResult {
   // interval the saves followed.
   double mtbf_s = 0;
   double optimum_interval_s = 0, optimum_ettr = 0, model_ettr = 0;
-  double ettr_true = 0;           // report.ettr less sdc_redone_s / wall
+  // Stragglers: slowdowns drawn (on a node of the job), the time the job
+  // ran slowed, and the time that cost (a step f times as long costs
+  // 1 - 1/f of it); named: the detector's straggler events, of which
+  // named_wrongly were of a node not slow then.
+  int slowdowns = 0, slowdowns_in_job = 0;
+  double slow_s = 0, slowed_s = 0;
+  int stragglers_named = 0, named_wrongly = 0;
+  std::vector<SimSlowdown> slowdown_list;
+  // Goodput: report.ettr less (sdc_redone_s + slowed_s) / wall: the work
+  // redone after corruption and the time slow nodes cost are not in the
+  // report's downtime.
+  double ettr_true = 0;
   bool finished = true;
   std::string why_not;            // when !finished: why the job could not go on
   std::string summary;            // the controller's

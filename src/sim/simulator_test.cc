@@ -61,6 +61,14 @@ TEST(FailureModelTest, BadModelsAreRefusedNamingTheField) {
                   crash + "}"),
             "categories[1].name: \"a\" is given twice"},
            {Model(R"({"name": "a", "per_1000_node_days": 0, )" + crash + "}"), "every rate is 0"},
+           {Model(R"({"name": "a", "per_1000_node_days": 1, )" + crash + "}",
+                  R"("stragglers": {"per_1000_node_days": 1, "slowdown": [1.5, 1.2]}, )"),
+            "stragglers.slowdown: expected 1.001 <= low <= high <= 100, got [1.5,1.2]"},
+           {Model(R"({"name": "a", "per_1000_node_days": 1, )" + crash + "}",
+                  R"("stragglers": {"per_1000_node_days": 1, "speed": 2}, )"),
+            "stragglers.speed: unknown field"},
+           {Model(R"({"name": "a", "per_1000_node_days": 1, )" + crash + "}", R"("stragglers": {"minutes": [1, 2]}, )"),
+            "stragglers.per_1000_node_days: missing"},
        }) {
     auto m = FailureModel::Parse(c.text, "m.json");
     ASSERT_FALSE(m.ok()) << c.text;
@@ -444,6 +452,82 @@ TEST_F(SimulatorTest, TheAutomaticPolicyFollowsTheControllersPlanToTheOptimum) {
   EXPECT_NEAR(planned.report.ettr, planned.optimum_ettr, 0.01) << planned.plan;
   EXPECT_GT(planned.report.ettr, fixed.report.ettr + 0.02);
   EXPECT_LT(planned.report.lost_s, fixed.report.lost_s / 4);
+}
+
+// A rare crash (a model needs a failure) and, with `stragglers`, nodes that
+// slow by 1.3x for 20 minutes, about ten times in the 2 days on 8 nodes.
+const std::string kRareCrash =
+    R"({"name": "bug", "per_1000_node_days": 10, "signals": {"crash": 1}, "exit_code": 1,
+        "log_tail": ["Traceback (most recent call last):", "KeyError: 'attention_mask'"]})";
+std::string Stragglers(double on_node) {
+  return R"("stragglers": {"per_1000_node_days": 600, "slowdown": [1.3, 1.3], "minutes": [20, 20], "on_node": )" +
+         std::to_string(on_node) + "}, ";
+}
+
+TEST_F(SimulatorTest, ASlowNodeSetsTheJobsPaceAndTheDetectorNamesItAndNoHealthyNode) {
+  SimResult r = Run(kRareCrash, Small(), Stragglers(1));
+  ASSERT_GE(r.slowdowns_in_job, 5) << r.slowdowns;
+  double drawn_s = 0;
+  std::vector<double> soon;
+  for (const SimSlowdown& s : r.slowdown_list) {
+    if (!s.in_job) continue;
+    drawn_s += s.end_s - s.start_s;
+    // Named while it lasted: by the change point a few steps in, or (slow
+    // from a generation's start, no baseline) by the windows.
+    EXPECT_GE(s.named_s, 0) << s.node << " slow from " << s.start_s << " s was never named";
+    EXPECT_LT(s.named_s, 100 * 2 * 1.3) << s.node;  // within 100 steps at the slow pace
+    soon.push_back(s.named_s);
+  }
+  std::sort(soon.begin(), soon.end());
+  EXPECT_LT(soon[soon.size() / 2], 25 * 2 * 1.3);  // most within 25 steps
+  EXPECT_EQ(r.named_wrongly, 0);
+  EXPECT_GE(r.stragglers_named, r.slowdowns_in_job);  // again when it may be evicted
+  // The job ran at the slow node's pace: every slowed second cost 1 - 1/1.3 of itself.
+  EXPECT_GT(r.slow_s, 0.8 * drawn_s);
+  EXPECT_LE(r.slow_s, drawn_s + 1);
+  EXPECT_NEAR(r.slowed_s, r.slow_s * (1 - 1 / 1.3), 1e-6 * r.slow_s);
+  EXPECT_NEAR(r.ettr_true, r.report.ettr - r.slowed_s / r.report.wall_s, 1e-9);
+  // Named, not acted on: no incident comes of it.
+  EXPECT_EQ(r.categories.back().name, "straggler");
+  EXPECT_EQ(r.categories.back().incidents, 0);
+  EXPECT_EQ(r.false_alarms, 0);
+}
+
+TEST_F(SimulatorTest, EvictingStragglersReplacesTheSlowNodeForARestart) {
+  // Saves to node memory every 20 s: a restart costs little work, less
+  // than 20 minutes at 1.3x.
+  SimParams p = Small();
+  p.spares = 1;
+  p.memory_interval_s = 20;
+  SimResult kept = Run(kRareCrash, p, Stragglers(1));
+  p.straggler_action = "evict";
+  SimResult evicted = Run(kRareCrash, p, Stragglers(1));
+  const SimCategoryStats& s = evicted.categories.back();
+  ASSERT_GE(s.incidents, 4) << evicted.slowdowns_in_job;
+  EXPECT_EQ(s.evictions, s.incidents);
+  EXPECT_EQ(evicted.false_alarms, 0);
+  EXPECT_EQ(evicted.named_wrongly, 0);
+  // Slow for the detector's windows and the restart, not for the slowdowns' 20 minutes.
+  EXPECT_LT(evicted.slow_s, kept.slow_s / 3) << kept.slow_s;
+  EXPECT_GT(evicted.ettr_true, kept.ettr_true);
+}
+
+TEST_F(SimulatorTest, ASlowLinkSlowsEveryNodeAliteAndNamesNoneAndFailuresAreDrawnAsWithout) {
+  const std::string often =
+      R"({"name": "bug", "per_1000_node_days": 300, "signals": {"crash": 1}, "exit_code": 1,
+          "log_tail": ["Traceback (most recent call last):", "KeyError: 'attention_mask'"]})";
+  SimResult plain = Run(often, Small());
+  SimResult links = Run(often, Small(), Stragglers(0));
+  ASSERT_GE(links.slowdowns_in_job, 3);
+  EXPECT_GT(links.slowed_s, 0);
+  EXPECT_EQ(links.stragglers_named, 0);
+  EXPECT_LT(links.ettr_true, links.report.ettr);
+  // Stragglers have a random stream of their own: the same failures strike.
+  ASSERT_GT(plain.faults, 3);
+  EXPECT_EQ(links.faults, plain.faults);
+  EXPECT_EQ(links.categories[0].injected, plain.categories[0].injected);
+  EXPECT_EQ(plain.slowdowns, 0);
+  EXPECT_EQ(plain.ettr_true, plain.report.ettr);
 }
 
 }  // namespace
