@@ -40,10 +40,11 @@ def batch(seed, step, rank, size=32):
 class Shard(torch.utils.data.Dataset):
     """Item i: 4 KiB of DIR/shard-RANK read at offset 4096 * i (wrapping)."""
 
-    def __init__(self, directory, rank, start, stop):
+    def __init__(self, directory, rank, start, stop, vectored=False):
         self.path = (directory.rstrip("/") + "/shard-%d" % rank if directory.startswith("http://")
                      else os.path.join(directory, "shard-%d" % rank))
         self.start, self.stop = start, stop
+        self.vectored = vectored  # os.preadv, as O_DIRECT readers do: the preadv2 system call
 
     def __len__(self):
         return self.stop - self.start
@@ -56,7 +57,12 @@ class Shard(torch.utils.data.Dataset):
                 return torch.frombuffer(bytearray(r.read()), dtype=torch.uint8).sum()
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            f.seek((4096 * (self.start + i)) % max(size - 4096, 1))
+            offset = (4096 * (self.start + i)) % max(size - 4096, 1)
+            if self.vectored:
+                buf = bytearray(4096)
+                os.preadv(f.fileno(), [buf], offset)
+                return torch.frombuffer(buf, dtype=torch.uint8).sum()
+            f.seek(offset)
             return torch.frombuffer(bytearray(f.read(4096)), dtype=torch.uint8).sum()
 
 
@@ -79,6 +85,7 @@ def main():
     p.add_argument("--flip-at-step", type=int, default=-1)
     p.add_argument("--data-dir", default="")
     p.add_argument("--loader-workers", type=int, default=0)
+    p.add_argument("--read-with", choices=["read", "preadv"], default="read")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -106,7 +113,8 @@ def main():
     model(batch(7, 0, rank)[0]).sum().backward()
     opt.zero_grad()
     first_run = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-    shards = iter(torch.utils.data.DataLoader(Shard(args.data_dir, rank, start, args.steps), batch_size=None,
+    dataset = Shard(args.data_dir, rank, start, args.steps, args.read_with == "preadv") if args.data_dir else None
+    shards = iter(torch.utils.data.DataLoader(dataset, batch_size=None,
                                               num_workers=args.loader_workers)) if args.data_dir else None
     for step in range(start, args.steps):
         if shards is not None:

@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -47,28 +46,6 @@ std::string StateOf(const std::string& stat_path) {
 }
 
 }  // namespace
-
-FileCall FileCallOf(long n) {
-  // By <sys/syscall.h>, so the numbers are this architecture's.
-  static const std::map<long, FileCall> calls = {
-      {SYS_read, {"read", 0}},         {SYS_write, {"write", 0}},       {SYS_pread64, {"pread64", 0}},
-      {SYS_pwrite64, {"pwrite64", 0}}, {SYS_readv, {"readv", 0}},       {SYS_writev, {"writev", 0}},
-      {SYS_preadv, {"preadv", 0}},     {SYS_pwritev, {"pwritev", 0}},   {SYS_fsync, {"fsync", 0}},
-      {SYS_fdatasync, {"fdatasync", 0}}, {SYS_fstat, {"fstat", 0}},     {SYS_getdents64, {"getdents64", 0}},
-      {SYS_ftruncate, {"ftruncate", 0}}, {SYS_close, {"close", 0}},     {SYS_fallocate, {"fallocate", 0}},
-      {SYS_sync_file_range, {"sync_file_range", 0}}, {SYS_copy_file_range, {"copy_file_range", 0}},
-      {SYS_sendfile, {"sendfile", 1}}, {SYS_openat, {"openat", -1}},     {SYS_newfstatat, {"newfstatat", -1}},
-      {SYS_statx, {"statx", -1}},      {SYS_unlinkat, {"unlinkat", -1}}, {SYS_mkdirat, {"mkdirat", -1}},
-      {SYS_renameat2, {"renameat2", -1}}, {SYS_faccessat, {"faccessat", -1}},
-#ifdef SYS_open
-      {SYS_open, {"open", -1}},        {SYS_stat, {"stat", -1}},         {SYS_lstat, {"lstat", -1}},
-      {SYS_unlink, {"unlink", -1}},    {SYS_rename, {"rename", -1}},     {SYS_mkdir, {"mkdir", -1}},
-      {SYS_access, {"access", -1}},    {SYS_renameat, {"renameat", -1}},
-#endif
-  };
-  auto it = calls.find(n);
-  return it == calls.end() ? FileCall{} : it->second;
-}
 
 std::vector<BlockedTask> FindBlockedTasks(const std::vector<pid_t>& pids, bool scan_tasks,
                                           const std::string& proc_root) {

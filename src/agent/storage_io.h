@@ -20,18 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "agent/file_calls.h"
 #include "common/clock.h"
 #include "common/mounts.h"
 
 namespace trainguard {
-
-// The name of a file system call by its number on this architecture ("" if
-// it is not one), and which argument holds its file descriptor (-1: a path).
-struct FileCall {
-  std::string name;
-  int fd_arg = -1;
-};
-FileCall FileCallOf(long number);
 
 struct BlockedTask {
   pid_t pid = 0;

@@ -232,13 +232,7 @@ void Simulation::OnCommand(int i, const v1::ControllerMessage& msg) {
       break;
     }
     case v1::ControllerMessage::kStop:
-      if (n.generation == gen_.g && gen_.frozen == kNever) {
-        // Nothing failed: the controller evicts a straggler (--straggler-action evict).
-        if (!gen_cause_.count(gen_.g) && gen_.slowdown > 1 && gen_.slow_visible && straggler_category_ >= 0) {
-          gen_cause_[gen_.g] = straggler_category_;
-        }
-        Freeze(now);
-      }
+      if (n.generation == gen_.g) Freeze(now);
       Schedule(now + Sec(p_.shutdown_s), Ev::kStopped, i, msg.stop().generation());
       break;
     case v1::ControllerMessage::kRunDiagnostics:

@@ -153,22 +153,15 @@ void Simulation::CountSlowed(Nanos now) {
 
 void Simulation::Repace(Nanos now) {
   double factor = 1;
-  bool visible = false;
   for (int node : slow_nodes_) {
-    if (!InJob(node) || nodes_[node].slow <= factor) continue;
-    factor = nodes_[node].slow;
-    visible = nodes_[node].slow_visible;
+    if (InJob(node)) factor = std::max(factor, nodes_[node].slow);
   }
-  if (factor == gen_.slowdown) {
-    gen_.slow_visible = visible;
-    return;
-  }
+  if (factor == gen_.slowdown) return;
   CountSlowed(now);
   // The timings of the steps made at the old pace go first.
   if (watch_.on) SendTimings(now);
   const double old = gen_.step_s, pace = p_.step_s * factor;
   gen_.slowdown = factor;
-  gen_.slow_visible = visible;
   if (watch_.on) {
     // Watched while a node of the job is slow in its compute, and a little after.
     if (SlowVisible()) {

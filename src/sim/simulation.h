@@ -202,7 +202,6 @@ class Simulation {
     Nanos seg_done = kNever, seg_t = kNever;
     double step_s = 0;
     double slowdown = 1;      // step_s over the healthy step
-    bool slow_visible = false;  // the slowest node's slowdown is in its compute
     Nanos slow_mark = 0;      // the slowed time is counted up to here
     std::int64_t save_step = std::numeric_limits<std::int64_t>::max();
     int save_token = 0;

@@ -367,6 +367,17 @@ void Simulation::Tally() {
         if (it != node_by_id_.end() && nodes_[it->second].down_category >= 0) category = nodes_[it->second].down_category;
       }
     }
+    if (category < 0 && straggler_category_ >= 0 && inc.value("failure_kind", std::string()) == "straggler") {
+      // Nothing failed: the controller evicted a straggler (--straggler-action
+      // evict). Its cause if the node it named was slowed (in the job, or
+      // before it joined: a spare, a node between generations); else it
+      // evicted a healthy node.
+      for (const auto& id : inc.value("culprit_nodes", json::array())) {
+        for (const SimSlowdown& s : result_.slowdown_list) {
+          if (s.node == id.get<std::string>()) category = straggler_category_;
+        }
+      }
+    }
     if (category < 0) {
       ++result_.false_alarms;
       if (opt_.progress) opt_.progress("an incident with no fault behind it: " + inc.dump());
