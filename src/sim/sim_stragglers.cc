@@ -7,9 +7,10 @@
 // event), or under --straggler-action evict has it replaced.
 //
 // What is simplified, and why (docs/simulator.md, Limits):
-//  - timings flow only while a node of the job is slow, and from the 50
-//    steps before: enough for the detector's baseline, without 100,000
-//    ranks' timings every step of a month;
+//  - timings flow only around a slowdown in a node's compute: from 80 steps
+//    before it (the next slowdown is drawn ahead, so its place starts
+//    sending in time: the detector's baseline) to 40 steps after it,
+//    without 100,000 ranks' timings every step of a month;
 //  - a node sends one rank's timings (the detector takes a node's median
 //    rank: one rank is that median);
 //  - the detector judges a step once every rank has sent it, or once some
@@ -44,10 +45,8 @@ double Noise(std::int64_t generation, std::int64_t step, std::int64_t who) {
   return std::sqrt(-2 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-double LogUniform(std::mt19937_64& rng, double lo, double hi) {
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-  return lo * std::exp(u * std::log(hi / lo));
-}
+// Log-uniform over [lo, hi] from a uniform `u` in [0, 1).
+double LogUniform(double u, double lo, double hi) { return lo * std::exp(u * std::log(hi / lo)); }
 
 }  // namespace
 
@@ -61,14 +60,16 @@ void Simulation::ScheduleNextSlow() {
   // A place at random: the job's slots, then the spares'.
   const int places = nnodes_ + p_.spares;
   next_slow_.place = std::min(places - 1, static_cast<int>(uniform() * places));
-  next_slow_.factor = LogUniform(slow_rng_, m.slowdown_min, m.slowdown_max);
-  next_slow_.minutes = LogUniform(slow_rng_, m.minutes_min, m.minutes_max);
+  next_slow_.factor = LogUniform(uniform(), m.slowdown_min, m.slowdown_max);
+  next_slow_.minutes = LogUniform(uniform(), m.minutes_min, m.minutes_max);
   next_slow_.visible = uniform() < m.on_node;
   Schedule(at, Ev::kSlow);
   // Every agent sends its timings at every heartbeat: the detector has
   // the node's steps from before it slows. The simulation sends them from
   // that long before.
-  if (next_slow_.place < nnodes_ && next_slow_.visible) Schedule(std::max(now, at - Sec(kBackfill * gen_.step_s)), Ev::kPreWatch);
+  if (next_slow_.place < nnodes_ && next_slow_.visible) {
+    Schedule(std::max(now, at - Sec(kBackfill * gen_.step_s)), Ev::kPreWatch);
+  }
 }
 
 void Simulation::PreWatch() {
