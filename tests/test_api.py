@@ -110,6 +110,10 @@ def test_the_api_and_metrics_follow_a_real_failure_and_actions_need_the_token(tm
             j = get(url, "/api/v1/job")
             return j["restart_count"] == 1 and j["state"] == "RUNNING" and j["step"] > j["checkpoint_step"] + 3
         wait_for(recovered, 120, "the job to restart and step again")
+        # The restart's term closes when the controller learns the new
+        # generation's first step; until then it runs on to now.
+        wait_for(lambda: not get(url, "/api/v1/incidents")["incidents"][0]["restart_open"], 60,
+                 "the restart's first step")
         wait_for(lambda: "decision" in stream.kinds(), 30, "the decision on the live stream")
         kinds = stream.kinds()
         assert kinds.index("failure") < kinds.index("attribution") < kinds.index("decision"), kinds

@@ -29,6 +29,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
   DowntimeReport r;
   r.job_id = job_id;
   Nanos start = 0, end = 0, final_last_step = 0;
+  bool live_end = false;  // `end` is now: the job runs on
   double final_ckpt_s = 0, final_ckpt_wait_s = 0, final_data_wait_s = 0;
   std::int64_t final_saves = 0;  // rank 0's saves, as the job's end (or the live job) counts them
   std::map<std::int64_t, Generation> gens;
@@ -88,6 +89,7 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
   if (start == 0) return NotFound("no job_created event for job " + job_id);
   if (end == 0 && live != nullptr) {
     end = std::max(live->now_wall, start);
+    live_end = true;
     r.state = live->state;
     r.restarts = live->restarts;
     final_last_step = std::min(live->last_step_wall, end);
@@ -134,12 +136,14 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     // The restart runs until the next generation's first step, or, if that
     // generation failed before stepping, until its fault; or to the job's end.
     Nanos next = 0;
+    bool restart_open = false;  // no first step known yet: restarting until now
     if (first_of(g + 1) > 0) {
       next = first_of(g + 1);
     } else if (i + 1 < failures.size()) {
       next = FromMs(failures[i + 1].detail, "fault_unix_ms");
     } else {
       next = end;
+      restart_open = live_end;
     }
     double detection = Sec(detected - fault), shutdown = Sec(stopped - detected);
     double restart = Sec(std::max<Nanos>(0, next - stopped));
@@ -169,7 +173,8 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
                 {"lost_s", lost},
                 {"detection_s", detection},
                 {"shutdown_s", shutdown},
-                {"restart_s", restart}};
+                {"restart_s", restart},
+                {"restart_open", restart_open}};
     const json& a = failures[i].attribution;
     if (a.is_object()) {
       for (const char* k : {"category", "hardware", "persistence", "confidence", "culprit_ranks",

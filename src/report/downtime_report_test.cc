@@ -77,6 +77,7 @@ TEST(DowntimeReportTest, AFirstStepNotStoredYetClosesTheRestartFromTheLiveState)
   auto open = ComputeReport("j", events, &live);
   ASSERT_TRUE(open.ok());
   EXPECT_DOUBLE_EQ(open->restart_s, 16);  // none known: restarting until now
+  EXPECT_TRUE(open->incidents[0]["restart_open"]);
   live.generation = 1;
   live.first_step_wall = Wall(16);
   live.first_step_no = 51;
@@ -85,6 +86,7 @@ TEST(DowntimeReportTest, AFirstStepNotStoredYetClosesTheRestartFromTheLiveState)
   auto stored = ComputeReport("j", OneIncident(), &live);
   ASSERT_TRUE(stored.ok());
   EXPECT_DOUBLE_EQ(r->restart_s, 2);
+  EXPECT_FALSE(r->incidents[0]["restart_open"]);
   EXPECT_DOUBLE_EQ(r->restart_s, stored->restart_s);
   EXPECT_DOUBLE_EQ(r->productive_s, stored->productive_s);
   EXPECT_DOUBLE_EQ(r->tail_s, stored->tail_s);
