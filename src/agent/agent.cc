@@ -427,23 +427,8 @@ void Agent::SendHeartbeat() {
     o.interval = heartbeat_interval_;
     gpus_ = std::make_unique<GpuTelemetry>(o);
   }
-  for (const GpuSample& g : gpus_->Latest()) {
-    v1::GpuHealth* out = hb->mutable_metrics()->add_gpus();
-    out->set_index(g.index);
-    out->set_utilization_pct(g.utilization_pct);
-    out->set_memory_utilization_pct(g.memory_utilization_pct);
-    out->set_sm_clock_mhz(g.sm_clock_mhz);
-    out->set_memory_clock_mhz(g.memory_clock_mhz);
-    out->set_temperature_c(g.temperature_c);
-    out->set_power_w(g.power_w);
-    out->set_throttle_reasons(g.throttle_reasons);
-    out->set_ecc_corrected(g.ecc_corrected);
-    out->set_ecc_uncorrected(g.ecc_uncorrected);
-    out->set_remapped_rows_pending(g.remapped_rows_pending);
-    out->set_remapped_rows_failed(g.remapped_rows_failed);
-    out->set_pcie_replays(g.pcie_replays);
-    out->set_nvlink_errors(g.nvlink_errors);
-  }
+  for (const GpuSample& g : gpus_->Latest()) FillGpuHealth(g, hb->mutable_metrics()->add_gpus());
+
   hb->mutable_metrics()->set_memory_checkpoint_bytes(MemoryCopyBytes());
   for (const auto& [local, standby] : warm_->standbys) {
     if (standby->state() != Standby::State::kReady) continue;

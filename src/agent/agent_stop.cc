@@ -61,6 +61,9 @@ std::string RunCapture(const std::string& cmd) {
   return out;
 }
 
+// How long a stop report waits for a GPU sample taken after the ranks stopped.
+constexpr Nanos kFreshGpuSample = 2 * kSecond;
+
 }  // namespace
 
 void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, Nanos grace,
@@ -190,6 +193,9 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
   if (report) {
     PollKernel();
     for (const auto& line : KernelLines(ours)) stopped->add_kernel_lines(line);
+    if (gpus_) {
+      for (const GpuSample& g : gpus_->Fresh(kFreshGpuSample)) FillGpuHealth(g, stopped->add_gpus());
+    }
     stopped->set_free_port(FindFreePort());
     stopped->set_stopped_unix_ms(clock_->WallNanos() / kMillisecond);
     Send(reply);

@@ -23,6 +23,16 @@ constexpr int kTemperatureGpu = 0;                  // nvmlTemperatureSensors_t
 constexpr int kEccCorrected = 0, kEccUncorrected = 1, kEccVolatile = 0;
 constexpr unsigned int kNvLinkMaxLinks = 18;        // NVML_NVLINK_MAX_LINKS
 constexpr int kNvLinkCounters = 4;                  // DL replay, recovery, CRC flit, CRC data
+constexpr unsigned long long kEventXidCriticalError = 0x8;  // nvmlEventTypeXidCriticalError
+// nvmlEventData_t as nvmlEventSetWait_v2 fills it.
+struct NvmlEventData {
+  NvmlDevice device;
+  unsigned long long event_type;
+  unsigned long long event_data;  // the Xid, for an Xid critical error
+  unsigned int gpu_instance_id;
+  unsigned int compute_instance_id;
+};
+constexpr std::size_t kXidsPerSample = 256;  // drained at most per sample: a storm waits for the next
 
 std::string Trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r\n");
@@ -57,6 +67,10 @@ struct Nvml::Api {
   NvmlReturn (*remapped)(NvmlDevice, unsigned int*, unsigned int*, unsigned int*, unsigned int*) = nullptr;
   NvmlReturn (*pcie_replay)(NvmlDevice, unsigned int*) = nullptr;
   NvmlReturn (*nvlink_errors)(NvmlDevice, unsigned int, int, unsigned long long*) = nullptr;
+  NvmlReturn (*event_set_create)(void**) = nullptr;
+  NvmlReturn (*register_events)(NvmlDevice, unsigned long long, void*) = nullptr;
+  NvmlReturn (*event_set_wait)(void*, NvmlEventData*, unsigned int) = nullptr;
+  NvmlReturn (*event_set_free)(void*) = nullptr;
 };
 
 std::unique_ptr<Nvml> Nvml::Open(const std::string& path, std::string* why) {
@@ -92,6 +106,10 @@ std::unique_ptr<Nvml> Nvml::Open(const std::string& path, std::string* why) {
   sym(&api->remapped, {"nvmlDeviceGetRemappedRows"});
   sym(&api->pcie_replay, {"nvmlDeviceGetPcieReplayCounter"});
   sym(&api->nvlink_errors, {"nvmlDeviceGetNvLinkErrorCounter"});
+  sym(&api->event_set_create, {"nvmlEventSetCreate"});
+  sym(&api->register_events, {"nvmlDeviceRegisterEvents"});
+  sym(&api->event_set_wait, {"nvmlEventSetWait_v2"});
+  sym(&api->event_set_free, {"nvmlEventSetFree"});
   if (NvmlReturn r = api->init(); r != kNvmlSuccess) {
     *why = "nvmlInit failed with NVML error " + std::to_string(r);
     dlclose(h);
@@ -100,16 +118,51 @@ std::unique_ptr<Nvml> Nvml::Open(const std::string& path, std::string* why) {
   std::unique_ptr<Nvml> nvml(new Nvml());
   nvml->handle_ = h;
   nvml->api_ = std::move(api);
+  nvml->WatchXids();
   return nvml;
 }
 
+void Nvml::WatchXids() {
+  if (!api_->event_set_create || !api_->register_events || !api_->event_set_wait) return;
+  unsigned int count = 0;
+  if (api_->count(&count) != kNvmlSuccess || api_->event_set_create(&events_) != kNvmlSuccess) {
+    events_ = nullptr;
+    return;
+  }
+  for (unsigned int i = 0; i < count && i < 64; ++i) {
+    NvmlDevice d = nullptr;
+    if (api_->handle(i, &d) != kNvmlSuccess) d = nullptr;
+    // A GPU that cannot report them (NVML_ERROR_NOT_SUPPORTED) keeps its count unknown.
+    const bool watched = d != nullptr && api_->register_events(d, kEventXidCriticalError, events_) == kNvmlSuccess;
+    devices_.push_back(d);
+    xid_counts_.push_back(watched ? 0 : -1);
+    last_xid_.push_back(-1);
+  }
+}
+
+void Nvml::DrainXids() {
+  if (events_ == nullptr) return;
+  for (std::size_t n = 0; n < kXidsPerSample; ++n) {
+    NvmlEventData data{};
+    if (api_->event_set_wait(events_, &data, 0) != kNvmlSuccess) return;  // NVML_ERROR_TIMEOUT: none left
+    if ((data.event_type & kEventXidCriticalError) == 0) continue;
+    for (std::size_t i = 0; i < devices_.size(); ++i) {
+      if (devices_[i] != data.device || xid_counts_[i] < 0) continue;
+      ++xid_counts_[i];
+      last_xid_[i] = static_cast<std::int64_t>(data.event_data);
+    }
+  }
+}
+
 Nvml::~Nvml() {
+  if (events_ != nullptr && api_->event_set_free) api_->event_set_free(events_);
   if (api_) api_->shutdown();
   if (handle_ != nullptr) dlclose(handle_);
 }
 
 std::vector<GpuSample> Nvml::Sample() {
   std::vector<GpuSample> out;
+  DrainXids();
   unsigned int count = 0;
   if (api_->count(&count) != kNvmlSuccess) return out;
   for (unsigned int i = 0; i < count && i < 64; ++i) {
@@ -154,9 +207,32 @@ std::vector<GpuSample> Nvml::Sample() {
       }
       if (any) s.nvlink_errors = total;
     }
+    if (i < xid_counts_.size()) {
+      s.xid_events = xid_counts_[i];
+      s.last_xid = last_xid_[i];
+    }
     out.push_back(s);
   }
   return out;
+}
+
+void FillGpuHealth(const GpuSample& g, v1::GpuHealth* out) {
+  out->set_index(g.index);
+  out->set_utilization_pct(g.utilization_pct);
+  out->set_memory_utilization_pct(g.memory_utilization_pct);
+  out->set_sm_clock_mhz(g.sm_clock_mhz);
+  out->set_memory_clock_mhz(g.memory_clock_mhz);
+  out->set_temperature_c(g.temperature_c);
+  out->set_power_w(g.power_w);
+  out->set_throttle_reasons(g.throttle_reasons);
+  out->set_ecc_corrected(g.ecc_corrected);
+  out->set_ecc_uncorrected(g.ecc_uncorrected);
+  out->set_remapped_rows_pending(g.remapped_rows_pending);
+  out->set_remapped_rows_failed(g.remapped_rows_failed);
+  out->set_pcie_replays(g.pcie_replays);
+  out->set_nvlink_errors(g.nvlink_errors);
+  out->set_xid_events(g.xid_events);
+  out->set_last_xid(g.last_xid);
 }
 
 const char* const kNvidiaSmiGpuQuery =
@@ -209,12 +285,29 @@ std::vector<GpuSample> GpuTelemetry::Latest() const {
   return latest_;
 }
 
+std::vector<GpuSample> GpuTelemetry::Fresh(Nanos timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const std::uint64_t want = ++asked_;
+  wake_.notify_all();
+  sampled_cv_.wait_for(lock, std::chrono::nanoseconds(timeout),
+                       [&] { return sampled_ >= want || !sampling_ || stop_; });
+  return latest_;
+}
+
 std::string GpuTelemetry::source() const {
   std::lock_guard<std::mutex> lock(mu_);
   return source_;
 }
 
 void GpuTelemetry::Run() {
+  struct Ended {  // however Run returns, a Fresh caller stops waiting
+    GpuTelemetry* t;
+    ~Ended() {
+      std::lock_guard<std::mutex> lock(t->mu_);
+      t->sampling_ = false;
+      t->sampled_cv_.notify_all();
+    }
+  } ended{this};
   std::string why;
   nvml_ = Nvml::Open(options_.nvml_path, &why);
   if (nvml_) {
@@ -232,6 +325,7 @@ void GpuTelemetry::Run() {
   }
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
+    const std::uint64_t answers = asked_;
     lock.unlock();
     std::vector<GpuSample> sample;
     if (nvml_) {
@@ -250,7 +344,9 @@ void GpuTelemetry::Run() {
     }
     lock.lock();
     latest_ = std::move(sample);
-    wake_.wait_for(lock, std::chrono::nanoseconds(options_.interval), [this] { return stop_; });
+    sampled_ = answers;
+    sampled_cv_.notify_all();
+    wake_.wait_for(lock, std::chrono::nanoseconds(options_.interval), [this] { return stop_ || asked_ > sampled_; });
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "common/clock.h"
 #include "common/gpu_reasons.h"
+#include "proto/protocol.h"
 
 namespace trainguard {
 
@@ -37,6 +38,8 @@ struct GpuSample {
   std::int64_t remapped_rows_failed = -1;
   std::int64_t pcie_replays = -1;
   std::int64_t nvlink_errors = -1;     // replay, recovery and CRC errors over every link
+  std::int64_t xid_events = -1;        // Xid critical errors NVML reported since the agent began
+  std::int64_t last_xid = -1;          // the newest one's Xid number
 };
 
 // NVML, loaded from `path` (default: the driver's libnvidia-ml.so.1).
@@ -52,9 +55,20 @@ class Nvml {
 
  private:
   Nvml() = default;
+  // Xid critical errors: NVML's event set, registered for every GPU once
+  // (nvmlDeviceRegisterEvents), drained without waiting at each sample.
+  void WatchXids();
+  void DrainXids();
   void* handle_ = nullptr;
   std::unique_ptr<Api> api_;
+  void* events_ = nullptr;                // nvmlEventSet_t, null: Xids not known
+  std::vector<void*> devices_;            // index -> handle, as registered
+  std::vector<std::int64_t> xid_counts_;  // index -> Xids so far
+  std::vector<std::int64_t> last_xid_;    // index -> the newest Xid, -1 none
 };
+
+// A sample as heartbeats and stop reports carry it.
+void FillGpuHealth(const GpuSample& g, v1::GpuHealth* out);
 
 // The fields `nvidia-smi` is asked for, and its CSV answer parsed
 // (--format=csv,noheader,nounits; "[N/A]" and "[Not Supported]" are unknown).
@@ -72,6 +86,10 @@ class GpuTelemetry {
   explicit GpuTelemetry(Options options);
   ~GpuTelemetry();
   std::vector<GpuSample> Latest() const;
+  // A sample taken after this call (the node's stop report: an Xid the
+  // failure raised a moment ago), waiting at most `timeout`; the newest one
+  // there is when none comes in time or there is no GPU.
+  std::vector<GpuSample> Fresh(Nanos timeout);
   std::string source() const;  // "nvml", "nvidia-smi" or "" (no GPU, or not known yet)
 
  private:
@@ -82,6 +100,10 @@ class GpuTelemetry {
   mutable std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;
+  bool sampling_ = true;      // false once the thread found no GPU and ended
+  std::uint64_t asked_ = 0;   // Fresh calls so far
+  std::uint64_t sampled_ = 0;  // the asks the newest sample answers
+  std::condition_variable sampled_cv_;
   std::vector<GpuSample> latest_;
   std::thread thread_;
 };

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <fstream>
 #include <thread>
 #include "testing/wait_until.h"
 
@@ -34,6 +37,62 @@ TEST(GpuTelemetryTest, NvmlLoadedAtRunTimeGivesEveryGpusFigures) {
   EXPECT_EQ(g.pcie_replays, 3);
   EXPECT_EQ(g.nvlink_errors, 8);  // 4 links x 2 replays
   EXPECT_TRUE(ThrottleReasonNames(gpus[0].throttle_reasons).empty());
+}
+
+TEST(GpuTelemetryTest, XidsComeFromNvmlsEventSetEachCountedOnceOnItsGpu) {
+  setenv("TG_FAKE_NVML_GPUS", "4", 1);
+  char dir[] = "/tmp/tg-xid-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  setenv("TG_FAKE_NVML_XID_DIR", dir, 1);
+  setenv("TG_FAKE_NVML_NODE", "n1", 1);
+  const std::string file = std::string(dir) + "/n1";
+  std::string why;
+  auto nvml = Nvml::Open(TG_FAKE_NVML, &why);
+  ASSERT_NE(nvml, nullptr) << why;
+  auto gpus = nvml->Sample();
+  ASSERT_EQ(gpus.size(), 4u);
+  EXPECT_EQ(gpus[2].xid_events, 0);  // watched, none yet
+  EXPECT_EQ(gpus[2].last_xid, -1);
+  { std::ofstream(file) << "2 79\n"; }
+  gpus = nvml->Sample();
+  EXPECT_EQ(gpus[2].xid_events, 1);
+  EXPECT_EQ(gpus[2].last_xid, 79);
+  EXPECT_EQ(gpus[1].xid_events, 0);
+  { std::ofstream(file, std::ios::app) << "2 48\n1 13\n"; }
+  gpus = nvml->Sample();
+  EXPECT_EQ(gpus[2].xid_events, 2);  // the first not counted again
+  EXPECT_EQ(gpus[2].last_xid, 48);
+  EXPECT_EQ(gpus[1].xid_events, 1);
+  EXPECT_EQ(gpus[1].last_xid, 13);
+  nvml.reset();
+  unlink(file.c_str());
+  rmdir(dir);
+  unsetenv("TG_FAKE_NVML_XID_DIR");
+  unsetenv("TG_FAKE_NVML_NODE");
+}
+
+TEST(GpuTelemetryTest, AFreshSampleIsTakenOnDemandBetweenIntervals) {
+  setenv("TG_FAKE_NVML_GPUS", "2", 1);
+  char dir[] = "/tmp/tg-xid-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  setenv("TG_FAKE_NVML_XID_DIR", dir, 1);
+  setenv("TG_FAKE_NVML_NODE", "n2", 1);
+  const std::string file = std::string(dir) + "/n2";
+  GpuTelemetry t({TG_FAKE_NVML, "", 3600 * kSecond});  // one sample an hour, unless asked
+  ASSERT_TRUE(testutil::WaitUntil([&] { return !t.Latest().empty(); }, std::chrono::seconds(10)));
+  EXPECT_EQ(t.Latest()[1].xid_events, 0);
+  { std::ofstream(file) << "1 94\n"; }
+  EXPECT_EQ(t.Latest()[1].xid_events, 0);  // the hourly sample does not know it
+  auto fresh = t.Fresh(10 * kSecond);
+  ASSERT_EQ(fresh.size(), 2u);
+  EXPECT_EQ(fresh[1].xid_events, 1);
+  EXPECT_EQ(fresh[1].last_xid, 94);
+  GpuTelemetry none({"/nonexistent/libnvidia-ml.so.1", "/nonexistent/nvidia-smi", 3600 * kSecond});
+  EXPECT_TRUE(none.Fresh(10 * kSecond).empty());  // no GPU: at once, not after the timeout
+  unlink(file.c_str());
+  rmdir(dir);
+  unsetenv("TG_FAKE_NVML_XID_DIR");
+  unsetenv("TG_FAKE_NVML_NODE");
 }
 
 TEST(GpuTelemetryTest, NoNvmlOrAFailedInitIsSaidAndNothingIsSampled) {

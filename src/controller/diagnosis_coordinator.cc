@@ -14,10 +14,12 @@ namespace trainguard {
 using nlohmann::json;
 
 DiagActions DiagnosisCoordinator::Start(DiagnosisPurpose purpose, const std::string& label,
-                                        const NodeRegistry& nodes) {
+                                        const NodeRegistry& nodes, const std::vector<std::string>& only) {
   purpose_ = purpose;
+  mode_ = config_.diagnose != DiagnoseMode::kOff ? config_.diagnose : DiagnoseMode::kQuick;
   std::vector<const JobNode*> asked;
   for (const auto& n : nodes) {
+    if (!only.empty() && std::find(only.begin(), only.end(), n.node_id) == only.end()) continue;
     if (n.conn != 0 && !n.node_id.empty() && n.runs_diagnostics) asked.push_back(&n);
   }
   std::sort(asked.begin(), asked.end(), [](const JobNode* a, const JobNode* b) {
@@ -30,10 +32,10 @@ DiagActions DiagnosisCoordinator::Start(DiagnosisPurpose purpose, const std::str
   rack_seats_.clear();
   return {DiagEvent{
       EventKind::kDiagnosisStarted, "",
-      "diagnosis round " + std::to_string(rounds_) + " (" + label + "): " + DiagnoseModeName(config_.diagnose) +
+      "diagnosis round " + std::to_string(rounds_) + " (" + label + "): " + DiagnoseModeName(mode_) +
           " suite on " + std::to_string(ids.size()) + " node(s), " +
           (config_.diag_parallelism > 0 ? std::to_string(config_.diag_parallelism) + " at a time" : "all at once"),
-      json{{"round", rounds_}, {"purpose", label}, {"nodes", ids}, {"mode", DiagnoseModeName(config_.diagnose)}}.dump(
+      json{{"round", rounds_}, {"purpose", label}, {"nodes", ids}, {"mode", DiagnoseModeName(mode_)}}.dump(
           -1, ' ', false, kReplaceBadUtf8)}};
 }
 
@@ -49,7 +51,7 @@ DiagActions DiagnosisCoordinator::SendOrders(const NodeRegistry& nodes, Nanos no
     v1::ControllerMessage msg;
     v1::RunDiagnostics* order = msg.mutable_run_diagnostics();
     order->set_round(round_->id());
-    order->set_mode(DiagnoseModeName(config_.diagnose));
+    order->set_mode(DiagnoseModeName(mode_));
     switch (round_->stage()) {
       case DiagStage::kSuite:
         for (const auto& p : config_.diag_paths) order->add_paths(p);

@@ -68,7 +68,13 @@ class DiagnosisCoordinator {
   // in group-rank order, then the spares (a bad spare is found before it
   // takes a place). `label`: "preflight" or "incident N". Returns its
   // diagnosis_started event; the orders go out with SendOrders.
-  DiagActions Start(DiagnosisPurpose purpose, const std::string& label, const NodeRegistry& nodes);
+  // `only`: just these nodes (the suspects of an attribution no telemetry
+  // corroborates), with the quick suite when the job diagnoses nothing
+  // routinely.
+  DiagActions Start(DiagnosisPurpose purpose, const std::string& label, const NodeRegistry& nodes,
+                    const std::vector<std::string>& only = {});
+  // The suite the round under way runs.
+  DiagnoseMode mode() const { return mode_; }
   // Orders to the nodes whose turn came (a node gone meanwhile fails).
   DiagActions SendOrders(const NodeRegistry& nodes, Nanos now);
   // A node's answer (a stale round's is ignored): its record and event.
@@ -104,6 +110,7 @@ class DiagnosisCoordinator {
   const JobConfig& config_;
   std::optional<DiagnosisRound> round_;
   DiagnosisPurpose purpose_ = DiagnosisPurpose::kPreflight;
+  DiagnoseMode mode_ = DiagnoseMode::kQuick;
   std::int64_t rounds_ = 0;
   std::map<std::string, RackSeat> rack_seats_;  // the round's rack all-reduce stage
 };

@@ -7,6 +7,16 @@
 
 namespace trainguard {
 
+bool XidMeansHardware(std::int64_t xid) {
+  // NVIDIA's Xid catalog: double-bit ECC (48), the GPU's internal
+  // micro-controllers (61, 62, 119, 120), row remapping (63, 64), NVLink (74),
+  // off the bus (79), high single-bit ECC rate (92), contained and
+  // uncontained ECC (94, 95), unrecovered ECC (140). Xids an application
+  // causes (13, 31, 43, 45: its exceptions, its page faults, its kill) are not.
+  static constexpr std::int64_t kHardware[] = {48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140};
+  return std::find(std::begin(kHardware), std::end(kHardware), xid) != std::end(kHardware);
+}
+
 std::vector<std::string> GpuErrorIncreases(const std::vector<v1::GpuHealth>& before,
                                            const std::vector<v1::GpuHealth>& now) {
   std::map<int, const v1::GpuHealth*> old;
@@ -25,6 +35,10 @@ std::vector<std::string> GpuErrorIncreases(const std::vector<v1::GpuHealth>& bef
     grew(b.ecc_uncorrected(), g.ecc_uncorrected(), "uncorrected ECC errors");
     grew(b.remapped_rows_pending(), g.remapped_rows_pending(), "row remaps pending");
     grew(b.remapped_rows_failed(), g.remapped_rows_failed(), "failed row remaps");
+    if (b.xid_events() >= 0 && g.xid_events() > b.xid_events() && XidMeansHardware(g.last_xid())) {
+      out.push_back("GPU " + std::to_string(g.index()) + ": Xid " + std::to_string(g.last_xid()) + " (" +
+                    std::to_string(g.xid_events() - b.xid_events()) + " new)");
+    }
   }
   return out;
 }

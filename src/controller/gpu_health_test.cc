@@ -29,6 +29,24 @@ TEST(GpuHealthTest, ErrorCountersThatGrewAreSaidCorrectedOnesAreNot) {
   EXPECT_TRUE(GpuErrorIncreases({}, now).empty());  // the node's first heartbeat
 }
 
+TEST(GpuHealthTest, NewHardwareXidsAreSaidAnApplicationsXidsAreNot) {
+  std::vector<v1::GpuHealth> before = {Gpu(0, 1980, 0), Gpu(1, 1980, 0)};
+  for (auto& g : before) {
+    g.set_xid_events(0);
+    g.set_last_xid(-1);
+  }
+  std::vector<v1::GpuHealth> now = before;
+  now[1].set_xid_events(2);
+  now[1].set_last_xid(79);
+  EXPECT_EQ(GpuErrorIncreases(before, now), (std::vector<std::string>{"GPU 1: Xid 79 (2 new)"}));
+  now[1].set_last_xid(31);  // an MMU fault: the application's own bad address
+  EXPECT_TRUE(GpuErrorIncreases(before, now).empty());
+  before[1].set_xid_events(-1);  // NVML could not watch it before: not an increase
+  now[1].set_last_xid(48);
+  EXPECT_TRUE(GpuErrorIncreases(before, now).empty());
+  EXPECT_TRUE(XidMeansHardware(94) && XidMeansHardware(63) && !XidMeansHardware(13) && !XidMeansHardware(43));
+}
+
 TEST(GpuHealthTest, AThrottledGPUSlowerThanTheOtherNodesIsTheStragglersCause) {
   std::map<std::string, std::vector<v1::GpuHealth>> gpus = {
       {"node0", {Gpu(0, 1980, 0), Gpu(1, 1975, 0)}},

@@ -189,6 +189,9 @@ class JobController {
   // The message to its handler (under the lock; the loop runs after it).
   void Dispatch(std::uint64_t conn, const v1::AgentMessage& msg, v1::AgentMessage* owned);
   void HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Heartbeat* owned);
+  // A node's GPU reading (a heartbeat's, or its stop report's): errors that grew are said,
+  // kept (gpu_errors: what corroborates a hardware verdict) and watched.
+  void ObserveGpus(Node* node, std::vector<v1::GpuHealth> now);
   void HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned);
   void HandleRankExited(Node* node, const v1::RankExited& exited);
   void HandleStopped(Node* node, const v1::Stopped& stopped);
@@ -277,7 +280,8 @@ class JobController {
   // done, failing nodes are evicted and the job goes on: a restart with
   // pending_verdict_, or the first start (job_controller_diagnosis.cc; the
   // round's logic: diagnosis_coordinator.h).
-  void StartDiagnosis(DiagnosisPurpose why);
+  // `only`: just these nodes (suspects), with the quick suite when the job diagnoses nothing routinely.
+  void StartDiagnosis(DiagnosisPurpose why, const std::vector<std::string>& only = {});
   void SendDiagnosisOrders();
   void HandleDiagnostics(Node* node, const v1::DiagnosticsResult& result);
   // Carries out what the coordinator decided, in order.

@@ -10,12 +10,12 @@
 
 namespace trainguard {
 
-void JobController::StartDiagnosis(DiagnosisPurpose why) {
+void JobController::StartDiagnosis(DiagnosisPurpose why, const std::vector<std::string>& only) {
   const std::string label =
       why == DiagnosisPurpose::kPreflight
           ? std::string("preflight")
           : "incident " + std::to_string(incident_ ? incident_->number : incident_count_);
-  DiagActions started = diagnosis_.Start(why, label, nodes_);
+  DiagActions started = diagnosis_.Start(why, label, nodes_, only);
   SetState(JobState::kDiagnosing, label + ": diagnosing " + std::to_string(diagnosis_.round_size()) + " node(s)");
   CarryOutDiagnosis(std::move(started));
   // The orders go out from the loop (Reconcile).
@@ -46,7 +46,7 @@ void JobController::CarryOutDiagnosis(DiagActions actions) {
           } else if constexpr (std::is_same_v<A, DiagEvent>) {
             Emit(a.kind, a.node, -1, -1, a.message, a.detail_json);
           } else if constexpr (std::is_same_v<A, DiagRecord>) {
-            writer_->RecordDiagnostics({a.node, clock_->WallNanos(), DiagnoseModeName(config_.diagnose),
+            writer_->RecordDiagnostics({a.node, clock_->WallNanos(), DiagnoseModeName(diagnosis_.mode()),
                                         config_.job_id, a.figures_json});
           } else if constexpr (std::is_same_v<A, DiagEviction>) {
             Evict(a.node, a.why, a.evidence_json);

@@ -210,6 +210,19 @@ void JobController::Restart(const Verdict& verdict, bool diagnosed) {
       StartDiagnosis(DiagnosisPurpose::kIncident);
       return;
     }
+    // Suspects of a verdict read from log lines alone: the quick suite on
+    // them (a node that fails it is evicted), even where the job diagnoses
+    // nothing routinely.
+    std::vector<std::string> suspects;
+    for (const auto& id : verdict.diagnose_nodes) {
+      const Node* n = nodes_.ById(id);
+      if (n != nullptr && n->conn != 0 && n->runs_diagnostics) suspects.push_back(id);
+    }
+    if (!suspects.empty()) {
+      pending_verdict_ = verdict;
+      StartDiagnosis(DiagnosisPurpose::kIncident, suspects);
+      return;
+    }
   }
   ++restart_count_;
   waiting_since_mono_ = clock_->MonotonicNanos();

@@ -11,6 +11,7 @@
 
 #include "common/json_text.h"
 #include "common/utf8.h"
+#include "controller/corroboration.h"
 #include "controller/describe.h"
 #include "controller/downtime.h"
 #include "controller/fleet_history.h"
@@ -189,7 +190,22 @@ void JobController::CarryOut(const Verdict& verdict) {
 
 Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
   const Incident& inc = *incident_;
-  Verdict v = policy_.Decide(b, inc, fleet);
+  // What the culprit nodes say of a verdict read from log lines: their GPU
+  // errors within the suspicion window (the kernel's lines and the history
+  // are in the blame and the fleet finding).
+  std::map<std::string, NodeSignals> signals;
+  const Nanos since = clock_->WallNanos() - config_.suspicion_window;
+  int culprit_gpu = -1;
+  for (const auto& id : b.culprit_nodes) {
+    const Node* node = nodes_.ById(id);
+    if (node == nullptr) continue;
+    for (const auto& [wall, what] : node->gpu_errors) {
+      if (wall >= since) signals[id].gpu_errors.push_back(what);
+    }
+    if (auto r = node->ranks.find(b.culprit_rank); r != node->ranks.end()) culprit_gpu = r->second.status.local_rank();
+  }
+  const Corroboration corroboration = Corroborate(b, inc, fleet, signals);
+  Verdict v = policy_.Decide(b, inc, fleet, &corroboration, culprit_gpu);
   const Attribution& a = b.attribution;
   const char* decision_name = DecisionName(v.decision);
   json evidence = json::array();
@@ -209,7 +225,15 @@ Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
             {"failure_step", b.step},         {"evidence", evidence},
             {"fleet", json::parse(fleet.EvidenceJson())},
             {"first_in_time", b.first_in_time},
-            {"culprit_evidence", b.culprit_evidence}};
+            {"culprit_evidence", b.culprit_evidence},
+            {"corroboration", json::parse(corroboration.ToJson())},
+            {"suspected_nodes", v.diagnose_nodes}};
+  if (corroboration.log_only && !corroboration.support.empty() && a.confidence < kCorroboratedConfidence) {
+    // The node's own signals agree with what its ranks printed: the reading
+    // is surer than the log alone made it.
+    d["confidence_from_log"] = a.confidence;
+    d["confidence"] = kCorroboratedConfidence;
+  }
   if (auto f = inc.stopped_error_files.find(b.culprit_rank); f != inc.stopped_error_files.end()) {
     d["culprit_error_file"] = json::parse(f->second, nullptr, false);  // the root cause's, where no exit carried it
   }
@@ -229,8 +253,15 @@ Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
                            a.category, a.rule_id, decision_name, b.step, d.dump(-1, ' ', false, kReplaceBadUtf8)});
   if (v.decision == Decision::kEvict) {
     v.evidence_json = json{{"incident", inc.number}, {"category", a.category}, {"rule", a.rule_id},
-                           {"description", a.description}, {"evidence", evidence}}
+                           {"description", a.description}, {"evidence", evidence},
+                           {"corroboration", json::parse(corroboration.ToJson())}}
                           .dump(-1, ' ', false, kReplaceBadUtf8);
+  }
+  for (const auto& node : v.diagnose_nodes) {
+    writer_->RecordNodeAction({node, clock_->WallNanos(), "suspected", "controller of job " + config_.job_id,
+                               "incident " + std::to_string(inc.number) + ": " + a.category + " (" + a.rule_id +
+                                   ") from its ranks' log alone; nothing of its own agrees",
+                               config_.job_id, corroboration.ToJson()});
   }
   return v;
 }

@@ -1,15 +1,20 @@
 // JobController: which nodes hold the job — evictions and cordons, spares,
 // diagnosis rounds, node history, elastic jobs.
+#include "controller/corroboration.h"
 #include "controller/job_controller_test_fixture.h"
 
 namespace trainguard {
 namespace {
 
+// What the node's kernel log says when its GPU fails: what corroborates the
+// rank's own CUDA error (corroboration.h).
+const char* const kXid79 = "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.";
+
 TEST_F(JobControllerTest, AGpuFaultEvictsTheCulpritNodeAndCordonsIt) {
   Make(2, 2, 3, true);
   Register(0);
   FakeAgentLink* b = Register(1);
-  Exit(1, 0, 3, 0, 9, 12, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  Exit(1, 0, 3, 0, 9, 12, "RuntimeError: CUDA error: unspecified launch failure", 0, kXid79);
   Stopped(0, 0);
   Stopped(1, 0);
   auto a = Detail("attribution");
@@ -89,7 +94,7 @@ TEST_F(JobControllerTest, ASpareWaitsIdleThenTakesTheEvictedNodesGroupRank) {
   EXPECT_EQ(Detail("node_registered", 2)["spare"], true);
   FakeAgentLink* extra = Register(3);  // beyond nnodes + spares
   EXPECT_TRUE(extra->closed);
-  Exit(1, 0, 3, 0, 9, 12, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  Exit(1, 0, 3, 0, 9, 12, "RuntimeError: CUDA error: unspecified launch failure", 0, kXid79);
   Stopped(0, 0);
   Stopped(1, 0);
   EXPECT_TRUE(b->closed);
@@ -301,7 +306,7 @@ TEST_F(JobControllerTest, AnElasticJobGoesOnWithFewerNodesWhenNoReplacementComes
   ASSERT_EQ(c->Count(Kind::kStart), 1);
   EXPECT_EQ(c->Last(Kind::kStart)->start().world_size(), 6);
   // Node 1's GPU falls off the bus: evicted, nobody comes in its place.
-  Exit(1, 0, 3, 0, 9, 12, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  Exit(1, 0, 3, 0, 9, 12, "RuntimeError: CUDA error: unspecified launch failure", 0, kXid79);
   Stopped(0, 0);
   Stopped(1, 0);
   Stopped(2, 0);
@@ -366,7 +371,7 @@ TEST_F(JobControllerTest, BelowItsMinimumAnElasticJobWaitsThenFailsSayingWhy) {
   controller_->Tick();
   ASSERT_EQ(controller_->state(), JobState::kRunning);
   EXPECT_EQ(a->Last(Kind::kStart)->start().world_size(), 2);
-  Exit(1, 0, 1, 0, 9, 12, "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.");
+  Exit(1, 0, 1, 0, 9, 12, "RuntimeError: CUDA error: unspecified launch failure", 0, kXid79);
   Stopped(0, 0);
   Stopped(1, 0);
   ASSERT_EQ(controller_->state(), JobState::kRestarting);
@@ -449,6 +454,98 @@ TEST_F(JobControllerTest, ANodeWithGpusGetsItsOwnStageForTheirComputeAndCopies) 
 }
 
 // A controller that died (kill -9) and is started again on the same store.
+
+}  // namespace
+}  // namespace trainguard
+
+namespace trainguard {
+namespace {
+
+constexpr const char* kLaunchFailure = "RuntimeError: CUDA error: unspecified launch failure";
+
+// Node `node` reports its GPUs; GPU 1's Xid count is `xids`, the newest `last`.
+void GpuHeartbeat(JobController* controller, std::uint64_t conn, std::int64_t xids, std::int64_t last) {
+  v1::AgentMessage m;
+  m.mutable_heartbeat()->set_generation(0);
+  for (int i = 0; i < 2; ++i) {
+    v1::GpuHealth* g = m.mutable_heartbeat()->mutable_metrics()->add_gpus();
+    g->set_index(i);
+    g->set_xid_events(i == 1 ? xids : 0);
+    g->set_last_xid(i == 1 ? last : -1);
+  }
+  controller->OnMessage(conn, m);
+}
+
+TEST_F(JobControllerTest, ALaunchFailureInTheLogAloneDiagnosesItsNodeAndRestartsWithoutEvictingIt) {
+  Make(2, 2, 3, true);  // routine diagnosis off
+  FakeAgentLink* a = Register(0);
+  FakeAgentLink* b = Register(1);
+  Exit(1, 0, 3, 1, 0, 12, kLaunchFailure);
+  Stopped(0, 0);
+  Stopped(1, 0);
+  auto attribution = Detail("attribution");
+  EXPECT_EQ(attribution["category"], "gpu_hardware");
+  EXPECT_EQ(attribution["decision"], "restart");
+  EXPECT_EQ(attribution["suspected_nodes"], nlohmann::json::array({"node1"}));
+  EXPECT_EQ(attribution["corroboration"]["unsupported"], nlohmann::json::array({"node1"}));
+  EXPECT_NE(Detail("decision")["reason"].get<std::string>().find("suspected, diagnosing it"), std::string::npos);
+  // The suspect alone is diagnosed, with the quick suite.
+  ASSERT_EQ(controller_->state(), JobState::kDiagnosing);
+  EXPECT_EQ(a->Count(Kind::kRunDiagnostics), 0);
+  ASSERT_EQ(b->Count(Kind::kRunDiagnostics), 1);
+  EXPECT_EQ(b->Last(Kind::kRunDiagnostics)->run_diagnostics().mode(), "quick");
+  Diagnosed(1, b, 20);  // clean: its own probes...
+  ASSERT_EQ(controller_->state(), JobState::kDiagnosing);
+  Collective(1, b, {{{"name", "alltoall_gbps"}, {"value", 2.0}}});  // ...and its ranks' all-to-all
+  ASSERT_EQ(controller_->state(), JobState::kRunning);
+  EXPECT_TRUE(provider_.evicted.empty());
+  EXPECT_FALSE(b->closed);
+  auto actions = Stored().NodeActions("node1").value();
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].action, "suspected");
+
+  // The same GPU fails the same way later in the run: evicted.
+  Exit(1, 1, 3, 1, 0, 60, kLaunchFailure);
+  Stopped(0, 1);
+  Stopped(1, 1);
+  EXPECT_EQ(Detail("decision", 1)["decision"], "evict_node");
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node1"});
+  EXPECT_NE(Detail("decision", 1)["reason"].get<std::string>().find("failed so before at another step"),
+            std::string::npos);
+}
+
+TEST_F(JobControllerTest, ALaunchFailureOnANodeWhoseHeartbeatShowedAnXidEvictsAtOnceMoreSurely) {
+  Make(2, 2, 3, true);
+  Register(0);
+  FakeAgentLink* b = Register(1);
+  GpuHeartbeat(controller_.get(), conn_base_ + 1, 0, -1);
+  GpuHeartbeat(controller_.get(), conn_base_ + 1, 1, 79);
+  ASSERT_EQ(EventsOf("gpu_errors").size(), 1u);
+  Exit(1, 0, 3, 1, 0, 12, kLaunchFailure);
+  Stopped(0, 0);
+  Stopped(1, 0);
+  auto attribution = Detail("attribution");
+  EXPECT_EQ(attribution["decision"], "evict_node");
+  EXPECT_EQ(attribution["corroboration"]["support"]["node1"][0], "heartbeat: GPU 1: Xid 79 (1 new)");
+  EXPECT_EQ(attribution["confidence"], kCorroboratedConfidence);
+  EXPECT_LT(attribution["confidence_from_log"].get<double>(), kCorroboratedConfidence);
+  EXPECT_TRUE(b->closed);
+  EXPECT_EQ(provider_.evicted, std::vector<std::string>{"node1"});
+}
+
+TEST_F(JobControllerTest, AnApplicationsXidInTheHeartbeatCorroboratesNothing) {
+  Make(2, 2, 3, true);
+  Register(0);
+  Register(1);
+  GpuHeartbeat(controller_.get(), conn_base_ + 1, 0, -1);
+  GpuHeartbeat(controller_.get(), conn_base_ + 1, 1, 31);
+  EXPECT_TRUE(EventsOf("gpu_errors").empty());
+  Exit(1, 0, 3, 1, 0, 12, kLaunchFailure);
+  Stopped(0, 0);
+  Stopped(1, 0);
+  EXPECT_EQ(Detail("decision")["decision"], "restart");
+  EXPECT_TRUE(provider_.evicted.empty());
+}
 
 }  // namespace
 }  // namespace trainguard

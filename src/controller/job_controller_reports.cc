@@ -73,6 +73,32 @@ void JobController::UpdateRank(Node* node, const v1::RankStatus& reported, v1::R
   }
 }
 
+void JobController::ObserveGpus(Node* node, std::vector<v1::GpuHealth> now) {
+  // A GPU's error counters that grew since the last heartbeat: said at
+  // once, and kept with the node (trainguard nodes), before any job fails.
+  std::vector<std::string> grew = GpuErrorIncreases(node->gpus, now);
+  for (const auto& g : grew) {
+    node->gpu_errors.emplace_back(clock_->WallNanos(), g);
+    if (node->gpu_errors.size() > 16) node->gpu_errors.pop_front();
+  }
+  if (!grew.empty()) {
+    std::string what;
+    for (const auto& g : grew) what += (what.empty() ? "" : "; ") + g;
+    Emit(EventKind::kGpuErrors, node->node_id, -1, -1, "node " + node->node_id + ": " + what,
+         json{{"increases", grew}}.dump(-1, ' ', false, kReplaceBadUtf8));
+    writer_->RecordNodeAction({node->node_id, clock_->WallNanos(), "gpu-errors", "controller of job " + config_.job_id,
+                               what, config_.job_id, json{{"increases", grew}}.dump(-1, ' ', false, kReplaceBadUtf8)});
+    // Watched from now on: an incident this node is blamed for within the
+    // suspicion window evicts it (recovery_policy.h), as after a hardware
+    // warning line.
+    auto health = HealthOf(node->node_id);
+    if (health.ok() && health->status != "suspect" && health->status != "cordoned") {
+      writer_->SetNodeHealth({node->node_id, "watch", "GPU errors: " + what, config_.job_id, clock_->WallNanos()});
+    }
+  }
+  node->gpus = std::move(now);
+}
+
 void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Heartbeat* owned) {
   node->last_heartbeat_mono = clock_->MonotonicNanos();
   node->last_heartbeat_wall = clock_->WallNanos();
@@ -84,29 +110,8 @@ void JobController::HandleHeartbeat(Node* node, const v1::Heartbeat& hb, v1::Hea
                hb.metrics().cpu_cores()};
   node->mounts.assign(hb.metrics().mounts().begin(), hb.metrics().mounts().end());
   node->tcp_retrans_pct = hb.metrics().tcp_retrans_pct();
-  {
-    std::vector<v1::GpuHealth> now(hb.metrics().gpus().begin(), hb.metrics().gpus().end());
-    // A GPU's error counters that grew since the last heartbeat: said at
-    // once, and kept with the node (trainguard nodes), before any job fails.
-    std::vector<std::string> grew = GpuErrorIncreases(node->gpus, now);
-    if (!grew.empty()) {
-      std::string what;
-      for (const auto& g : grew) what += (what.empty() ? "" : "; ") + g;
-      Emit(EventKind::kGpuErrors, node->node_id, -1, -1, "node " + node->node_id + ": " + what,
-           json{{"increases", grew}}.dump(-1, ' ', false, kReplaceBadUtf8));
-      writer_->RecordNodeAction({node->node_id, clock_->WallNanos(), "gpu-errors", "controller of job " + config_.job_id,
-                                 what, config_.job_id, json{{"increases", grew}}.dump(-1, ' ', false, kReplaceBadUtf8)});
-      // Watched from now on: an incident this node is blamed for within the
-      // suspicion window evicts it (recovery_policy.h), as after a hardware
-      // warning line.
-      auto health = HealthOf(node->node_id);
-      if (health.ok() && health->status != "suspect" && health->status != "cordoned") {
-        writer_->SetNodeHealth({node->node_id, "watch", "GPU errors: " + what, config_.job_id, clock_->WallNanos()});
-      }
-    }
-    node->gpus = std::move(now);
-    telemetry_.AddGpus(node->node_id, node->gpus);  // the GPU series (telemetry_ingest.h)
-  }
+  ObserveGpus(node, {hb.metrics().gpus().begin(), hb.metrics().gpus().end()});
+  telemetry_.AddGpus(node->node_id, node->gpus);  // the GPU series (telemetry_ingest.h)
   if (hb.generation() != generation_ || state_ != JobState::kRunning) return;
   for (int i = 0; i < hb.ranks_size(); ++i) {
     SdcActions seen;
@@ -228,6 +233,9 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
 
 void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
   if (stopped.free_port() > 0) node->free_port = stopped.free_port();
+  // Sampled after its ranks stopped: an Xid the failure raised a moment ago
+  // is known before the blame reads the node's GPU errors.
+  if (stopped.gpus_size() > 0) ObserveGpus(node, {stopped.gpus().begin(), stopped.gpus().end()});
   for (const auto& s : stopped.stacks()) {
     if (incident_ && stopped.generation() == generation_) {
       incident_->stacks[s.global_rank()] = {s.proc_state(), s.python()};

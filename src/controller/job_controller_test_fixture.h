@@ -110,7 +110,8 @@ class JobControllerTest : public testing::Test {
   }
 
   void Exit(int node, std::int64_t gen, int rank, int code, int sig = 0, std::int64_t step = 7,
-            const std::string& last_line = "Traceback: boom", Nanos exit_wall = 0) {
+            const std::string& last_line = "Traceback: boom", Nanos exit_wall = 0,
+            const std::string& kernel_line = "") {
     v1::AgentMessage m;
     auto* e = m.mutable_rank_exited();
     e->set_generation(gen);
@@ -119,6 +120,7 @@ class JobControllerTest : public testing::Test {
     e->mutable_rank()->set_exit_code(code);
     e->mutable_rank()->set_term_signal(sig);
     e->add_log_tail(last_line);
+    if (!kernel_line.empty()) e->add_kernel_lines(kernel_line);  // the node's kernel log
     e->set_exit_unix_ms((exit_wall > 0 ? exit_wall : clock_.WallNanos()) / kMillisecond);
     controller_->OnMessage(conn_base_ + static_cast<std::uint64_t>(node), m);
   }

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -41,6 +42,9 @@ struct JobNode : NodeView {
   std::int64_t standby_rss_kb = 0;
   std::int64_t memory_checkpoint_bytes = 0;
   std::vector<v1::GpuHealth> gpus;  // from its latest heartbeat
+  // GPU error increases its heartbeats showed (GpuErrorIncreases), with the
+  // wall time: what corroborates a hardware verdict read from log lines.
+  std::deque<std::pair<Nanos, std::string>> gpu_errors;  // the newest 16
   NodeCpu cpu;                      // from its latest heartbeat
   double tcp_retrans_pct = -1;      // from its latest heartbeat
   std::vector<v1::MountIo> mounts;  // from its latest heartbeat

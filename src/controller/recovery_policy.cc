@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "controller/corroboration.h"
 #include "controller/describe.h"
 #include "controller/fleet_history.h"
 
@@ -16,6 +17,7 @@ namespace trainguard {
 // Failures of the same cause this many steps apart or fewer are "in the
 // same place" (a loop: a crash at start-up, a bad batch).
 constexpr std::int64_t kSameStepWindow = 10;
+constexpr std::size_t kSuspicionsKept = 64;
 
 bool IsHardwareCategory(const std::string& c) {
   return c == "gpu_hardware" || c == "network" || c == "node_failure" || c == "storage";
@@ -50,7 +52,10 @@ std::string PolicyMemory::ToJson() const {
   for (const auto& sig : signatures) {
     sigs.push_back({{"category", sig.category}, {"rule", sig.rule}, {"rank", sig.rank}, {"step", sig.step}});
   }
+  nlohmann::json sus = nlohmann::json::array();
+  for (const auto& s : suspicions) sus.push_back({{"node", s.node}, {"gpu", s.gpu}, {"rule", s.rule}, {"step", s.step}});
   return nlohmann::json{{"signatures", sigs},
+                        {"suspicions", sus},
                         {"best_failure_step", best_failure_step},
                         {"best_checkpoint_step", best_checkpoint_step},
                         {"no_progress_incidents", no_progress_incidents}}
@@ -77,6 +82,17 @@ StatusOr<PolicyMemory> PolicyMemory::FromJson(const std::string& json_text) {
     }
     m.signatures.push_back({s["category"].get<std::string>(), s["rule"].get<std::string>(), s["rank"].get<int>(),
                             s["step"].get<std::int64_t>()});
+  }
+  const auto& sus = j.value("suspicions", nlohmann::json::array());
+  if (!sus.is_array()) return InvalidArgument("policy memory: 'suspicions' is not an array");
+  for (const auto& s : sus) {
+    if (!s.is_object() || !s.value("node", nlohmann::json()).is_string() ||
+        !s.value("gpu", nlohmann::json()).is_number_integer() || !s.value("rule", nlohmann::json()).is_string() ||
+        !s.value("step", nlohmann::json()).is_number_integer()) {
+      return InvalidArgument("policy memory: a suspicion is not {node, gpu, rule, step}: " + s.dump());
+    }
+    m.suspicions.push_back(
+        {s["node"].get<std::string>(), s["gpu"].get<int>(), s["rule"].get<std::string>(), s["step"].get<std::int64_t>()});
   }
   if (!j.value("best_failure_step", nlohmann::json(-1)).is_number_integer() ||
       !j.value("best_checkpoint_step", nlohmann::json(-1)).is_number_integer() ||
@@ -263,7 +279,8 @@ Blame AssignBlame(const RuleSet* rules, const Incident& inc,
   return b;
 }
 
-Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetFinding& fleet) {
+Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetFinding& fleet,
+                               const Corroboration* corroboration, int culprit_gpu) {
   const Attribution& a = b.attribution;
   Verdict v;
   bool suspect_history = false;
@@ -333,18 +350,79 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
     v.why = a.category + " on " + culprit + " (" + a.rule_id + "): evicting node(s) and restarting" +
             (v.history.empty() ? "" : " (" + v.history + ")");
   } else if (!b.culprit_nodes.empty() &&
-             ((a.action == "evict_node" && trusted) || fleet.PointsAtNode() ||
-              (suspect_history && (IsHardwareCategory(a.category) || a.category == "other" ||
-                                   a.category == "comm_hang")))) {
+             (fleet.PointsAtNode() || (suspect_history && (IsHardwareCategory(a.category) || a.category == "other" ||
+                                                           a.category == "comm_hang")))) {
     v.decision = Decision::kEvict;
     v.evict_nodes.assign(b.culprit_nodes.begin(), b.culprit_nodes.end());
     v.why = a.category + " on " + culprit + ": evicting node(s) and restarting" +
             (v.history.empty() ? "" : " (" + v.history + ")");
+  } else if (!b.culprit_nodes.empty() && a.action == "evict_node" && trusted) {
+    if (corroboration == nullptr || !corroboration->log_only || corroboration->unsupported.empty()) {
+      v.decision = Decision::kEvict;
+      v.evict_nodes.assign(b.culprit_nodes.begin(), b.culprit_nodes.end());
+      std::string agree;
+      if (corroboration != nullptr && corroboration->log_only) {
+        for (const auto& [node, lines] : corroboration->support) agree += (agree.empty() ? "" : "; ") + node + ": " + lines.front();
+      }
+      v.why = a.category + " on " + culprit + ": evicting node(s) and restarting" +
+              (agree.empty() ? "" : " (its own signals agree: " + agree + ")");
+    } else {
+      DecideOnSuspects(b, *corroboration, culprit_gpu, &v);
+    }
   } else {
     v.why = a.category + " on " + culprit + ": restarting" +
             (!untrusted.empty() ? untrusted : a.action == "stop" ? " once to rule out a transient cause" : "");
   }
   return v;
+}
+
+void RecoveryPolicy::DecideOnSuspects(const Blame& b, const Corroboration& c, int culprit_gpu, Verdict* v) {
+  const Attribution& a = b.attribution;
+  // Nodes whose own signals agree go; a suspect whose same GPU failed the
+  // same way before, at another step, goes too: a fault that strikes one GPU
+  // twice at different places is the GPU's. One that strikes at the same
+  // step follows the program (the restart-storm guard stops a loop).
+  std::vector<std::string> repeated, suspects, same_place;
+  for (const auto& node : c.unsupported) {
+    bool again = false, here = false;
+    for (const auto& s : memory_.suspicions) {
+      if (s.node != node || s.rule != a.rule_id || (s.gpu >= 0 && culprit_gpu >= 0 && s.gpu != culprit_gpu)) continue;
+      (std::llabs(s.step - b.step) > kSameStepWindow ? again : here) = true;
+    }
+    (again ? repeated : suspects).push_back(node);
+    if (!again && here) same_place.push_back(node);
+  }
+  for (const auto& [node, lines] : c.support) v->evict_nodes.push_back(node);
+  v->evict_nodes.insert(v->evict_nodes.end(), repeated.begin(), repeated.end());
+  v->diagnose_nodes = suspects;
+  for (const auto& node : suspects) {
+    memory_.suspicions.push_back({node, node == b.culprit_node ? culprit_gpu : -1, a.rule_id, b.step});
+  }
+  if (memory_.suspicions.size() > kSuspicionsKept) {
+    memory_.suspicions.erase(memory_.suspicions.begin(),
+                             memory_.suspicions.end() - static_cast<std::ptrdiff_t>(kSuspicionsKept));
+  }
+  auto list = [](const std::vector<std::string>& nodes) {
+    std::string s;
+    for (const auto& n : nodes) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  };
+  const std::string gpu = culprit_gpu >= 0 ? " (GPU " + std::to_string(culprit_gpu) + ")" : "";
+  std::string why = a.category + " (" + a.rule_id + ") of " + b.CulpritText() + gpu + AtStep(b.step) + " from its log alone";
+  if (!repeated.empty()) why += "; the same GPU of " + list(repeated) + " failed so before at another step: evicting";
+  if (!c.support.empty()) {
+    std::vector<std::string> agreed;
+    for (const auto& [node, lines] : c.support) agreed.push_back(node + " (" + lines.front() + ")");
+    why += "; evicting " + list(agreed) + ", whose own signals agree";
+  }
+  if (!suspects.empty()) {
+    why += "; nothing of " + list(suspects) +
+           "'s own agrees (no kernel line, no GPU error in its heartbeats, no hardware history): suspected, "
+           "diagnosing it before the restart; the same GPU failing again evicts it";
+    if (!same_place.empty()) why += " (it failed so at this step before: that follows the program, not the GPU)";
+  }
+  v->decision = v->evict_nodes.empty() ? Decision::kRestart : Decision::kEvict;
+  v->why = why;
 }
 
 }  // namespace trainguard

@@ -17,6 +17,7 @@
 namespace trainguard {
 
 struct FleetFinding;
+struct Corroboration;
 
 // Categories that point at the machine rather than the software.
 bool IsHardwareCategory(const std::string& category);
@@ -48,6 +49,10 @@ struct Verdict {
   std::vector<std::string> evict_nodes;  // kEvict only
   std::string history;                   // what other jobs said of this failure (FleetFinding::Summary)
   std::string evidence_json = "{}";      // kEvict: what the eviction rests on, kept with the node
+  // Suspects: culprit nodes of a hardware verdict that rests on log lines
+  // alone, which nothing of their own corroborated: diagnosed before the
+  // restart (a failing node is evicted then), never evicted blind.
+  std::vector<std::string> diagnose_nodes;
 };
 
 // What the policy remembers of a job's incidents. It is part of the job's
@@ -64,13 +69,25 @@ struct IncidentSignature {
   bool operator==(const IncidentSignature&) const = default;
 };
 
+// A node suspected on log lines alone (Verdict::diagnose_nodes): where and
+// when, so that the same GPU failing again later evicts it.
+struct Suspicion {
+  std::string node;
+  int gpu = -1;            // the culprit rank's GPU (its local rank), -1 if unknown
+  std::string rule;
+  std::int64_t step = -1;  // the step it failed at
+  bool operator==(const Suspicion&) const = default;
+};
+
 struct PolicyMemory {
   std::vector<IncidentSignature> signatures;  // of each incident, in order
+  std::vector<Suspicion> suspicions;          // the newest 64
   std::int64_t best_failure_step = -1;   // highest step any incident failed at
   std::int64_t best_checkpoint_step = -1;  // newest checkpoint any incident had
   int no_progress_incidents = 0;
   // {"signatures": [{"category": C, "rule": R, "rank": N, "step": N}, ...],
-  //  "best_failure_step": N, "best_checkpoint_step": N, "no_progress_incidents": N}
+  //  "best_failure_step": N, "best_checkpoint_step": N, "no_progress_incidents": N,
+  //  "suspicions": [{"node": N, "gpu": G, "rule": R, "step": S}, ...]}
   std::string ToJson() const;
   // The inverse of ToJson; InvalidArgument naming the field on a bad record.
   // Signatures recorded before they were objects ("category|rule|rank|step")
@@ -88,13 +105,21 @@ class RecoveryPolicy {
       : no_progress_restarts_(no_progress_restarts), min_confidence_(min_confidence) {}
 
   // `fleet`: what other jobs' incidents say of this one (fleet_history.h).
-  Verdict Decide(const Blame& blame, const Incident& inc, const FleetFinding& fleet);
+  // `corroboration`: what the culprit nodes' own signals say of a verdict
+  // read from log lines (corroboration.h); null: not looked at, the
+  // verdict stands as it is.
+  Verdict Decide(const Blame& blame, const Incident& inc, const FleetFinding& fleet,
+                 const Corroboration* corroboration = nullptr, int culprit_gpu = -1);
 
   const PolicyMemory& memory() const { return memory_; }
   // A restarted controller's: the memory its predecessor recorded.
   void Restore(PolicyMemory memory) { memory_ = std::move(memory); }
 
  private:
+  // A log-only hardware verdict that some culprit nodes' own signals do not
+  // corroborate: who is evicted, who is diagnosed, remembered (Suspicion).
+  void DecideOnSuspects(const Blame& b, const Corroboration& c, int culprit_gpu, Verdict* v);
+
   const int no_progress_restarts_;
   const double min_confidence_;
   PolicyMemory memory_;
