@@ -20,7 +20,9 @@ Fault injection for tests (all off by default; all act on rank --crash-rank):
     --silent-nan-at-step N  its loss becomes NaN at step N and training goes on (no guard);
                          first attempt only (a device that computed wrong once), or with
                          --nan-every-attempt every attempt; --nan-ranks all: on every rank
-    --xid-at-step N      prints an NVIDIA Xid 79 line and dies by SIGKILL (first attempt only)
+    --xid-at-step N      its GPU fails (first attempt only): the driver reports Xid 79 to NVML (a
+                         stand-in's: the file TG_FAKE_NVML_XID_DIR/TRAINGUARD_NODE_ID, where set)
+                         and the rank dies with CUDA's "unspecified launch failure"
     --flip-at-step N     flips one bit of one parameter after step N's update, silently
                          (a device that computes wrong; first attempt only); with
                          --flip-on-node NODE instead: on whichever rank runs on that node
@@ -31,7 +33,6 @@ import argparse
 import contextlib
 import hashlib
 import os
-import signal
 import sys
 import time
 
@@ -181,9 +182,12 @@ def main():
         if rank == args.crash_rank and step == args.raise_at_step:
             raise ValueError("injected bug: batch %d has no labels" % step)
         if restart == 0 and rank == args.crash_rank and step == args.xid_at_step:
-            print("NVRM: Xid (PCI:0000:3b:00): 79, pid=%d, GPU has fallen off the bus." % os.getpid(),
-                  flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
+            xids = os.environ.get("TG_FAKE_NVML_XID_DIR")
+            if xids and os.environ.get("TRAINGUARD_NODE_ID"):
+                with open(os.path.join(xids, os.environ["TRAINGUARD_NODE_ID"]), "a") as f:
+                    f.write("%d 79\n" % int(os.environ.get("LOCAL_RANK", "0")))
+            print("RuntimeError: CUDA error: unspecified launch failure", flush=True)
+            os._exit(1)
         x, y = batch_for(args.seed, step, rank, args.batch)
         if rank == args.crash_rank and step == args.nan_at_step:
             x = x * float("nan")

@@ -25,6 +25,19 @@ BUILD = os.environ.get("TRAINGUARD_BUILD", os.path.join(ROOT, "build"))
 TRAINGUARD = os.path.join(BUILD, "trainguard")
 EXAMPLE = os.path.join(ROOT, "examples", "train_ddp.py")
 PYTHON = "/usr/bin/python3"
+# A stand-in for the driver's NVML (src/agent/fake_nvml.cc): this machine has no GPU.
+FAKE_NVML = os.path.join(BUILD, "src", "agent", "libfake_nvml.so")
+
+
+def gpu_fault_env(tmp_path):
+    """The environment under which examples/train_ddp.py --xid-at-step makes
+    its GPU fail as a real one does: the driver reports Xid 79 through NVML
+    (the stand-in, read by the agents) while the rank dies with CUDA's launch
+    failure. Without it the rank's log line alone is a suspicion, not an
+    eviction (docs/attribution.md, "Corroboration")."""
+    xids = os.path.join(str(tmp_path), "xids")
+    os.makedirs(xids, exist_ok=True)
+    return {"TRAINGUARD_NVML_LIBRARY": FAKE_NVML, "TG_FAKE_NVML_XID_DIR": xids}
 
 
 # Test tiers (docs/testing.md). What a test needs, by file: `root` (network

@@ -3,7 +3,9 @@ trainguard. It saves its own checkpoint (torch.save, rank 0, atomically)
 every --ckpt-every steps and resumes from it. For tests: --sleep-rank R
 --sleep-at-step S makes rank R stop making progress inside the training loop
 (in the first run of the job only); --die-when FILE makes --die-rank print
---die-line and die by SIGKILL once FILE exists (first run only);
+--die-line and die by SIGKILL once FILE exists (first run only; with
+--die-again in any run, removing FILE as it dies, so that a test makes it
+fail again by writing FILE again);
 --raise-at-step S makes --die-rank raise the same ValueError at step S in
 every run (a deterministic bug); --nan-at-step S makes --die-rank's loss NaN
 at step S in the first run (no NaN guard: it trains on); --flip-at-step S
@@ -80,6 +82,7 @@ def main():
     p.add_argument("--die-when", default="")
     p.add_argument("--die-rank", type=int, default=1)
     p.add_argument("--die-line", default="")
+    p.add_argument("--die-again", action="store_true")
     p.add_argument("--raise-at-step", type=int, default=-1)
     p.add_argument("--nan-at-step", type=int, default=-1)
     p.add_argument("--flip-at-step", type=int, default=-1)
@@ -122,7 +125,10 @@ def main():
         if first_run and rank == args.sleep_rank and step == args.sleep_at_step:
             while True:
                 time.sleep(1)
-        if first_run and rank == args.die_rank and args.die_when and os.path.exists(args.die_when):
+        if ((first_run or args.die_again) and rank == args.die_rank and args.die_when
+                and os.path.exists(args.die_when)):
+            if args.die_again:
+                os.unlink(args.die_when)
             print(args.die_line, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         if rank == args.die_rank and step == args.raise_at_step:

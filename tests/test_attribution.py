@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, events, wait_for
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, events, gpu_fault_env, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,12 +55,15 @@ def test_a_hung_rank_is_named_not_the_ranks_waiting_for_it(tmp_path, no_leftover
 
 
 def test_a_gpu_off_the_bus_evicts_and_cordons_its_node_until_an_operator_returns_it(tmp_path, no_leftovers):
-    job = Job(tmp_path, "xid", example(tmp_path, "--xid-at-step", "9", "--crash-rank", "3"))
+    job = Job(tmp_path, "xid", example(tmp_path, "--xid-at-step", "9", "--crash-rank", "3"),
+              env=gpu_fault_env(tmp_path))
     assert job.wait() == 0, job.output()[-2000:]
     a = detail(job, "attribution")
     assert a["category"] == "gpu_hardware" and a["hardware"]
     assert a["culprit_ranks"] == [3] and a["culprit_nodes"] == ["node1"]
     assert detail(job, "decision")["decision"] == "evict_node"
+    # What the rank printed is corroborated by what the driver said of its GPU.
+    assert any("Xid 79" in s for s in a["corroboration"]["support"]["node1"]), a["corroboration"]
     evicted = job.events("node_evicted")
     assert [e["node"] for e in evicted] == ["node1"]
     assert evicted[0]["detail"]["by"] == "controller of job xid"
@@ -79,8 +82,10 @@ def test_a_gpu_off_the_bus_evicts_and_cordons_its_node_until_an_operator_returns
                                       capture_output=True, text=True, check=True).stdout)
     node1 = [n for n in nodes if n["node"] == "node1"][0]
     assert node1["status"] == "cordoned" and node1["hardware_incidents_counting"] == 1, nodes
-    assert [(h["action"], h["by"]) for h in node1["history"]] == [("evict", "controller of job xid")]
-    assert node1["history"][0]["evidence"]["rule"] == a["rule"]
+    # The driver's Xid came first (said at once), then the eviction.
+    assert [(h["action"], h["by"]) for h in node1["history"]] == [("gpu-errors", "controller of job xid"),
+                                                                  ("evict", "controller of job xid")]
+    assert node1["history"][1]["evidence"]["rule"] == a["rule"]
     cleared = subprocess.run([TRAINGUARD, "uncordon", "--store", job.store, "node1", "--reason", "GPU reseated"],
                              capture_output=True, text=True)
     assert cleared.returncode == 0 and "cleared" in cleared.stdout, cleared.stderr
@@ -88,8 +93,8 @@ def test_a_gpu_off_the_bus_evicts_and_cordons_its_node_until_an_operator_returns
                                       capture_output=True, text=True, check=True).stdout)
     node1 = [n for n in nodes if n["node"] == "node1"][0]
     assert node1["status"] == "ok" and node1["hardware_incidents_counting"] == 0, nodes
-    assert [h["action"] for h in node1["history"]] == ["evict", "uncordon"]
-    assert node1["history"][1]["reason"] == "GPU reseated" and node1["history"][1]["by"].startswith("operator ")
+    assert [h["action"] for h in node1["history"]] == ["gpu-errors", "evict", "uncordon"]
+    assert node1["history"][2]["reason"] == "GPU reseated" and node1["history"][2]["by"].startswith("operator ")
     after = Job(tmp_path, "after", [PYTHON, "-c", "pass"], nnodes=2, nproc=1)
     assert after.wait() == 0
     assert sorted(e["node"] for e in after.events("node_registered")) == ["node0", "node1"]

@@ -8,7 +8,7 @@ import json
 import os
 import subprocess
 
-from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, wait_for
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, gpu_fault_env, wait_for
 
 
 def nodes(store):
@@ -22,12 +22,12 @@ def test_a_node_one_controller_evicts_is_refused_by_the_next_job_on_the_shared_s
     store = postgres.new_database()
     first_dir = tmp_path / "first"
     first_dir.mkdir()
-    # Rank 1 (on node1) prints a GPU-off-the-bus line and dies: the node is evicted,
+    # Rank 1's GPU (on node1) falls off the bus and the rank dies: the node is evicted,
     # the spare takes its place, and the job goes on for a while longer.
     first = Job(first_dir, "first",
                 [PYTHON, EXAMPLE, "--steps", "80", "--ckpt-every", "10", "--ckpt-dir", str(first_dir / "ckpt"),
                  "--step-delay", "0.05", "--xid-at-step", "10", "--crash-rank", "1"],
-                nnodes=2, nproc=1, flags=["--spares", "1"], store=store)
+                nnodes=2, nproc=1, flags=["--spares", "1"], store=store, env=gpu_fault_env(first_dir))
     wait_for(lambda: first.events("node_evicted"), 120, "the first job's eviction of node1")
     assert [e["node"] for e in first.events("node_evicted")] == ["node1"]
 
@@ -49,7 +49,8 @@ def test_a_node_one_controller_evicts_is_refused_by_the_next_job_on_the_shared_s
         assert kinds[0] == "job_created" and kinds[-1] == "job_succeeded", kinds
     record = nodes(store)["node1"]
     assert record["status"] == "cordoned", record
-    assert [(h["action"], h["by"]) for h in record["history"]] == [("evict", "controller of job first")]
+    assert [(h["action"], h["by"]) for h in record["history"]] == [("gpu-errors", "controller of job first"),
+                                                                   ("evict", "controller of job first")]
     # `trainguard uncordon` on the shared store returns the node to every job.
     back = subprocess.run([TRAINGUARD, "uncordon", "--store", store, "node1"], capture_output=True, text=True)
     assert back.returncode == 0, back.stderr

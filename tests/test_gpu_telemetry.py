@@ -9,9 +9,8 @@ import re
 import subprocess
 import urllib.request
 
-from conftest import BUILD, PYTHON, TRAINGUARD, Job, api_url, wait_for
+from conftest import FAKE_NVML, Job, PYTHON, TRAINGUARD, api_url, wait_for
 
-FAKE_NVML = os.path.join(BUILD, "src", "agent", "libfake_nvml.so")
 
 
 def gpu_samples(url):

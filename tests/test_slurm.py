@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import EXAMPLE, PYTHON, TRAINGUARD, events, wait_for
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, events, gpu_fault_env, wait_for
 from slurm_cluster import SlurmCluster, available
 
 STEPS = 60
@@ -33,7 +33,7 @@ def cluster(tmp_path):
     c.stop()
 
 
-def submit(cluster, tmp_path, *example_args, nnodes=4):
+def submit(cluster, tmp_path, *example_args, nnodes=4, env=None):
     """The sbatch script a user writes (docs/slurm.md): the job's nodes plus
     one spare, --no-kill so that a failed node does not end the allocation."""
     script = tmp_path / "train.sbatch"
@@ -42,11 +42,11 @@ def submit(cluster, tmp_path, *example_args, nnodes=4):
 #SBATCH --nodes=%d
 #SBATCH --no-kill
 #SBATCH --output=%s/slurm-%%j.out
-%s run --scheduler slurm --nnodes %d --nproc-per-node 1 --store %s/trainguard.db --job-id ddp \\
+%s%s run --scheduler slurm --nnodes %d --nproc-per-node 1 --store %s/trainguard.db --job-id ddp \\
     --run-dir %s/run -- \\
     %s %s --steps %d --ckpt-every 10 --ckpt-dir %s/ckpt --step-delay 0.05 %s
 echo "trainguard exited with $?"
-""" % (nnodes + 1, tmp_path, TRAINGUARD, nnodes, tmp_path, tmp_path, PYTHON, EXAMPLE, STEPS, tmp_path,
+""" % (nnodes + 1, tmp_path, "".join("export %s=%s\n" % kv for kv in (env or {}).items()), TRAINGUARD, nnodes, tmp_path, tmp_path, PYTHON, EXAMPLE, STEPS, tmp_path,
        " ".join(example_args)))
     out = cluster.command("sbatch", "--parsable", str(script), cwd=str(tmp_path)).stdout.strip()
     return out.split(";")[0], os.path.join(str(tmp_path), "slurm-%s.out" % out.split(";")[0])
@@ -76,7 +76,8 @@ def wait_done(cluster, slurm_job, output, timeout=240):
 
 
 def test_a_faulty_node_is_drained_in_slurm_with_the_incident_and_the_spare_takes_over(cluster, tmp_path):
-    slurm_job, output = submit(cluster, tmp_path, "--xid-at-step", "12", "--crash-rank", "2")
+    slurm_job, output = submit(cluster, tmp_path, "--xid-at-step", "12", "--crash-rank", "2",
+                               env=gpu_fault_env(tmp_path))
     text = wait_done(cluster, slurm_job, output)
     assert "trainguard exited with 0" in text, text[-4000:] + cluster.logs()
     store = str(tmp_path / "trainguard.db")

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, cpu_cgroup, remove_cgroup, wait_for
+from conftest import EXAMPLE, PYTHON, TRAINGUARD, Job, cpu_cgroup, gpu_fault_env, remove_cgroup, wait_for
 
 STEPS = 40
 
@@ -44,7 +44,8 @@ def test_a_spare_takes_the_evicted_nodes_group_rank_and_the_result_is_unchanged(
 
     run = tmp_path / "spare"
     run.mkdir()
-    job = Job(run, "spare", example(run, "--xid-at-step", "15", "--crash-rank", "3"), flags=["--spares", "1"])
+    job = Job(run, "spare", example(run, "--xid-at-step", "15", "--crash-rank", "3"), flags=["--spares", "1"],
+              env=gpu_fault_env(run))
     assert job.wait() == 0, job.output()[-3000:]
     registered = {e["node"]: e["detail"] for e in job.events("node_registered")}
     assert set(registered) == {"node0", "node1", "node2"}, registered  # the pool is fixed: no new node
@@ -66,7 +67,8 @@ def test_an_elastic_job_goes_on_with_fewer_nodes_when_no_spare_is_left(tmp_path,
     completes. The script saves with torch.save on rank 0, as elastic scripts
     do, so a smaller world can load it."""
     job = Job(tmp_path, "elastic", example(tmp_path, "--ckpt-engine", "torch", "--xid-at-step", "15",
-                                           "--crash-rank", "1"), nnodes="2:3", nproc=1)
+                                           "--crash-rank", "1"), nnodes="2:3", nproc=1,
+              env=gpu_fault_env(tmp_path))
     assert job.wait() == 0, job.output()[-3000:]
     assert sorted(e["node"] for e in job.events("node_registered")) == ["node0", "node1", "node2"]
     assert [e["node"] for e in job.events("node_evicted")] == ["node1"]
