@@ -26,7 +26,7 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from conftest import EXAMPLE, PYTHON, Job, wait_for  # noqa: E402
+from conftest import EXAMPLE, PYTHON, Job, gpu_fault_env, wait_for  # noqa: E402
 
 SCENARIOS = [
     ("plain restart (crash, same nodes)", ["--crash-at-step", "20"], []),
@@ -40,7 +40,7 @@ def one(label, fault, flags, i):
     tmp = tempfile.mkdtemp(prefix="tg-spare-bench-")
     job = Job(tmp, "spare-bench-%d" % i, [PYTHON, EXAMPLE, "--steps", "60", "--ckpt-every", "10",
                                           "--ckpt-dir", os.path.join(tmp, "ckpt"), "--crash-rank", "1", *fault],
-              nnodes=2, nproc=1, flags=[*flags, "--max-restarts", "2"])
+              nnodes=2, nproc=1, flags=[*flags, "--max-restarts", "2"], env=gpu_fault_env(tmp))
     try:
         rc = job.wait(240)
         assert rc == 0, job.output()[-2000:]

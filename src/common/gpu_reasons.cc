@@ -1,5 +1,7 @@
 #include "common/gpu_reasons.h"
 
+#include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace trainguard {
@@ -16,6 +18,16 @@ std::vector<std::string> ThrottleReasonNames(std::int64_t mask) {
     if (mask & bit) out.push_back(name);
   }
   return out;
+}
+
+bool XidMeansHardware(std::int64_t xid) {
+  // NVIDIA's Xid catalog: double-bit ECC (48), the GPU's internal
+  // micro-controllers (61, 62, 119, 120), row remapping (63, 64), NVLink (74),
+  // off the bus (79), high single-bit ECC rate (92), contained and
+  // uncontained ECC (94, 95), unrecovered ECC (140). Xids an application
+  // causes (13, 31, 43, 45: its exceptions, its page faults, its kill) are not.
+  static constexpr std::int64_t kHardware[] = {48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140};
+  return std::find(std::begin(kHardware), std::end(kHardware), xid) != std::end(kHardware);
 }
 
 }  // namespace trainguard

@@ -7,16 +7,6 @@
 
 namespace trainguard {
 
-bool XidMeansHardware(std::int64_t xid) {
-  // NVIDIA's Xid catalog: double-bit ECC (48), the GPU's internal
-  // micro-controllers (61, 62, 119, 120), row remapping (63, 64), NVLink (74),
-  // off the bus (79), high single-bit ECC rate (92), contained and
-  // uncontained ECC (94, 95), unrecovered ECC (140). Xids an application
-  // causes (13, 31, 43, 45: its exceptions, its page faults, its kill) are not.
-  static constexpr std::int64_t kHardware[] = {48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140};
-  return std::find(std::begin(kHardware), std::end(kHardware), xid) != std::end(kHardware);
-}
-
 std::vector<std::string> GpuErrorIncreases(const std::vector<v1::GpuHealth>& before,
                                            const std::vector<v1::GpuHealth>& now) {
   std::map<int, const v1::GpuHealth*> old;

@@ -12,9 +12,6 @@
 
 namespace trainguard {
 
-// Whether an Xid points at the GPU itself rather than the application.
-bool XidMeansHardware(std::int64_t xid);
-
 // "GPU 2: uncorrected ECC errors 0 -> 1" for each counter that means a
 // failing GPU (uncorrected ECC errors, pending and failed row remaps) and
 // grew from `before` to `now`, and "GPU 2: Xid 79 (1 new)" when its Xid

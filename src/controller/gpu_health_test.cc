@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/gpu_reasons.h"
+
 namespace trainguard {
 namespace {
 

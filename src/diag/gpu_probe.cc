@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/gpu_reasons.h"
 #include "diag/run_program.h"
 
 namespace trainguard {
@@ -156,7 +157,6 @@ std::vector<Figure> NvLinkFigures(const std::string& nvlink_status) {
 }
 
 Figure FatalXidFigure(const std::vector<std::string>& kernel_lines) {
-  static const std::set<int> kFatal = {48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120};
   std::vector<std::string> seen;
   for (const auto& l : kernel_lines) {
     auto at = l.find("NVRM: Xid");
@@ -164,7 +164,7 @@ Figure FatalXidFigure(const std::vector<std::string>& kernel_lines) {
     auto colon = l.find("):", at);  // "NVRM: Xid (PCI:0000:3b:00): 79, ..."
     if (colon == std::string::npos) continue;
     int xid = std::atoi(l.c_str() + colon + 2);
-    if (kFatal.count(xid)) seen.push_back(l.substr(at, 120));
+    if (XidMeansHardware(xid)) seen.push_back(l.substr(at, 120));
   }
   Figure f{"gpu_fatal_xids", static_cast<double>(seen.size()), ""};
   if (!seen.empty()) f.error = "in the last hour: " + seen.front() + (seen.size() > 1 ? " (and " + std::to_string(seen.size() - 1) + " more)" : "");
