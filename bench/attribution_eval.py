@@ -9,7 +9,11 @@ baselines from the same run (always the most frequent label; a naive
 first-match keyword list), how the model's answers fared, the confusion
 matrix, the calibration table with its expected calibration error, and what
 an action floor (--min-confidence) would act on: how many answers reach it,
-how many of those are right, and how many recommend evicting a node.
+how many of those are right with the 95 % Wilson interval's lower bound,
+and how many recommend evicting a node and rest on a hardware-labelled log.
+Rows with a `date` (the corpus) are also split chronologically: the newest
+--chrono-test logs (default 150) are reported apart, all of them and those
+never read for rule work or training (split held_out or unread).
 With --healthy FILE (output of healthy runs, label "none"): how many of
 those got a finding at all, a hardware one, or an eviction, per split.
 With --multi: multi-failure logs built from pairs of the file's real logs
@@ -23,6 +27,7 @@ cause and on the cascade's lines kept as linked symptoms.
 import argparse
 import collections
 import json
+import math
 import os
 import random
 import subprocess
@@ -30,11 +35,14 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from chrono_split import CHRONO_TEST, chrono_test  # noqa: E402
 BUILD = os.environ.get("TRAINGUARD_BUILD", os.path.join(ROOT, "build"))
 CATEGORIES = ["gpu_hardware", "network", "node_failure", "storage", "comm_hang", "cuda_software",
               "oom", "numeric", "user_code", "other"]
 CALIBRATION_BINS = 5
-MIN_CONFIDENCES = (0.0, 0.5, 0.8, 0.9)  # 0.5 is the default of --min-confidence
+# The precision-coverage curve: 0.5 is the default of --min-confidence.
+MIN_CONFIDENCES = (0.0, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
 
 
 # A naive first-match keyword list: the baseline the issue names.
@@ -73,6 +81,8 @@ def main():
     ap.add_argument("--healthy", help="healthy output (label none): no finding is the right answer")
     ap.add_argument("--multi", action="store_true", help="also score multi-failure logs built from pairs")
     ap.add_argument("--show-misses", action="store_true")
+    ap.add_argument("--chrono-test", type=int, default=CHRONO_TEST,
+                    help="the newest N dated logs form the chronological held-out part")
     args = ap.parse_args()
     records = [json.loads(l) for l in open(args.data) if l.strip()]
     healthy = [json.loads(l) for l in open(args.healthy) if l.strip()] if args.healthy else []
@@ -92,6 +102,24 @@ def main():
                      args.show_misses)
             print()
     evaluate(records, args.data, args.show_misses)
+    dated = sorted((r for r in records if r.get("date")), key=lambda r: (r["date"], r["id"]))
+    if len(dated) > args.chrono_test:
+        newer = dated[-args.chrono_test:]
+        older_read = [r for r in dated[:-args.chrono_test] if r.get("split") == "read"]
+        print("\nchronological split: the %d newest logs, %s to %s, against %d older (%s to %s)"
+              % (len(newer), newer[0]["date"], newer[-1]["date"], len(dated) - len(newer), dated[0]["date"],
+                 dated[-len(newer) - 1]["date"]))
+        print("(the rules were written from the read split and the model trained on it: %d of the newest were read,"
+              " %d of the older)" % (sum(r.get("split") == "read" for r in newer), len(older_read)))
+        print()
+        evaluate(newer, "the newest %d" % len(newer), args.show_misses, brief=True)
+        # The chronological held-out part: the same count of the newest logs
+        # that no rule was written from, the model never saw and the rules'
+        # calibration left out (scripts/chrono_split.py).
+        unseen = chrono_test(records, args.chrono_test)
+        print()
+        evaluate(unseen, "the newest %d never read (held out or unread), %s to %s"
+                 % (len(unseen), unseen[0]["date"], unseen[-1]["date"]), args.show_misses, brief=True)
     if healthy:
         print()
         precision(healthy, args.healthy)
@@ -202,7 +230,34 @@ def calibration(records):
     return rows, ece
 
 
-def evaluate(records, name, show_misses):
+def wilson_lower(right, n, z=1.96):
+    """The lower bound of the Wilson score interval (95 % for z = 1.96) of a
+    proportion right/n: what the point figure guarantees on this many logs."""
+    if n == 0:
+        return 0.0
+    p = right / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - spread) / (1 + z * z / n)
+
+
+def acting_curve(records):
+    """Per confidence floor: the answers an action would follow, how many are
+    right (with the 95 % lower bound), and the evictions recommended."""
+    total = len(records)
+    print("\nacting on confidence (--min-confidence C): the answers an action would follow")
+    print("  %-5s %17s %9s %11s %28s" % ("C", "answers >= C", "right", "95% lower", "evictions (hardware label)"))
+    for floor in MIN_CONFIDENCES:
+        acted = [r for r in records if r["with_model"]["confidence"] >= floor]
+        ok = sum(r["with_model"]["category"] == r["label"] for r in acted)
+        evict = [r for r in acted if r["with_model"]["action"] == "evict_node"]
+        print("  %-5.2f %9d (%5.1f%%) %8.1f%% %10.1f%% %18d (%d)"
+              % (floor, len(acted), 100.0 * len(acted) / max(total, 1), 100.0 * ok / max(len(acted), 1),
+                 100.0 * wilson_lower(ok, len(acted)), len(evict),
+                 sum(r["label"] in ("gpu_hardware", "network", "node_failure", "storage") for r in evict)))
+
+
+def evaluate(records, name, show_misses, brief=False):
     total = len(records)
     right = lambda key: [r for r in records if r[key]["category"] == r["label"]]
     with_model, alone = right("with_model"), right("rules_alone")
@@ -219,6 +274,12 @@ def evaluate(records, name, show_misses):
           % (100.0 * len(with_model) / total, len(with_model), total, 100.0 * len(alone) / total, len(alone), total))
     print("baselines: the most frequent label %.1f%%, first keyword match %.1f%%"
           % (100.0 * majority / total, 100.0 * keyword / total))
+    if brief:
+        rows, ece = calibration(records)
+        print("calibration: " + "; ".join("%.1f-%.1f %d right %.1f%% (mean %.2f)" % (lo, hi, n, 100.0 * ok / n, mean)
+                                          for lo, hi, n, ok, mean in rows) + "; ECE %.3f" % ece)
+        acting_curve(records)
+        return
     answered = [r for r in records if r["with_model"]["answered_by"] == "model"]
     fixed = sum(1 for r in answered if r in with_model and r not in alone)
     broke = sum(1 for r in answered if r not in with_model and r in alone)
@@ -243,14 +304,7 @@ def evaluate(records, name, show_misses):
     for lo, hi, n, ok, mean in rows:
         print("  %.1f-%.1f     %7d %6.1f%% %15.2f" % (lo, hi, n, 100.0 * ok / n, mean))
     print("  expected calibration error: %.3f" % ece)
-    print("\nacting on confidence (--min-confidence C): the answers an action would follow")
-    print("  %-5s %17s %9s %22s" % ("C", "answers >= C", "right", "evictions (right)"))
-    for floor in MIN_CONFIDENCES:
-        acted = [r for r in records if r["with_model"]["confidence"] >= floor]
-        evict = [r for r in acted if r["with_model"]["action"] == "evict_node"]
-        print("  %-5.2f %9d (%5.1f%%) %8.1f%% %14d (%d)"
-              % (floor, len(acted), 100.0 * len(acted) / total, 100.0 * sum(r in with_model for r in acted) /
-                 max(len(acted), 1), len(evict), sum(r in with_model for r in evict)))
+    acting_curve(records)
     if show_misses:
         for r in records:
             if r not in with_model:

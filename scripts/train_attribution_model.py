@@ -16,7 +16,9 @@ the same file, byte for byte):
   4. Fits a temperature on the cross-validated (out-of-fold) scores, so the
      probabilities the model reports are calibrated.
   5. Measures the rules' own confidence on the held-out split (by bins of
-     their raw confidence, smoothed) for `rule_calibration`.
+     their raw confidence, smoothed) for `rule_calibration`, leaving out
+     the chronological held-out part (scripts/chrono_split.py: the newest
+     150 logs never read), on which the calibration is then tested.
 The file records the training data's sha256, so a model says what it learned from.
 """
 
@@ -34,6 +36,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from chrono_split import chrono_test  # noqa: E402
 # The attribution categories, then "none": text that tells no failure (the
 # healthy output of training runs, tests/data/failure-logs/healthy.jsonl).
 # The model never answers "none"; it learns from it what routine output says.
@@ -115,7 +119,8 @@ def main():
     records = [json.loads(l) for l in open(args.data) if l.strip()]
     healthy = [json.loads(l) for l in open(args.healthy) if l.strip()]
     train = [r for r in records + healthy if r.get("split") == "read"]
-    held = [r for r in records if r.get("split") == "held_out"]
+    test_ids = {r["id"] for r in chrono_test(records)}
+    held = [r for r in records if r.get("split") == "held_out" and r["id"] not in test_ids]
     if not train:
         sys.exit("no `read` records in " + args.data)
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,7 +175,8 @@ def main():
         "temperature": temperature,
         "answer_from": ANSWER_FROM,
         "rule_calibration": calibration,
-        "rule_calibration_from": {"split": "held_out", "logs": len(held), "bins": "raw confidence upper bounds"},
+        "rule_calibration_from": {"split": "held_out", "logs": len(held), "bins": "raw confidence upper bounds",
+                                  "leaving_out": "the chronological held-out part (%d logs)" % len(test_ids)},
         "classes": CATEGORIES,
         "bias": [round(float(b), 5) for b in bias],
         "features": {f: [round(float(w), 5) for w in weights[i]] for i, f in enumerate(vocab)},
