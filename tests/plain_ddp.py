@@ -17,11 +17,13 @@ read 4 KiB of D/shard-RANK through a DataLoader (--loader-workers worker
 processes), as a loader of file-backed data does, or, when D is an http://
 URL, fetches those 4 KiB from D/shard-RANK with a Range request, as a
 loader of object-store data does; the values read do not change the
-training."""
+training. --read-with preadv reads with os.preadv; --read-with direct opens
+with O_DIRECT (the device itself, past the page cache)."""
 
 import argparse
 import glob
 import hashlib
+import mmap
 import os
 import re
 import signal
@@ -42,11 +44,12 @@ def batch(seed, step, rank, size=32):
 class Shard(torch.utils.data.Dataset):
     """Item i: 4 KiB of DIR/shard-RANK read at offset 4096 * i (wrapping)."""
 
-    def __init__(self, directory, rank, start, stop, vectored=False):
+    def __init__(self, directory, rank, start, stop, vectored=False, direct=False):
         self.path = (directory.rstrip("/") + "/shard-%d" % rank if directory.startswith("http://")
                      else os.path.join(directory, "shard-%d" % rank))
         self.start, self.stop = start, stop
         self.vectored = vectored  # os.preadv, as O_DIRECT readers do: the preadv2 system call
+        self.direct = direct  # O_DIRECT, into a page-aligned buffer: past the page cache, to the device
 
     def __len__(self):
         return self.stop - self.start
@@ -57,6 +60,15 @@ class Shard(torch.utils.data.Dataset):
             request = urllib.request.Request(self.path, headers={"Range": "bytes=%d-%d" % (offset, offset + 4095)})
             with urllib.request.urlopen(request) as r:
                 return torch.frombuffer(bytearray(r.read()), dtype=torch.uint8).sum()
+        if self.direct:
+            fd = os.open(self.path, os.O_RDONLY | os.O_DIRECT)
+            try:
+                size = os.fstat(fd).st_size
+                buf = mmap.mmap(-1, 4096)
+                os.preadv(fd, [buf], (4096 * (self.start + i)) % max(size - 4096, 4096) // 4096 * 4096)
+                return torch.frombuffer(bytearray(buf), dtype=torch.uint8).sum()
+            finally:
+                os.close(fd)
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             offset = (4096 * (self.start + i)) % max(size - 4096, 1)
@@ -88,7 +100,7 @@ def main():
     p.add_argument("--flip-at-step", type=int, default=-1)
     p.add_argument("--data-dir", default="")
     p.add_argument("--loader-workers", type=int, default=0)
-    p.add_argument("--read-with", choices=["read", "preadv"], default="read")
+    p.add_argument("--read-with", choices=["read", "preadv", "direct"], default="read")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -116,7 +128,8 @@ def main():
     model(batch(7, 0, rank)[0]).sum().backward()
     opt.zero_grad()
     first_run = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-    dataset = Shard(args.data_dir, rank, start, args.steps, args.read_with == "preadv") if args.data_dir else None
+    dataset = Shard(args.data_dir, rank, start, args.steps, args.read_with == "preadv",
+                    args.read_with == "direct") if args.data_dir else None
     shards = iter(torch.utils.data.DataLoader(dataset, batch_size=None,
                                               num_workers=args.loader_workers)) if args.data_dir else None
     for step in range(start, args.steps):

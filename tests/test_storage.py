@@ -346,3 +346,70 @@ def test_with_evict_a_data_straggler_is_evicted_for_its_data_never_as_a_network_
                                        text=True, check=True).stdout)
     kept = json.dumps({n["node"]: n for n in listed}["node2"])
     assert "storage" in kept and "network" not in kept, kept
+
+
+# Serial: it drops the machine's page cache, and its rank sits in the kernel.
+@pytest.mark.serial
+def test_a_rank_stuck_in_state_d_costs_no_stack_wait_and_is_said_to_survive_sigkill(tmp_path, no_leftovers,
+                                                                                      slow_mount):
+    """Every rank reads its data with O_DIRECT from ext4 on a loop device
+    whose image lies on the stalling FUSE mount (shared storage): when the
+    image stalls, the reads wait in the kernel in uninterruptible sleep
+    (state D), where no signal is acted on. The stop does not wait the stack
+    timeout for Python stacks that cannot come, and says that the ranks
+    survived SIGKILL, in which call; once the image answers again they die
+    and the job resumes."""
+    mount, control = slow_mount
+    source = tmp_path / "source"
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for rank in range(4):
+        (shards / ("shard-%d" % rank)).write_bytes(os.urandom(1024 * 1024))
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-d", str(shards), str(source / "disk.img"), "16M"], check=True,
+                   capture_output=True)
+    loop = subprocess.run(["losetup", "-r", "-f", "--show", str(mount / "disk.img")], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    ext4 = tmp_path / "ext4"
+    ext4.mkdir()
+    job = None
+    try:
+        subprocess.run(["mount", "-o", "ro,noload", loop, str(ext4)], check=True, capture_output=True)
+        job = job_of(tmp_path, "unkillable", ext4, "--read-with", "direct", "--loader-workers", "0", steps=80)
+        wait_for(lambda: (job.page_step("node1", 3) or -1) >= 10 or job.proc.poll() is not None,
+                 120, "step 10 of rank 3")
+        control.write_text("disk.img\n")
+        # The loop device reads its image through the page cache: emptied, its
+        # next read goes to the (now stalled) file system.
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        said = wait_for(lambda: job.events("rank_unkillable") or job.proc.poll() is not None, 120,
+                        "the stop's rank_unkillable")
+        assert said, job.output()[-3000:]
+        control.unlink()  # the image answers: the read returns and the rank dies
+        assert job.wait(timeout=300) == 0, job.output()[-3000:]
+        unkillable = job.events("rank_unkillable")
+        # The ranks whose read was under way when the image stalled (the
+        # others wait in a collective for them, and die).
+        assert unkillable, job.output()[-3000:]
+        for e in unkillable:
+            assert e["detail"]["proc_state"] == "D" and e["detail"]["syscall"] == "preadv2", e
+            assert "survived SIGKILL in state D, blocked in preadv2 on a file" in e["message"], e
+        in_d = [e for e in job.events("stacks") if e["detail"]["proc_state"] == "D"]
+        assert in_d and all(e["detail"]["python"] == "" for e in in_d), in_d
+        # The stacks of ranks in state D were given up on after the stack
+        # wait's 200 ms, not after the stack timeout (3 s).
+        assert all(e["detail"]["wait_ms"] < 1500 for e in in_d), [e["detail"]["wait_ms"] for e in in_d]
+        attribution = job.events("attribution")[0]["detail"]
+        assert attribution["category"] == "storage" and attribution["rule"] == "storage-stall", attribution
+        history = json.loads(subprocess.run([TRAINGUARD, "nodes", "--store", job.store, "--json"],
+                                            capture_output=True, text=True, check=True).stdout)
+        node1 = [n for n in history if n["node"] == "node1"][0]
+        assert "unkillable" in [h["action"] for h in node1["history"]], node1
+    finally:
+        if control.exists():
+            control.unlink()
+        if job is not None:
+            job.end()
+        subprocess.run(["umount", str(ext4)], capture_output=True)
+        subprocess.run(["losetup", "-d", loop], capture_output=True)
+

@@ -22,10 +22,12 @@
 #include <thread>
 
 #include "agent/error_file.h"
+#include "agent/file_calls.h"
 #include "agent/journal_status.h"
 #include "agent/link_stats.h"
 #include "agent/output_pump.h"
 #include "agent/process.h"
+#include "common/small_file.h"
 #include "common/status_page.h"
 #include "diag/collective_probe.h"
 #include "diag/suite.h"
@@ -61,6 +63,8 @@ std::string RunCapture(const std::string& cmd) {
   return out;
 }
 
+// How long a stack capture waits for a rank that stays in uninterruptible sleep.
+constexpr Nanos kStackWaitInStateD = 200 * kMillisecond;
 // How long a stop report waits for a GPU sample taken after the ranks stopped.
 constexpr Nanos kFreshGpuSample = 2 * kSecond;
 
@@ -100,6 +104,7 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
       std::string state = ProcState(rank->pid);
       out->set_proc_state(state);
       std::string head = ReadFrom(rank->stacks_path, 0);
+      const Nanos began = MonotonicNowNanos();
       if (head.rfind(kStacksReadyMarker, 0) == 0) {
         off_t before = FileSize(rank->stacks_path);
         kill(rank->pid, SIGUSR1);
@@ -107,10 +112,23 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
         Nanos deadline = MonotonicNowNanos() + config_.stack_timeout;
         off_t last = before;
         Nanos stable_since = 0;
+        Nanos uninterruptible_since = 0;
         while (MonotonicNowNanos() < deadline) {
           usleep(20000);
           const std::string now_state = ProcState(rank->pid);
           if (now_state.empty() || now_state == "Z" || now_state == "X") break;  // it died: no stack will come
+          // In uninterruptible sleep no signal handler runs until the kernel
+          // call returns: a rank that stays in state D writes no stack, and
+          // the stop does not wait the whole stack timeout for one.
+          if (now_state != "D") {
+            uninterruptible_since = 0;
+          } else if (uninterruptible_since == 0) {
+            uninterruptible_since = MonotonicNowNanos();
+          } else if (MonotonicNowNanos() - uninterruptible_since > kStackWaitInStateD &&
+                     FileSize(rank->stacks_path) == before) {
+            out->set_proc_state("D");
+            break;
+          }
           off_t size = FileSize(rank->stacks_path);
           if (size != last) {
             last = size;
@@ -120,6 +138,7 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
           }
         }
         out->set_python(ReadFrom(rank->stacks_path, before));
+        out->set_wait_ms((MonotonicNowNanos() - began) / kMillisecond);
       }
       if (config_.native_stacks) {
         out->set_native(RunCapture("timeout 10 gdb -nx -batch -p " + std::to_string(rank->pid) +
@@ -160,9 +179,22 @@ void Agent::StopRanks(std::int64_t generation, const std::vector<int>& capture, 
   while (any_running() && MonotonicNowNanos() < kill_deadline) usleep(10000);
   for (auto& rank : ranks_) {
     if (rank->running) {
+      const std::string state = ProcState(rank->pid);
       std::fprintf(stderr, "trainguard agent %s: rank %d (pid %d) survived SIGKILL (state %s)\n",
-                   config_.node_id.c_str(), rank->global_rank, rank->pid,
-                   ProcState(rank->pid).c_str());
+                   config_.node_id.c_str(), rank->global_rank, rank->pid, state.c_str());
+      v1::Unkillable* u = stopped->add_unkillable();
+      u->set_global_rank(rank->global_rank);
+      u->set_pid(rank->pid);
+      u->set_proc_state(state);
+      const std::string proc = "/proc/" + std::to_string(rank->pid);
+      std::string wchan = ReadSmallFile(proc + "/wchan");
+      u->set_wchan(wchan == "0" ? "" : wchan);
+      std::istringstream call(ReadSmallFile(proc + "/syscall"));
+      long nr = -1;
+      if (call >> nr && nr >= 0) u->set_syscall(SystemCallName(nr));
+      // In a file system call (or faulting a mapped file's page in): the
+      // storage under it did not answer.
+      u->set_on_file(nr == -1 || (nr >= 0 && !FileCallOf(nr).name.empty()));
     }
     SignalGroup(rank->pid, SIGKILL);  // leftovers of the group
     if (rank->output) rank->output->Finish(200 * kMillisecond);

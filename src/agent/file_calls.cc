@@ -135,4 +135,11 @@ std::vector<std::string> UnclassifiedSystemCalls() {
 
 int SystemCallCount() { return static_cast<int>(std::size(kSyscalls)); }
 
+std::string SystemCallName(long number) {
+  for (const Syscall& s : kSyscalls) {
+    if (s.number == number) return std::string(s.name);
+  }
+  return "";
+}
+
 }  // namespace trainguard

@@ -23,6 +23,9 @@ struct FileCall {
 };
 FileCall FileCallOf(long number);
 
+// The name of any system call by its number on this architecture ("" if unknown).
+std::string SystemCallName(long number);
+
 // The architecture's calls that are classified neither way (for the test).
 std::vector<std::string> UnclassifiedSystemCalls();
 // How many calls the architecture has (for the test).

@@ -111,6 +111,10 @@ const std::vector<EventKindInfo>& EventKinds() {
       {EventKind::kStacks, "stacks",
        "stacks of a hung rank",
        "process state, Python stacks (faulthandler), native (gdb, with `--native-stacks`)"},
+      {EventKind::kRankUnkillable, "rank_unkillable",
+       "a rank outlived SIGKILL at the stop: in uninterruptible sleep, waiting in the kernel for a call that did not "
+       "return",
+       "pid, process state, the kernel function it sleeps in (wchan), the system call"},
       {EventKind::kNodeLost, "node_lost",
        "missed heartbeats (counted from the transport's arrival stamps: a busy controller does not make a "
        "node silent), closed connection, or no stop report",

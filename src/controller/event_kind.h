@@ -40,6 +40,7 @@ enum class EventKind {
   kFailure,
   kLogAlert,
   kStacks,
+  kRankUnkillable,
   kNodeLost,
   kControllerStalled,
   kStopped,

@@ -549,3 +549,43 @@ TEST_F(JobControllerTest, AnApplicationsXidInTheHeartbeatCorroboratesNothing) {
 
 }  // namespace
 }  // namespace trainguard
+
+namespace trainguard {
+namespace {
+
+TEST_F(JobControllerTest, ARankThatSurvivedSigkillIsSaidKeptWithItsNodeAndReadAsTheIncidentsEvidence) {
+  Make(2, 2, 3, true);
+  Register(0);
+  Register(1);
+  Exit(1, 0, 3, 1, 0, 12, "Traceback: boom");
+  Stopped(0, 0);
+  v1::AgentMessage m;
+  m.mutable_stopped()->set_generation(0);
+  v1::Unkillable* u = m.mutable_stopped()->add_unkillable();
+  u->set_global_rank(2);
+  u->set_pid(4242);
+  u->set_proc_state("D");
+  u->set_wchan("__iomap_dio_rw");
+  u->set_syscall("preadv2");
+  u->set_on_file(true);
+  controller_->OnMessage(conn_base_ + 1, m);
+  auto said = EventsOf("rank_unkillable");
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_EQ(said[0].rank, 2);
+  EXPECT_EQ(said[0].message,
+            "rank 2 on node1 (pid 4242) survived SIGKILL in state D, blocked in preadv2 on a file (kernel: "
+            "__iomap_dio_rw)");
+  EXPECT_EQ(Detail("rank_unkillable")["syscall"], "preadv2");
+  controller_->Tick();
+  auto actions = Stored().NodeActions("node1").value();
+  ASSERT_FALSE(actions.empty());
+  EXPECT_EQ(actions.back().action, "unkillable");
+  // The incident reads it as its rank's line.
+  auto evidence = Detail("attribution")["evidence"];
+  bool seen = false;
+  for (const auto& e : evidence) seen = seen || e["line"].get<std::string>().find("survived SIGKILL") != std::string::npos;
+  EXPECT_TRUE(seen) << evidence.dump();
+}
+
+}  // namespace
+}  // namespace trainguard

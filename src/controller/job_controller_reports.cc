@@ -240,12 +240,32 @@ void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {
     if (incident_ && stopped.generation() == generation_) {
       incident_->stacks[s.global_rank()] = {s.proc_state(), s.python()};
     }
-    json d = {{"proc_state", s.proc_state()}, {"python", s.python()}, {"native", s.native()}};
+    json d = {{"proc_state", s.proc_state()}, {"python", s.python()}, {"native", s.native()},
+              {"wait_ms", s.wait_ms()}};
     std::string where = s.python().empty() ? "no Python stack captured" : "Python stack captured";
     Emit(EventKind::kStacks, node->node_id, s.global_rank(), -1,
          "stacks of rank " + std::to_string(s.global_rank()) + " (process state " +
              (s.proc_state().empty() ? "?" : s.proc_state()) + "): " + where,
          d.dump(-1, ' ', false, kReplaceBadUtf8));
+  }
+  for (const auto& u : stopped.unkillable()) {
+    // Its node holds it (and its GPU memory) until the call returns: said,
+    // kept with the node, and evidence of what the rank waited for.
+    std::string what = "rank " + std::to_string(u.global_rank()) + " on " + node->node_id + " (pid " +
+                       std::to_string(u.pid()) + ") survived SIGKILL in state " +
+                       (u.proc_state().empty() ? "?" : u.proc_state()) +
+                       (u.syscall().empty() ? "" : ", blocked in " + u.syscall()) +
+                       (u.on_file() ? " on a file" : "") +
+                       (u.wchan().empty() ? "" : " (kernel: " + u.wchan() + ")");
+    Emit(EventKind::kRankUnkillable, node->node_id, u.global_rank(), -1, what,
+         json{{"pid", u.pid()}, {"proc_state", u.proc_state()}, {"wchan", u.wchan()}, {"syscall", u.syscall()},
+              {"on_file", u.on_file()}}
+             .dump(-1, ' ', false, kReplaceBadUtf8));
+    writer_->RecordNodeAction({node->node_id, clock_->WallNanos(), "unkillable", "controller of job " + config_.job_id,
+                               what, config_.job_id, "{}"});
+    if (incident_ && stopped.generation() == generation_) {
+      incident_->AddLine({u.global_rank(), node->node_id, "trainguard: " + what}, /*unique=*/true);
+    }
   }
   if (stopped.generation() != generation_ || state_ != JobState::kStopping) return;
   if (incident_) {
