@@ -92,6 +92,10 @@ def test_the_dashboard_follows_a_failure_and_cordons_a_node(tmp_path, no_leftove
         assert "rank 1" in text_of(browser, ".incident .culprit") and victim["node"] in text_of(browser, ".incident .culprit")
         assert text_of(browser, ".incident .decision").startswith("decision: " + incident["decision"])
         assert text_of(browser, ".incident .evidence")
+        # How sure the reading is, as the API says it (a SIGKILL whose sender is unknown: undetermined or not).
+        shown = text_of(browser, ".incident .confidence")
+        assert ("%.2f" % incident["confidence"]) in shown, (shown, incident)
+        assert shown.startswith("undetermined") == (incident["determined"] is False), (shown, incident)
         # The downtime breakdown has every term, in seconds.
         terms = dict(browser.execute_script(
             "return [...document.querySelectorAll('#downtime tbody tr[data-term]')]"

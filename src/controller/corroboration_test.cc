@@ -149,3 +149,24 @@ TEST(CorroborationTest, ASupportedVerdictEvictsAtOnceSayingWhatAgreed) {
 
 }  // namespace
 }  // namespace trainguard
+
+namespace trainguard {
+namespace {
+
+TEST(CorroborationTest, AnUndeterminedHardwareReadingRestartsAfterDiagnosingItsNodes) {
+  RecoveryPolicy policy(5, /*min_confidence=*/0.5);
+  Blame unsure = LaunchFailure(3, 40);
+  unsure.attribution.confidence = 0.42;
+  Verdict v = policy.Decide(unsure, At(40), {});
+  EXPECT_EQ(v.decision, Decision::kRestart) << v.why;
+  EXPECT_EQ(v.diagnose_nodes, std::vector<std::string>{"node1"});
+  EXPECT_NE(v.why.find("undetermined with hardware plausible"), std::string::npos) << v.why;
+  // Undetermined software: restarted, nobody diagnosed.
+  Blame bug = unsure;
+  bug.attribution.category = "user_code";
+  RecoveryPolicy fresh(5, 0.5);
+  EXPECT_TRUE(fresh.Decide(bug, At(40), {}).diagnose_nodes.empty());
+}
+
+}  // namespace
+}  // namespace trainguard

@@ -228,19 +228,31 @@ Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
             {"culprit_evidence", b.culprit_evidence},
             {"corroboration", json::parse(corroboration.ToJson())},
             {"suspected_nodes", v.diagnose_nodes}};
+  double confidence = a.confidence;
   if (corroboration.log_only && !corroboration.support.empty() && a.confidence < kCorroboratedConfidence) {
     // The node's own signals agree with what its ranks printed: the reading
     // is surer than the log alone made it.
     d["confidence_from_log"] = a.confidence;
-    d["confidence"] = kCorroboratedConfidence;
+    confidence = kCorroboratedConfidence;
+    d["confidence"] = confidence;
   }
+  // Below the acting threshold the reading is a guess: said as such
+  // ("undetermined"), restarted, and its nodes diagnosed where hardware is
+  // plausible (recovery_policy.cc).
+  const bool determined = confidence >= config_.min_confidence;
+  d["determined"] = determined;
+  d["acting_threshold"] = config_.min_confidence;
   if (auto f = inc.stopped_error_files.find(b.culprit_rank); f != inc.stopped_error_files.end()) {
     d["culprit_error_file"] = json::parse(f->second, nullptr, false);  // the root cause's, where no exit carried it
   }
   Emit(EventKind::kAttribution, b.culprit_node, b.culprit_rank, b.step,
-       "incident " + std::to_string(inc.number) + ": " + a.category + " (" +
-           (a.hardware ? "hardware" : "software") + ", " + a.persistence + ", confidence " +
-           std::to_string(a.confidence).substr(0, 4) + "), culprit " + b.CulpritText(),
+       "incident " + std::to_string(inc.number) + ": " +
+           (determined ? a.category + " (" + (a.hardware ? "hardware" : "software") + ", " + a.persistence +
+                             ", confidence " + std::to_string(confidence).substr(0, 4) + ")"
+                       : "undetermined (best reading " + a.category + ", confidence " +
+                             std::to_string(confidence).substr(0, 4) + " below " +
+                             std::to_string(config_.min_confidence).substr(0, 4) + ")") +
+           ", culprit " + b.CulpritText(),
        d.dump(-1, ' ', false, kReplaceBadUtf8));
   Emit(EventKind::kDecision, b.culprit_node, b.culprit_rank, b.step,
        std::string("incident ") + std::to_string(inc.number) + ": " + decision_name + ": " + v.why,

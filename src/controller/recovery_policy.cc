@@ -372,6 +372,12 @@ Verdict RecoveryPolicy::Decide(const Blame& b, const Incident& inc, const FleetF
   } else {
     v.why = a.category + " on " + culprit + ": restarting" +
             (!untrusted.empty() ? untrusted : a.action == "stop" ? " once to rule out a transient cause" : "");
+    if (!trusted && IsHardwareCategory(a.category) && !b.culprit_nodes.empty()) {
+      // Undetermined, and the machine plausible: its nodes are diagnosed
+      // before the restart (one that fails is evicted), never left unasked.
+      v.diagnose_nodes.assign(b.culprit_nodes.begin(), b.culprit_nodes.end());
+      v.why += "; undetermined with hardware plausible: diagnosing the node(s) first";
+    }
   }
   return v;
 }

@@ -12,6 +12,27 @@ using nlohmann::json;
 
 namespace {
 
+// What the culprit nodes' own signals said of a verdict read from log lines
+// (controller/corroboration.h): "node1: heartbeat: GPU 1: Xid 79 (1 new)",
+// "nothing of node1's own agrees (suspected)"; "" when none was needed.
+std::string CorroborationLine(const json& inc) {
+  const json c = inc.value("corroboration", json::object());
+  if (!c.is_object() || !c.value("log_only", false)) return "";
+  std::string out;
+  const json support = c.value("support", json::object());
+  for (const auto& [node, lines] : support.items()) {
+    if (!lines.is_array() || lines.empty() || !lines[0].is_string()) continue;
+    out += (out.empty() ? "" : "; ") + node + ": " + lines[0].get<std::string>();
+  }
+  std::string none;
+  const json unsupported = c.value("unsupported", json::array());
+  for (const auto& n : unsupported) {
+    if (n.is_string()) none += (none.empty() ? "" : ", ") + n.get<std::string>();
+  }
+  if (!none.empty()) out += (out.empty() ? "" : "; ") + std::string("nothing of ") + none + "'s own agrees (suspected)";
+  return out;
+}
+
 double Sec(Nanos ns) { return static_cast<double>(ns) / kSecond; }
 Nanos FromMs(const json& j, const char* key) {
   return j.contains(key) ? j[key].get<std::int64_t>() * kMillisecond : 0;
@@ -178,7 +199,9 @@ StatusOr<DowntimeReport> ComputeReport(const std::string& job_id, const std::vec
     const json& a = failures[i].attribution;
     if (a.is_object()) {
       for (const char* k : {"category", "hardware", "persistence", "confidence", "culprit_ranks",
-                            "culprit_nodes", "culprit_evidence", "rule", "description", "evidence"}) {
+                            "culprit_nodes", "culprit_evidence", "rule", "description", "evidence",
+                            "answered_by", "determined", "acting_threshold", "confidence_from_log", "corroboration",
+                            "suspected_nodes"}) {
         if (a.contains(k)) inc[k] = a[k];
       }
     }
@@ -285,17 +308,25 @@ std::string ReportText(const DowntimeReport& r) {
     for (const auto& n : inc.value("culprit_nodes", json::array())) {
       nodes += (nodes.empty() ? "" : ", ") + n.get<std::string>();
     }
-    std::snprintf(buf, sizeof(buf), "  #%d %s: %s (%s, %s), confidence %.2f\n",
-                  inc.value("incident", 0), inc.value("failure_kind", "").c_str(),
-                  inc.value("category", "unattributed").c_str(),
-                  inc.value("hardware", false) ? "hardware" : "software",
-                  inc.value("persistence", "unknown").c_str(), inc.value("confidence", 0.0));
+    if (inc.value("determined", true)) {
+      std::snprintf(buf, sizeof(buf), "  #%d %s: %s (%s, %s), confidence %.2f\n",
+                    inc.value("incident", 0), inc.value("failure_kind", "").c_str(),
+                    inc.value("category", "unattributed").c_str(),
+                    inc.value("hardware", false) ? "hardware" : "software",
+                    inc.value("persistence", "unknown").c_str(), inc.value("confidence", 0.0));
+    } else {
+      std::snprintf(buf, sizeof(buf), "  #%d %s: undetermined (best reading %s, confidence %.2f below %.2f)\n",
+                    inc.value("incident", 0), inc.value("failure_kind", "").c_str(),
+                    inc.value("category", "unattributed").c_str(), inc.value("confidence", 0.0),
+                    inc.value("acting_threshold", 0.0));
+    }
     out += buf;
     out += "     culprit:  " + (culprit.empty() ? std::string("unknown") : culprit) +
            (nodes.empty() ? "" : " on " + nodes) +
            (inc.value("culprit_evidence", "").empty() ? "" : " (" + inc.value("culprit_evidence", "") + ")") + "\n";
     out += "     decision: " + inc.value("decision", std::string("-")) + ": " +
            inc.value("reason", std::string("")) + "\n";
+    if (std::string c = CorroborationLine(inc); !c.empty()) out += "     corroboration: " + c + "\n";
     int shown = 0;
     for (const auto& e : inc.value("evidence", json::array())) {
       if (shown++ == 3) break;

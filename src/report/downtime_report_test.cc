@@ -217,3 +217,36 @@ TEST(DowntimeReportTest, TheReportCountsTheCommitsAndTakesTheNewestPlan) {
 
 }  // namespace
 }  // namespace trainguard
+
+namespace trainguard {
+namespace {
+
+// An attribution below the acting threshold is said undetermined; one read
+// from a rank's log says what the node's own signals said of it.
+TEST(DowntimeReportTest, TheReportSaysUndeterminedAndWhatCorroboratedTheLog) {
+  auto events = OneIncident();
+  events[3] = At(13.1, "attribution", 0,
+                 R"({"category":"gpu_hardware","culprit_nodes":["node1"],"confidence":0.42,"determined":false,)"
+                 R"("acting_threshold":0.5,"corroboration":{"log_only":true,"support":{},"unsupported":["node1"]}})");
+  LiveJob live{Wall(30), "RUNNING", 1, Wall(29), 400};
+  auto r = ComputeReport("j", events, &live);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->incidents[0]["determined"], false);
+  std::string text = ReportText(*r);
+  EXPECT_NE(text.find("undetermined (best reading gpu_hardware, confidence 0.42 below 0.50)"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("corroboration: nothing of node1's own agrees (suspected)"), std::string::npos) << text;
+
+  events[3] = At(13.1, "attribution", 0,
+                 R"j({"category":"gpu_hardware","culprit_nodes":["node1"],"confidence":0.95,"determined":true,)j"
+                 R"j("corroboration":{"log_only":true,"support":{"node1":["heartbeat: GPU 1: Xid 79 (1 new)"]},)j"
+                 R"j("unsupported":[]}})j");
+  r = ComputeReport("j", events, &live);
+  ASSERT_TRUE(r.ok());
+  text = ReportText(*r);
+  EXPECT_NE(text.find("gpu_hardware (software, unknown), confidence 0.95"), std::string::npos) << text;
+  EXPECT_NE(text.find("corroboration: node1: heartbeat: GPU 1: Xid 79 (1 new)"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace trainguard

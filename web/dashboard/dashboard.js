@@ -96,19 +96,36 @@ function showIncidents(incidents) {
     const culprit = [];
     if ((inc.culprit_ranks || []).length) culprit.push("rank " + inc.culprit_ranks.join(", "));
     if ((inc.culprit_nodes || []).length) culprit.push("on " + inc.culprit_nodes.join(", "));
+    // Below the acting threshold the reading is a guess, and says so.
+    const sure = typeof inc.confidence === "number"
+      ? (inc.determined === false
+        ? "undetermined: confidence " + inc.confidence.toFixed(2) + " below " + (inc.acting_threshold || 0).toFixed(2)
+        : "confidence " + inc.confidence.toFixed(2))
+      : "";
     const div = el("div", { class: "incident", "data-incident": inc.incident },
       el("div", { class: "title" }, "#" + inc.incident + " " + inc.failure_kind + ": ",
          el("span", { class: "category" }, inc.category || "not attributed yet"),
-         inc.hardware ? " (hardware" : " (software", ", " + (inc.persistence || "persistence unknown") + ")"),
+         inc.hardware ? " (hardware" : " (software", ", " + (inc.persistence || "persistence unknown") + ") ",
+         el("span", { class: inc.determined === false ? "confidence undetermined" : "confidence" }, sure)),
       el("div", { class: "culprit" }, "culprit: " + (culprit.length ? culprit.join(" ") : "unknown")),
       el("div", { class: "decision" }, "decision: " + (inc.decision || "pending") + (inc.reason ? " — " + inc.reason : "")),
       el("div", {}, "downtime: detection " + seconds(inc.detection_s) + ", lost work " + seconds(inc.lost_s) +
          " (" + inc.lost_steps + " steps), shutdown " + seconds(inc.shutdown_s) + ", restart " + seconds(inc.restart_s)));
+    const corroboration = corroborationText(inc.corroboration);
+    if (corroboration) div.append(el("div", { class: "corroboration" }, "corroboration: " + corroboration));
     for (const ev of (inc.evidence || []).slice(0, 4)) {
       div.append(el("div", { class: "evidence" }, "[" + (ev.role || "") + "] " + (ev.line || "")));
     }
     box.append(div);
   }
+}
+
+// What the culprit nodes' own signals said of a verdict read from log lines.
+function corroborationText(c) {
+  if (!c || !c.log_only) return "";
+  const parts = Object.entries(c.support || {}).map(([node, lines]) => node + ": " + (lines[0] || ""));
+  if ((c.unsupported || []).length) parts.push("nothing of " + c.unsupported.join(", ") + "'s own agrees (suspected)");
+  return parts.join("; ");
 }
 
 function diagnosticsText(d) {
