@@ -11,10 +11,12 @@ import threading
 import time
 import urllib.request
 
-from conftest import PYTHON, ROOT, TRAINGUARD, Job, PostgresServer, api_url, wait_for
+from conftest import PYTHON, ROOT, TRAINGUARD, Job, PostgresServer, api_url, gpu_fault_env, wait_for
 
 PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
-XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, GPU has fallen off the bus."
+# What a rank prints when its GPU fails; the driver's Xid 79 comes through
+# the stand-in NVML (conftest.gpu_fault_env), which corroborates it.
+LAUNCH_FAILURE = "RuntimeError: CUDA error: unspecified launch failure"
 
 
 def get_json(url):
@@ -52,9 +54,10 @@ def test_postgresql_stopped_during_an_incident_loses_no_event_and_no_cordon(tmp_
     try:
         store = pg.new_database()
         trigger = tmp_path / "die"
+        gpu = gpu_fault_env(tmp_path)
         job = Job(tmp_path, "outage", ddp_command(tmp_path, 300, "--die-when", str(trigger), "--die-rank", "1",
-                                                  "--die-line", XID),
-                  nnodes=2, nproc=1, flags=["--spares", "1", "--max-restarts", "2"], store=store)
+                                                  "--die-line", LAUNCH_FAILURE),
+                  nnodes=2, nproc=1, flags=["--spares", "1", "--max-restarts", "2"], store=store, env=gpu)
         url = api_url(job)
         wait_for(lambda: get_json(url + "/api/v1/job")["step"] >= 5 or job.proc.poll() is not None, 120,
                  "5 steps")
@@ -62,6 +65,8 @@ def test_postgresql_stopped_during_an_incident_loses_no_event_and_no_cordon(tmp_
         before = [e["kind"] for e in job.events()]
         pg.halt()
         halted = time.monotonic()
+        with open(os.path.join(gpu["TG_FAKE_NVML_XID_DIR"], "node1"), "w") as f:
+            f.write("0 79\n")  # the driver's Xid for node1's GPU 0, then its rank's CUDA error
         trigger.write_text("now")
         # The whole recovery runs while the store is away: the API reads the controller, not the store.
         wait_for(lambda: get_json(url + "/api/v1/job")["generation"] >= 1, 120, "the restart during the outage")
@@ -92,7 +97,7 @@ def test_postgresql_stopped_during_an_incident_loses_no_event_and_no_cordon(tmp_
         assert done.returncode == 0, done.stderr
         record = {n["node"]: n for n in json.loads(done.stdout)}["node1"]
         assert record["status"] == "cordoned", record
-        assert [h["action"] for h in record["history"]] == ["evict"], record
+        assert [h["action"] for h in record["history"]] == ["gpu-errors", "evict"], record  # the Xid, then the eviction
         assert "the store does not take writes" in job.output()
         assert "the store takes writes again" in job.output()
     finally:
