@@ -44,7 +44,10 @@ def run_rank(rank, a):
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(a["world"]), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(a["port"]))
     out = open("%s-%d.jsonl" % (a["log"], rank), "a", buffering=1)
-    dist.init_process_group("gloo")
+    # The launch's own rendezvous file: no port that a rank killed in the
+    # launch before, or another test, may still hold.
+    dist.init_process_group("gloo", init_method="file://%s.rendezvous" % a["log"], rank=rank,
+                            world_size=a["world"])
     ck = trainguard.Checkpointer(a["dir"], keep_last=a["keep_last"], commit_timeout=5)
     steps = ck.steps()
     restored = None

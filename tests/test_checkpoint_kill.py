@@ -101,12 +101,15 @@ def test_kills_at_random_moments_never_restore_a_mixed_or_torn_state(tmp_path, w
             pids = zygote.ask(30, cmd="launch", attempt=k, world=WORLD, port=free_port(), dir=d,
                               keep_last=keep_last or rng.randint(1, 3), numel=numel, saves=6,
                               restart_from=restart_from, log=log)["pids"]
-            loaded = wait_for(lambda: all(any(e["event"] == "loaded" for e in rank_events(log, r))
-                                          for r in range(WORLD)) and
-                              [next(e for e in rank_events(log, r) if e["event"] == "loaded")
-                               for r in range(WORLD)],
-                              60, "every rank of %s to restore: %s" % (
-                                  context, [rank_log(log, r) for r in range(WORLD)]))
+            try:
+                loaded = wait_for(lambda: all(any(e["event"] == "loaded" for e in rank_events(log, r))
+                                              for r in range(WORLD)) and
+                                  [next(e for e in rank_events(log, r) if e["event"] == "loaded")
+                                   for r in range(WORLD)],
+                                  60, "every rank of %s to restore" % context)
+            except AssertionError as e:  # what the ranks printed by then, and what they did
+                raise AssertionError("%s: %s; events %s" % (e, [rank_log(log, r) for r in range(WORLD)],
+                                                             [rank_events(log, r) for r in range(WORLD)])) from None
             t_loaded = time.monotonic()
             steps = {(e["step"], e["attempt"]) for e in loaded}
             assert len(steps) == 1, "%s: ranks restored different saves: %s" % (context, loaded)
