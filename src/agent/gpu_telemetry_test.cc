@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 #include "testing/wait_until.h"
@@ -39,13 +40,29 @@ TEST(GpuTelemetryTest, NvmlLoadedAtRunTimeGivesEveryGpusFigures) {
   EXPECT_TRUE(ThrottleReasonNames(gpus[0].throttle_reasons).empty());
 }
 
+// The stand-in NVML's Xid file of node `node` (fake_nvml.cc), in a directory
+// of its own; removed, and the stand-in told to forget it, at the end.
+struct XidFile {
+  explicit XidFile(const char* node) {
+    if (mkdtemp(dir) == nullptr) std::abort();
+    setenv("TG_FAKE_NVML_XID_DIR", dir, 1);
+    setenv("TG_FAKE_NVML_NODE", node, 1);
+    path = std::string(dir) + "/" + node;
+  }
+  ~XidFile() {
+    unlink(path.c_str());
+    rmdir(dir);
+    unsetenv("TG_FAKE_NVML_XID_DIR");
+    unsetenv("TG_FAKE_NVML_NODE");
+  }
+  char dir[32] = "/tmp/tg-xid-XXXXXX";
+  std::string path;
+};
+
 TEST(GpuTelemetryTest, XidsComeFromNvmlsEventSetEachCountedOnceOnItsGpu) {
   setenv("TG_FAKE_NVML_GPUS", "4", 1);
-  char dir[] = "/tmp/tg-xid-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  setenv("TG_FAKE_NVML_XID_DIR", dir, 1);
-  setenv("TG_FAKE_NVML_NODE", "n1", 1);
-  const std::string file = std::string(dir) + "/n1";
+  XidFile xids("n1");
+  const std::string& file = xids.path;
   std::string why;
   auto nvml = Nvml::Open(TG_FAKE_NVML, &why);
   ASSERT_NE(nvml, nullptr) << why;
@@ -64,20 +81,12 @@ TEST(GpuTelemetryTest, XidsComeFromNvmlsEventSetEachCountedOnceOnItsGpu) {
   EXPECT_EQ(gpus[2].last_xid, 48);
   EXPECT_EQ(gpus[1].xid_events, 1);
   EXPECT_EQ(gpus[1].last_xid, 13);
-  nvml.reset();
-  unlink(file.c_str());
-  rmdir(dir);
-  unsetenv("TG_FAKE_NVML_XID_DIR");
-  unsetenv("TG_FAKE_NVML_NODE");
 }
 
 TEST(GpuTelemetryTest, AFreshSampleIsTakenOnDemandBetweenIntervals) {
   setenv("TG_FAKE_NVML_GPUS", "2", 1);
-  char dir[] = "/tmp/tg-xid-XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  setenv("TG_FAKE_NVML_XID_DIR", dir, 1);
-  setenv("TG_FAKE_NVML_NODE", "n2", 1);
-  const std::string file = std::string(dir) + "/n2";
+  XidFile xids("n2");
+  const std::string& file = xids.path;
   GpuTelemetry t({TG_FAKE_NVML, "", 3600 * kSecond});  // one sample an hour, unless asked
   ASSERT_TRUE(testutil::WaitUntil([&] { return !t.Latest().empty(); }, std::chrono::seconds(10)));
   EXPECT_EQ(t.Latest()[1].xid_events, 0);
@@ -89,10 +98,6 @@ TEST(GpuTelemetryTest, AFreshSampleIsTakenOnDemandBetweenIntervals) {
   EXPECT_EQ(fresh[1].last_xid, 94);
   GpuTelemetry none({"/nonexistent/libnvidia-ml.so.1", "/nonexistent/nvidia-smi", 3600 * kSecond});
   EXPECT_TRUE(none.Fresh(10 * kSecond).empty());  // no GPU: at once, not after the timeout
-  unlink(file.c_str());
-  rmdir(dir);
-  unsetenv("TG_FAKE_NVML_XID_DIR");
-  unsetenv("TG_FAKE_NVML_NODE");
 }
 
 TEST(GpuTelemetryTest, NoNvmlOrAFailedInitIsSaidAndNothingIsSampled) {

@@ -269,11 +269,15 @@ Verdict JobController::Decide(const Blame& b, const FleetFinding& fleet) {
                            {"corroboration", json::parse(corroboration.ToJson())}}
                           .dump(-1, ' ', false, kReplaceBadUtf8);
   }
+  // Why each diagnosed node is suspected: a log's verdict nothing of its
+  // own agreed with, or a reading too unsure to act on.
+  const std::string suspected =
+      "incident " + std::to_string(inc.number) + ": " + a.category + " (" + a.rule_id + ")" +
+      (corroboration.log_only ? " from its ranks' log alone; nothing of its own agrees"
+                              : ", undetermined (confidence " + std::to_string(confidence).substr(0, 4) + ")");
   for (const auto& node : v.diagnose_nodes) {
     writer_->RecordNodeAction({node, clock_->WallNanos(), "suspected", "controller of job " + config_.job_id,
-                               "incident " + std::to_string(inc.number) + ": " + a.category + " (" + a.rule_id +
-                                   ") from its ranks' log alone; nothing of its own agrees",
-                               config_.job_id, corroboration.ToJson()});
+                               suspected, config_.job_id, corroboration.ToJson()});
   }
   return v;
 }

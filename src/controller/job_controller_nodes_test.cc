@@ -463,17 +463,12 @@ namespace {
 
 constexpr const char* kLaunchFailure = "RuntimeError: CUDA error: unspecified launch failure";
 
-// Node `node` reports its GPUs; GPU 1's Xid count is `xids`, the newest `last`.
-void GpuHeartbeat(JobController* controller, std::uint64_t conn, std::int64_t xids, std::int64_t last) {
-  v1::AgentMessage m;
-  m.mutable_heartbeat()->set_generation(0);
-  for (int i = 0; i < 2; ++i) {
-    v1::GpuHealth* g = m.mutable_heartbeat()->mutable_metrics()->add_gpus();
-    g->set_index(i);
+// GPU 1's Xid count is `xids`, the newest `last`; GPU 0 has none.
+std::function<void(int, v1::GpuHealth*)> Xids(std::int64_t xids, std::int64_t last) {
+  return [=](int i, v1::GpuHealth* g) {
     g->set_xid_events(i == 1 ? xids : 0);
     g->set_last_xid(i == 1 ? last : -1);
-  }
-  controller->OnMessage(conn, m);
+  };
 }
 
 TEST_F(JobControllerTest, ALaunchFailureInTheLogAloneDiagnosesItsNodeAndRestartsWithoutEvictingIt) {
@@ -518,8 +513,8 @@ TEST_F(JobControllerTest, ALaunchFailureOnANodeWhoseHeartbeatShowedAnXidEvictsAt
   Make(2, 2, 3, true);
   Register(0);
   FakeAgentLink* b = Register(1);
-  GpuHeartbeat(controller_.get(), conn_base_ + 1, 0, -1);
-  GpuHeartbeat(controller_.get(), conn_base_ + 1, 1, 79);
+  GpuHeartbeat(1, 2, Xids(0, -1));
+  GpuHeartbeat(1, 2, Xids(1, 79));
   ASSERT_EQ(EventsOf("gpu_errors").size(), 1u);
   Exit(1, 0, 3, 1, 0, 12, kLaunchFailure);
   Stopped(0, 0);
@@ -537,8 +532,8 @@ TEST_F(JobControllerTest, AnApplicationsXidInTheHeartbeatCorroboratesNothing) {
   Make(2, 2, 3, true);
   Register(0);
   Register(1);
-  GpuHeartbeat(controller_.get(), conn_base_ + 1, 0, -1);
-  GpuHeartbeat(controller_.get(), conn_base_ + 1, 1, 31);
+  GpuHeartbeat(1, 2, Xids(0, -1));
+  GpuHeartbeat(1, 2, Xids(1, 31));
   EXPECT_TRUE(EventsOf("gpu_errors").empty());
   Exit(1, 0, 3, 1, 0, 12, kLaunchFailure);
   Stopped(0, 0);

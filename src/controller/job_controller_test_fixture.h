@@ -4,6 +4,7 @@
 // job_controller_*_test.cc (one test binary).
 #pragma once
 
+#include <functional>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -122,6 +123,18 @@ class JobControllerTest : public testing::Test {
     e->add_log_tail(last_line);
     if (!kernel_line.empty()) e->add_kernel_lines(kernel_line);  // the node's kernel log
     e->set_exit_unix_ms((exit_wall > 0 ? exit_wall : clock_.WallNanos()) / kMillisecond);
+    controller_->OnMessage(conn_base_ + static_cast<std::uint64_t>(node), m);
+  }
+
+  // Node `node` reports GPUs 0..count-1 in a heartbeat of generation 0; `set` fills each.
+  void GpuHeartbeat(int node, int count, const std::function<void(int, v1::GpuHealth*)>& set) {
+    v1::AgentMessage m;
+    m.mutable_heartbeat()->set_generation(0);
+    for (int i = 0; i < count; ++i) {
+      v1::GpuHealth* g = m.mutable_heartbeat()->mutable_metrics()->add_gpus();
+      g->set_index(i);
+      set(i, g);
+    }
     controller_->OnMessage(conn_base_ + static_cast<std::uint64_t>(node), m);
   }
 
