@@ -15,10 +15,12 @@ the same file, byte for byte):
      regularization chosen by 5-fold cross-validation on the training logs.
   4. Fits a temperature on the cross-validated (out-of-fold) scores, so the
      probabilities the model reports are calibrated.
-  5. Measures the rules' own confidence on the held-out split (by bins of
-     their raw confidence, smoothed) for `rule_calibration`, leaving out
-     the chronological held-out part (scripts/chrono_split.py: the newest
-     150 logs never read), on which the calibration is then tested.
+  5. Measures the rules' own confidence on the logs never read (splits
+     held_out and unread) for `rule_calibration` (by bins of their raw
+     confidence, smoothed) and `rule_record` (each answering rule's answers
+     and right answers there), leaving out the chronological held-out part
+     (scripts/chrono_split.py: the newest 150 logs never read), on which
+     the calibration is then tested.
 The file records the training data's sha256, so a model says what it learned from.
 """
 
@@ -51,6 +53,11 @@ ANSWER_FROM = 0.5  # the model answers only when more likely right than wrong
 # Upper bounds of the rules' raw confidence bins: no rule (0.2), a symptom
 # or contested causes (<0.5), a cause with a rival (<0.8), a clear cause.
 RULE_BINS = [0.3, 0.5, 0.8, 1.0]
+# A rule's record weighs against its bin as a prior of this many answers
+# (log_model.h, CalibrateRule): chosen as 2, before the chronological
+# held-out part was scored with records (leave-one-out on the older logs
+# never read gave 2 and 4 alike).
+RULE_RECORD_WEIGHT = 2
 
 
 def run_trainguard(binary, args, log_texts, tmp):
@@ -120,7 +127,7 @@ def main():
     healthy = [json.loads(l) for l in open(args.healthy) if l.strip()]
     train = [r for r in records + healthy if r.get("split") == "read"]
     test_ids = {r["id"] for r in chrono_test(records)}
-    held = [r for r in records if r.get("split") == "held_out" and r["id"] not in test_ids]
+    held = [r for r in records if r.get("split") in ("held_out", "unread") and r["id"] not in test_ids]
     if not train:
         sys.exit("no `read` records in " + args.data)
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,6 +168,12 @@ def main():
         # Smoothed toward the bin's middle: a bin of few answers says little.
         calibration.append([hi, round((right + (lo + hi)) / (len(inside) + 2), 4)])
         lo = hi
+    record = {}
+    for a, r in zip(rule_answers, held):
+        if a.get("rule"):
+            rec = record.setdefault(a["rule"], [0, 0])
+            rec[0] += 1
+            rec[1] += a["category"] == r["label"]
 
     out = {
         "format": "trainguard-attribution-model",
@@ -175,8 +188,11 @@ def main():
         "temperature": temperature,
         "answer_from": ANSWER_FROM,
         "rule_calibration": calibration,
-        "rule_calibration_from": {"split": "held_out", "logs": len(held), "bins": "raw confidence upper bounds",
+        "rule_calibration_from": {"split": "held_out and unread", "logs": len(held),
+                                  "bins": "raw confidence upper bounds",
                                   "leaving_out": "the chronological held-out part (%d logs)" % len(test_ids)},
+        "rule_record": {k: record[k] for k in sorted(record)},
+        "rule_record_weight": RULE_RECORD_WEIGHT,
         "classes": CATEGORIES,
         "bias": [round(float(b), 5) for b in bias],
         "features": {f: [round(float(w), 5) for w in weights[i]] for i, f in enumerate(vocab)},

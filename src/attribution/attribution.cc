@@ -472,7 +472,7 @@ std::vector<LogLine> TailOf(const std::vector<LogLine>& lines, std::size_t end, 
 // history: the policy's part). `a->model` keeps its reading.
 void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, const LogStructure& structure,
                   const Cascade& cascade, Attribution* a) {
-  a->confidence = model.CalibrateRule(a->raw_confidence);
+  a->confidence = model.CalibrateRule(a->raw_confidence, a->rule_id);
   if (a->raw_confidence >= kConsultBelow) return;
   const bool any_cause = std::any_of(a->evidence.begin(), a->evidence.end(),
                                      [](const Evidence& e) { return e.role == "cause"; });

@@ -38,6 +38,19 @@ StatusOr<LogModel> LogModel::Parse(const std::string& text, const std::string& o
     for (const auto& bin : j.at("rule_calibration")) {
       m.rule_calibration_.emplace_back(bin.at(0).get<double>(), bin.at(1).get<double>());
     }
+    // Optional (model files before it calibrate by bins alone).
+    if (j.contains("rule_record")) {
+      m.rule_record_weight_ = j.at("rule_record_weight").get<double>();
+      if (!(m.rule_record_weight_ > 0)) return InvalidArgument(origin + ": \"rule_record_weight\" must be positive");
+      for (const auto& [id, rec] : j.at("rule_record").items()) {
+        Record r{rec.at(0).get<int>(), rec.at(1).get<int>()};
+        if (r.answers < 1 || r.right < 0 || r.right > r.answers) {
+          return InvalidArgument(origin + ": \"rule_record\" of '" + id +
+                                 "' must be [answers >= 1, right between 0 and answers]");
+        }
+        m.rule_record_.emplace(id, r);
+      }
+    }
     const auto& cats = AttributionCategories();
     for (const auto& c : m.classes_) {
       if (c != kNoFailureClass && std::find(cats.begin(), cats.end(), c) == cats.end()) {
@@ -119,11 +132,17 @@ ModelPrediction LogModel::Predict(const std::vector<std::string>& features,
   return p;
 }
 
-double LogModel::CalibrateRule(double raw) const {
+double LogModel::CalibrateRule(double raw, const std::string& rule_id) const {
+  double bin = raw;
   for (const auto& [upper, accuracy] : rule_calibration_) {
-    if (raw <= upper) return accuracy;
+    if (raw <= upper) {
+      bin = accuracy;
+      break;
+    }
   }
-  return raw;
+  auto it = rule_id.empty() ? rule_record_.end() : rule_record_.find(rule_id);
+  if (it == rule_record_.end()) return bin;
+  return (it->second.right + rule_record_weight_ * bin) / (it->second.answers + rule_record_weight_);
 }
 
 }  // namespace trainguard

@@ -50,8 +50,15 @@ class LogModel {
   // The calibrated probability from which the model may answer.
   double answer_from() const { return answer_from_; }
   // Rule confidences as measured: a rule's raw confidence (attribution.h)
-  // maps to how often answers of about that confidence were right.
-  double CalibrateRule(double raw) const;
+  // maps to how often answers of about that confidence were right (its
+  // bin); where the rule that answered has a track record on the held-out
+  // logs (`rule_record`: how often it answered, how often rightly), the
+  // record moves the bin's figure toward its own, as a beta prior of
+  // `rule_record_weight` answers at the bin's figure would:
+  // (right + weight * bin) / (answers + weight). A rule that is often
+  // wrong on logs it was not written from says so in its confidence, a
+  // rule that has held up is trusted more than its bin.
+  double CalibrateRule(double raw, const std::string& rule_id = "") const;
 
  private:
   std::string version_;
@@ -63,6 +70,12 @@ class LogModel {
   double answer_from_ = 0.5;
   // Ascending raw-confidence upper bounds and the accuracy measured below each.
   std::vector<std::pair<double, double>> rule_calibration_;
+  struct Record {
+    int answers = 0;
+    int right = 0;
+  };
+  std::unordered_map<std::string, Record> rule_record_;  // rule id -> its answers on held-out logs
+  double rule_record_weight_ = 2;
 };
 
 }  // namespace trainguard

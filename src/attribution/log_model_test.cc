@@ -92,6 +92,32 @@ TEST(LogModelTest, PredictsWithCalibratedProbabilityAndTheDecidingFeatures) {
   EXPECT_EQ(m->version(), "0123456789ab");
 }
 
+// A rule's record on held-out logs moves its bin's figure toward its own:
+// as a prior of `rule_record_weight` answers at the bin's figure.
+TEST(LogModelTest, ARulesTrackRecordMovesItsBinsFigure) {
+  std::string t = TinyModel();
+  t.replace(t.find("\"features\""), 0,
+            R"("rule_record": {"often-wrong": [3, 0], "held-up": [6, 6]}, "rule_record_weight": 2, )");
+  auto m = LogModel::Parse(t, "m.json");
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_DOUBLE_EQ(m->CalibrateRule(0.9, "often-wrong"), (0 + 2 * 0.97) / 5);
+  EXPECT_DOUBLE_EQ(m->CalibrateRule(0.9, "held-up"), (6 + 2 * 0.97) / 8);
+  EXPECT_DOUBLE_EQ(m->CalibrateRule(0.2, "held-up"), (6 + 2 * 0.6) / 8);
+  // No record (a rule that never answered a held-out log): the bin alone.
+  EXPECT_DOUBLE_EQ(m->CalibrateRule(0.9, "never-seen"), 0.97);
+  EXPECT_DOUBLE_EQ(m->CalibrateRule(0.9), 0.97);
+  // A record that cannot be is refused, naming the rule.
+  std::string bad = t;
+  bad.replace(bad.find("[6, 6]"), 6, "[6, 7]");
+  auto b = LogModel::Parse(bad, "m.json");
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("m.json: \"rule_record\" of 'held-up'"), std::string::npos)
+      << b.status().message();
+  bad = t;
+  bad.replace(bad.find("\"rule_record_weight\": 2"), 23, "\"rule_record_weight\": 0");
+  EXPECT_FALSE(LogModel::Parse(bad, "m.json").ok());
+}
+
 TEST(LogModelTest, ABadModelFileIsAnErrorNamingIt) {
   auto bad = [](const std::string& text) { return LogModel::Parse(text, "m.json").status().message(); };
   EXPECT_NE(bad("{").find("m.json: not valid JSON"), std::string::npos);
