@@ -13,6 +13,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "attribution/log_model.h"
 #include "controller/fake_agent_link.h"
 #include "controller/job_controller.h"
 #include "testing/wait_until.h"
@@ -39,6 +40,11 @@ class JobControllerTest : public testing::Test {
       auto rules = RuleSet::Load(TG_RULES_FILE);
       ASSERT_TRUE(rules.ok()) << rules.status().ToString();
       rules_ = std::make_unique<RuleSet>(std::move(rules.value()));
+      // With the learned model beside the rule file, as `run` and
+      // `controller` load them: calibrated confidences, as in production.
+      auto model = LogModel::Load(TG_MODEL_FILE);
+      ASSERT_TRUE(model.ok()) << model.status().ToString();
+      rules_->set_model(std::make_shared<const LogModel>(std::move(*model)));
       if (!rules_override_.empty()) {
         auto site = RuleSet::Parse(rules_override_, "site rules");
         ASSERT_TRUE(site.ok()) << site.status().ToString();
