@@ -198,7 +198,7 @@ def test_the_project_corpus_of_real_logs_stays_above_the_goal(corpus_answers):
     rest of batch 10 and all of batch 11 not read yet (`unread`). The issue's goal is >= 95 % on
     logs not read (not met: see docs/attribution.md). The read part is held
     at 95 %; the held-out and unread parts at their measured 157/191 and
-    118/143 (with the learned model), so that no rule or model change loses a
+    119/138 (with the learned model), so that no rule or model change loses a
     log unseen. Every row is dated (the chronological split of
     bench/attribution_eval.py)."""
     assert len(corpus_answers) >= 40
@@ -206,7 +206,7 @@ def test_the_project_corpus_of_real_logs_stays_above_the_goal(corpus_answers):
     for split in ("held_out", "read", "unread"):
         part = [(r, a) for r, a in corpus_answers if r["split"] == split]
         right = sum(a["category"] == r["label"] for r, a in part)
-        floor = {"read": 0.95, "held_out": 157 / 191, "unread": 118 / 143}[split]
+        floor = {"read": 0.95, "held_out": 157 / 191, "unread": 119 / 138}[split]
         assert right >= floor * len(part) - 1e-9, (split, right, len(part))
 
 
