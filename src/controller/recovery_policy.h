@@ -101,7 +101,7 @@ struct PolicyMemory {
 class RecoveryPolicy {
  public:
   // `min_confidence`: JobConfig::min_confidence.
-  explicit RecoveryPolicy(int no_progress_restarts, double min_confidence = 0.8)
+  explicit RecoveryPolicy(int no_progress_restarts, double min_confidence = 0.5)
       : no_progress_restarts_(no_progress_restarts), min_confidence_(min_confidence) {}
 
   // `fleet`: what other jobs' incidents say of this one (fleet_history.h).
