@@ -95,6 +95,17 @@ def test_a_throttled_node_is_named_the_compute_straggler_and_drawn_so(tmp_path, 
     assert "its ranks' cgroup was throttled by its CPU quota" in first["detail"]["cause"], first
     assert "cause: node2 its ranks' cgroup was throttled" in first["message"], first
     print("named after step %d: %s" % (first["detail"]["last_step"], first["message"]))
+    # Every naming says which phase grew and why (or that nothing shows why),
+    # and keeps the first naming's first step; a clear comes after it.
+    for e in found:
+        assert e["detail"]["phase"] in ("forward", "backward", "optimizer"), e
+        assert e["detail"]["cause"], e
+        assert e["detail"]["first_step"] == first["detail"]["first_step"], (e, first)
+    for c in job.events("straggler_cleared"):
+        assert c["detail"]["first_step"] > first["detail"]["last_step"], (c, first)
+    # The generation learned its own baseline and said so, once.
+    baseline = job.events("straggler_baseline")
+    assert len(baseline) == 1 and "learned over steps" in baseline[0]["message"], baseline
 
     heatmap = tmp_path / "heatmap.svg"
     run_cli("heatmap", "--store", job.store, job.job_id, "-o", str(heatmap))

@@ -169,7 +169,8 @@ json StragglersJson(const JobSnapshot& job, const std::vector<Event>& events) {
   }
   json findings = json::array();
   for (const Event& e : events) {
-    if (e.kind == "straggler" || e.kind == "straggler_cleared" || e.kind == "slow_trend") {
+    if (e.kind == "straggler" || e.kind == "straggler_cleared" || e.kind == "straggler_baseline" ||
+        e.kind == "slow_trend") {
       findings.push_back(EventJson(e));
     }
   }

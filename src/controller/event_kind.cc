@@ -189,16 +189,20 @@ const std::vector<EventKindInfo>& EventKinds() {
        "or data), phase, slowdown, steps, first and last step, value and centre (µs per step), "
        "last_to_enter (share of its collectives it entered last, -1 if none journaled), evict, action, "
        "cause (what the node's telemetry shows against the other nodes': a GPU held down by a throttle "
-       "reason, CPU throttling or steal, TCP retransmissions; a data straggler's loader or storage; \"\" "
-       "if nothing stands out)"},
+       "reason, CPU throttling or steal, TCP retransmissions; a data straggler's loader or storage; "
+       "\"unknown\" if nothing stands out, with `cause_looked_at`)"},
       {EventKind::kGpuErrors, "gpu_errors",
        "a node's heartbeat shows a GPU's uncorrected ECC errors, pending or failed row remaps grown since "
        "its previous one (docs/telemetry.md, \"GPU health\"); also kept with the node as a `gpu-errors` "
        "node action",
        "increases (\"GPU 1: uncorrected ECC errors 0 -> 2\")"},
       {EventKind::kStragglerCleared, "straggler_cleared",
-       "a reported straggler kept pace for 3 windows",
-       "signal"},
+       "a reported straggler kept pace for 3 windows after the step it was named at",
+       "`unit`, signal, first and last step of the windows that kept pace"},
+      {EventKind::kStragglerBaseline, "straggler_baseline",
+       "once per generation, when the straggler detector learned its baselines from the generation's own "
+       "steps (after a restart, a spare's promotion or a warm start, nothing before them is compared)",
+       "first and last step of the baseline"},
       {EventKind::kSlowTrend, "slow_trend",
        "the job's step time grew 8 % over its baseline for 5 windows",
        "slowdown, phase, steps"},

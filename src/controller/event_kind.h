@@ -62,6 +62,7 @@ enum class EventKind {
   kStraggler,
   kGpuErrors,
   kStragglerCleared,
+  kStragglerBaseline,
   kSlowTrend,
   kLayout,
   kTimingsDropped,

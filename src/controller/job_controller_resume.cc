@@ -207,8 +207,9 @@ Status JobController::Resume() {
     resume_deadline_mono_ = now + config_.reconnect_window;
     std::vector<ReportedStraggler> reported;
     for (const auto& [unit, d] : named_stragglers) {
-      reported.push_back({unit, StragglerSignalFromName(d.value("signal", "")), d.value("first_step", std::int64_t{0}),
-                          d.value("evict", false)});
+      const std::int64_t first = d.value("first_step", std::int64_t{0});
+      reported.push_back({unit, StragglerSignalFromName(d.value("signal", "")), first,
+                          d.value("last_step", first), d.value("evict", false)});
     }
     telemetry_.Resume(generation_, active_nnodes_ * config_.nproc_per_node, reported, layout_generation);
     sdc_.FinishReplay(generation_, active_nnodes_ * config_.nproc_per_node);

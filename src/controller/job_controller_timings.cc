@@ -73,11 +73,13 @@ void JobController::RecordLayout(bool final_try) {
 
 void JobController::ActOnStraggler(const StragglerFinding& original) {
   StragglerFinding f = original;
-  // The cause, where the node's telemetry shows it against the other
-  // nodes': its GPUs' clocks, its CPUs; a data straggler's is its loader
-  // or its storage.
+  // The cause of a straggler named, where the node's telemetry shows it
+  // against the other nodes': its GPUs' clocks, its CPUs, its network; a
+  // data straggler's is its loader or its storage. Where nothing stands
+  // out it is said so: "unknown", with what was looked at.
   std::string cause;
-  if (f.signal == StragglerSignal::kCompute && !f.node.empty()) {
+  std::string looked_at;
+  if (f.kind == StragglerKind::kStraggler && f.signal == StragglerSignal::kCompute && !f.node.empty()) {
     std::map<std::string, std::vector<v1::GpuHealth>> gpus;
     std::map<std::string, NodeCpu> cpus;
     for (const Node& n : nodes_) {
@@ -88,8 +90,8 @@ void JobController::ActOnStraggler(const StragglerFinding& original) {
     cause = GpuSlowCause(f.node, gpus);
     const std::string cpu = CpuSlowCause(f.node, cpus);
     cause += (cause.empty() || cpu.empty() ? "" : "; ") + cpu;
-    if (!cause.empty()) f.message += "; cause: " + f.node + " " + cause;
-  } else if (f.signal == StragglerSignal::kCommunication && !f.node.empty()) {
+    looked_at = "GPU clocks and throttle reasons, CPU quota throttling, steal and load";
+  } else if (f.kind == StragglerKind::kStraggler && f.signal == StragglerSignal::kCommunication && !f.node.empty()) {
     std::map<std::string, NodeNet> nets;
     for (const Node& n : nodes_) {
       if (n.group_rank < 0) continue;
@@ -97,15 +99,30 @@ void JobController::ActOnStraggler(const StragglerFinding& original) {
                          link_monitor_.FlapsInWindow(n.node_id)};
     }
     cause = NetworkSlowCause(f.node, nets);
-    if (!cause.empty()) f.message += "; cause: " + f.node + " " + cause;
-  } else if (f.signal == StragglerSignal::kData) {
+    looked_at = "TCP retransmissions, link drops and errors, carrier losses";
+  } else if (f.kind == StragglerKind::kStraggler && f.signal == StragglerSignal::kData) {
     cause = "storage or the data loader: rank " + std::to_string(f.rank) + " waits for its data";
   }
-  json d = {{"cause", cause}, {"unit", f.unit}, {"signal", StragglerSignalName(f.signal)},         {"phase", f.phase},          {"slowdown", f.slowdown},
-            {"steps", f.steps},           {"first_step", f.first_step}, {"last_step", f.last_step},
-            {"value_us", f.value_us},     {"centre_us", f.centre_us},   {"evict", f.evict},
+  const bool unknown = f.kind == StragglerKind::kStraggler && cause.empty() && !looked_at.empty();
+  if (!cause.empty() && f.signal != StragglerSignal::kData) f.message += "; cause: " + f.node + " " + cause;
+  if (unknown) {
+    f.message += "; cause unknown: nothing in " + f.node + "'s telemetry stands out against the other nodes' (" +
+                 looked_at + ")";
+  }
+  json d = {{"cause", unknown ? std::string("unknown") : cause},
+            {"unit", f.unit},
+            {"signal", StragglerSignalName(f.signal)},
+            {"phase", f.phase},
+            {"slowdown", f.slowdown},
+            {"steps", f.steps},
+            {"first_step", f.first_step},
+            {"last_step", f.last_step},
+            {"value_us", f.value_us},
+            {"centre_us", f.centre_us},
+            {"evict", f.evict},
             {"last_to_enter", f.last_to_enter},
             {"action", StragglerActionName(config_.straggler_action)}};
+  if (!looked_at.empty()) d["cause_looked_at"] = looked_at;
   Emit(StragglerEventKind(f.kind), f.node, f.rank, f.last_step, f.message, d.dump(-1, ' ', false, kReplaceBadUtf8));
   if (f.kind != StragglerKind::kStraggler || !f.evict || config_.straggler_action != StragglerAction::kEvict) return;
   Node* node = nodes_.ById(f.node);

@@ -82,7 +82,12 @@ void StragglerDetector::Add(const RankStep& step) {
   }
   nodes_seen_.insert(step.node);
   if (step.step >= steps_from_ && step.step >= stepped_below_) {
-    step_values_[step.step][step.rank] = {step.node, step.compute_us};
+    StepValue& v = step_values_[step.step][step.rank];
+    v.node = step.node;
+    v.compute = step.compute_us;
+    for (const auto& [key, us] : step.phases) {
+      if (IsComputePhase(key)) v.phases[key] = us;
+    }
     step_durations_[step.step].push_back(step.step_us);
   }
   std::int64_t index = FloorDiv(step.step, policy_.window_steps);
@@ -114,6 +119,7 @@ void StragglerDetector::Reset(int world_size) {
   trend_said_ = false;
   skip_window_ = true;
   cusum_.clear();
+  baseline_said_ = false;
   step_values_.clear();
   step_durations_.clear();
   nodes_seen_.clear();
@@ -122,9 +128,10 @@ void StragglerDetector::Reset(int world_size) {
 }
 
 void StragglerDetector::RestoreReported(const std::string& unit, StragglerSignal signal, std::int64_t first_step,
-                                        bool evict_said) {
+                                        std::int64_t named_step, bool evict_said) {
   Streak& s = streaks_[unit];
   s.reported = true;
+  s.named_step = std::max(named_step, first_step);
   s.evict_said = s.evict_said || evict_said;
   s.signal = signal;
   s.first_step = first_step;
@@ -172,24 +179,48 @@ std::vector<StragglerFinding> StragglerDetector::Evaluate() {
   return out;
 }
 
-void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pair<std::string, double>>& values,
-                                  double step_centre, std::vector<StragglerFinding>* out) {
+void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepValue>& values, double step_centre,
+                                  std::vector<StragglerFinding>* out) {
   // Units as the windows have them: nodes from 3 up, else ranks.
   const bool by_node = nodes_seen_.size() >= 3;
   std::map<std::string, std::vector<double>> of_unit;
+  std::map<std::string, std::map<std::string, std::vector<double>>> phases_of_unit;
   std::map<std::string, std::pair<int, double>> slowest;  // unit -> (rank, compute)
   std::map<std::string, std::string> node_of;
-  for (const auto& [rank, nv] : values) {
-    const auto& [node, compute] = nv;
-    std::string key = by_node ? node : node + "/rank " + std::to_string(rank);
-    of_unit[key].push_back(compute);
-    node_of[key] = node;
+  for (const auto& [rank, v] : values) {
+    std::string key = by_node ? v.node : v.node + "/rank " + std::to_string(rank);
+    of_unit[key].push_back(v.compute);
+    for (const auto& [phase, us] : v.phases) phases_of_unit[key][phase].push_back(us);
+    node_of[key] = v.node;
     auto& s = slowest[key];
-    if (s.first < 0 || compute > s.second || of_unit[key].size() == 1) s = {rank, compute};
+    if (s.first < 0 || v.compute > s.second || of_unit[key].size() == 1) s = {rank, v.compute};
   }
   if (of_unit.size() < 3) return;
   std::map<std::string, double> unit_value;
   for (auto& [key, v] : of_unit) unit_value[key] = Median(v);
+  // Each compute phase of each unit against the other units' median at this
+  // step (a unit without the phase counts 0): what a naming says grew.
+  std::map<std::string, std::map<std::string, double>> phase_gap;  // unit -> phase -> excess µs
+  {
+    std::set<std::string> phase_names;
+    for (const auto& [key, ph] : phases_of_unit) {
+      for (const auto& [phase, v] : ph) phase_names.insert(phase);
+    }
+    for (const std::string& phase : phase_names) {
+      std::vector<double> xs;
+      for (const auto& [key, x] : unit_value) {
+        auto u = phases_of_unit.find(key);
+        auto it = u == phases_of_unit.end() ? decltype(u->second.end()){} : u->second.find(phase);
+        xs.push_back(u == phases_of_unit.end() || it == u->second.end() ? 0 : Median(it->second));
+      }
+      const std::vector<double> others = MediansOfOthers(xs);
+      std::size_t i = 0;
+      for (const auto& [key, x] : unit_value) {
+        phase_gap[key][phase] = xs[i] - others[i];
+        ++i;
+      }
+    }
+  }
   const double min_log = std::log(1 + policy_.min_slowdown);
   std::vector<double> xs_all;
   xs_all.reserve(unit_value.size());
@@ -209,6 +240,21 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pa
         for (double b : c.baseline) dev.push_back(std::fabs(b - mu));
         c.mu = std::min(mu, min_log / 2);  // an offset this large is a slowness, not the unit's own
         c.sigma = std::max(1.4826 * Median(dev), policy_.change_min_spread);
+        if (!baseline_said_) {
+          baseline_said_ = true;
+          StragglerFinding f;
+          f.kind = StragglerKind::kBaseline;
+          f.first_step = step - policy_.change_baseline_steps + 1;
+          f.last_step = step;
+          f.steps = policy_.change_baseline_steps;
+          f.message = "straggler detection armed for this generation: each " + std::string(by_node ? "node" : "rank") +
+                      "'s compute against its peers' learned over steps " + std::to_string(f.first_step) + "-" +
+                      std::to_string(step) + " (its own steps only: the steps before a restart, a spare's " +
+                      "promotion or a warm start are not compared); steps from " + std::to_string(step + 1) +
+                      " are judged step by step, windows of " + std::to_string(policy_.window_steps) +
+                      " steps from the generation's second";
+          out->push_back(std::move(f));
+        }
       }
       continue;
     }
@@ -219,9 +265,11 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pa
     c.recent.push_back({step, std::clamp((lr - c.mu) / c.sigma, -3.0, 3.0)});
     c.excess.push_back(lr);
     c.values.push_back({x, centre});
+    c.phase_gaps.push_back(phase_gap[key]);
     while (c.recent.size() > 2 * n) c.recent.pop_front();
     while (c.excess.size() > 2 * n) c.excess.pop_front();
     while (c.values.size() > 2 * n) c.values.pop_front();
+    while (c.phase_gaps.size() > 2 * n) c.phase_gaps.pop_front();
     auto shifted = [&](std::size_t h, double threshold) {
       if (c.recent.size() < h) return false;
       double sum = 0;
@@ -248,10 +296,23 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pa
       }
     }
     std::vector<double> xs, cs, ratios;
+    std::map<std::string, std::vector<double>> gaps;
     for (std::size_t i = from; i < c.values.size(); ++i) {
       xs.push_back(c.values[i].first);
       cs.push_back(c.values[i].second);
       ratios.push_back(c.values[i].first / c.values[i].second);
+      for (const auto& [phase, gap] : c.phase_gaps[i]) gaps[phase].push_back(gap);
+    }
+    // The phase whose excess over the others' is the largest since the
+    // change point ("" when the rank timed none: compute from the step).
+    std::string phase;
+    double phase_excess = 0;
+    for (auto& [name, g] : gaps) {
+      const double m = Median(g);
+      if (m > phase_excess) {
+        phase_excess = m;
+        phase = name;
+      }
     }
     if (Median(xs) - Median(cs) < policy_.min_step_share * step_centre) continue;  // slower, but it costs nothing
     StragglerFinding f;
@@ -263,18 +324,24 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, std::pa
     f.value_us = Median(xs);
     f.centre_us = Median(cs);
     f.slowdown = Median(ratios) - 1;
+    f.phase = phase;
     f.first_step = since;
     f.last_step = step;
     f.steps = step - f.first_step + 1;
     f.message = (by_node ? "node " : "") + key + " is a compute straggler: compute " + Ms(f.value_us) +
                 " per step against the others' median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
-                " slower) since step " + std::to_string(f.first_step) + ", named after " +
-                std::to_string(f.steps) + " steps (change point)";
+                " slower" + (phase.empty() ? "" : ", most in " + phase + " (+" + Ms(phase_excess) + ")") +
+                ") since step " + std::to_string(f.first_step) + ", named after " + std::to_string(f.steps) +
+                " steps (change point)";
     streak.reported = true;
     streak.signal = StragglerSignal::kCompute;
     streak.first_step = f.first_step;
+    streak.named_step = step;
+    streak.normal = 0;
     c.recent.clear();
     c.excess.clear();
+    c.values.clear();
+    c.phase_gaps.clear();
     out->push_back(std::move(f));
   }
 }
@@ -484,13 +551,15 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
     if (compute && data) (u.compute - compute_centre >= u.data - data_centre ? data : compute) = false;
     bool comm = !compute && !data && slow_comm.count(u.key) > 0;
     if (compute || comm || data) {
-      if (s.slow == 0) s.first_step = first;
+      if (s.slow == 0 && !s.reported) s.first_step = first;
       ++s.slow;
       s.normal = 0;
       s.signal = compute ? StragglerSignal::kCompute : comm ? StragglerSignal::kCommunication : StragglerSignal::kData;
     } else {
       s.slow = std::max(0, s.slow - 1);
-      ++s.normal;
+      // A window that ended before the unit's naming is evidence the naming
+      // already weighed: it clears nothing.
+      if (!s.reported || last > s.named_step) ++s.normal;
     }
     bool report = (compute || comm || data) && s.slow >= policy_.windows_to_report && !s.reported;
     bool evict = (compute || comm || data) && s.slow >= policy_.windows_to_evict && !s.evict_said;
@@ -514,6 +583,7 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
                   " per step against the others' median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
                   " of the step; its data loader or its storage holds the job) for " + std::to_string(f.steps) +
                   " steps (" + std::to_string(f.first_step) + "-" + std::to_string(f.last_step) + ")";
+      if (!s.reported) s.named_step = last;
       s.reported = true;
       if (f.evict) s.evict_said = true;
       out->push_back(std::move(f));
@@ -544,6 +614,7 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
                   ") for " +
                   std::to_string(f.steps) + " steps (" + std::to_string(f.first_step) + "-" +
                   std::to_string(f.last_step) + ")";
+      if (!s.reported) s.named_step = last;
       s.reported = true;
       if (f.evict) s.evict_said = true;
       out->push_back(std::move(f));
@@ -554,10 +625,13 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       f.node = u.node;
       f.rank = u.slowest_rank;
       f.signal = s.signal;
+      f.first_step = last - static_cast<std::int64_t>(s.normal) * policy_.window_steps + 1;
       f.last_step = last;
+      f.steps = last - f.first_step + 1;
       f.message = (units.front().key == units.front().node ? "node " : "") + u.key + " keeps pace again (" +
                   std::to_string(s.normal) + " windows of " + std::to_string(policy_.window_steps) +
-                  " steps within the job's median)";
+                  " steps within the job's median, steps " + std::to_string(f.first_step) + "-" +
+                  std::to_string(last) + ", after it was named at step " + std::to_string(s.named_step) + ")";
       out->push_back(std::move(f));
       s = Streak();
       Cusum& c = cusum_[u.key];
@@ -621,6 +695,7 @@ EventKind StragglerEventKind(StragglerKind kind) {
     case StragglerKind::kStraggler: return EventKind::kStraggler;
     case StragglerKind::kCleared: return EventKind::kStragglerCleared;
     case StragglerKind::kSlowTrend: return EventKind::kSlowTrend;
+    case StragglerKind::kBaseline: return EventKind::kStragglerBaseline;
   }
   return EventKind::kStraggler;
 }

@@ -116,9 +116,13 @@ std::vector<double> MediansOfOthers(const std::vector<double>& v);
 // compute_us and comm_us of a step from its totals.
 void FillSignals(RankStep* step);
 
-// What a finding says: a unit named, a named one cleared, the whole job slower.
-enum class StragglerKind { kStraggler, kCleared, kSlowTrend };
-// The event it is recorded as: straggler, straggler_cleared, slow_trend.
+// What a finding says: a unit named, a named one cleared, the whole job
+// slower, or the detector armed for a generation: its baselines learned
+// from the generation's own steps (a restart, a promoted spare, a warm
+// start are never judged against the steps before them).
+enum class StragglerKind { kStraggler, kCleared, kSlowTrend, kBaseline };
+// The event it is recorded as: straggler, straggler_cleared, slow_trend,
+// straggler_baseline.
 EventKind StragglerEventKind(StragglerKind kind);
 
 // Where a straggler's time goes: its compute, its collectives, its wait for data.
@@ -161,9 +165,11 @@ class StragglerDetector {
   // fall silent, once some rank is a whole window further).
   void Reset(int world_size);
   // A restarted controller's: `unit` was named (a "straggler" event of the
-  // running generation, not cleared since), with eviction already said if
-  // `evict_said`; it is not named again, and is cleared as any named unit.
-  void RestoreReported(const std::string& unit, StragglerSignal signal, std::int64_t first_step, bool evict_said);
+  // running generation, not cleared since) at `named_step` (the event's
+  // last step), with eviction already said if `evict_said`; it is not named
+  // again, and is cleared as any named unit.
+  void RestoreReported(const std::string& unit, StragglerSignal signal, std::int64_t first_step,
+                       std::int64_t named_step, bool evict_said);
   // Nodes reported and not cleared.
   std::set<std::string> Stragglers() const;
 
@@ -178,6 +184,10 @@ class StragglerDetector {
     bool evict_said = false;
     StragglerSignal signal = StragglerSignal::kNone;
     std::int64_t first_step = 0;
+    // The newest step of its naming: windows ending at or before it are
+    // evidence the naming already had, and never count toward clearing it
+    // (a clear always follows the naming it clears).
+    std::int64_t named_step = INT64_MIN;
   };
   // Change-point state of one unit.
   struct Cusum {
@@ -186,9 +196,18 @@ class StragglerDetector {
     std::deque<std::pair<std::int64_t, double>> recent;  // the newest (step, standardised log ratio)
     std::deque<double> excess;     // their log ratios
     std::deque<std::pair<double, double>> values;  // (its compute, the others' median), newest steps
+    // Per compute phase, its value minus the others' median, newest steps
+    // (the phase a change-point finding names).
+    std::deque<std::map<std::string, double>> phase_gaps;
   };
-  void JudgeStep(std::int64_t step, const std::map<int, std::pair<std::string, double>>& values,
-                 double step_centre, std::vector<StragglerFinding>* out);
+  // One rank's step as the change-point test keeps it until judged.
+  struct StepValue {
+    std::string node;
+    double compute = 0;
+    std::map<std::string, double> phases;  // its compute phases (IsComputePhase)
+  };
+  void JudgeStep(std::int64_t step, const std::map<int, StepValue>& values, double step_centre,
+                 std::vector<StragglerFinding>* out);
   void Judge(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out);
   void JudgeTrend(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out);
 
@@ -206,8 +225,9 @@ class StragglerDetector {
   bool skip_window_ = true;  // the generation's first window is start-up
   bool trend_said_ = false;
   std::map<std::string, Cusum> cusum_;
-  // Steps not judged yet: step -> rank -> (node, compute µs).
-  std::map<std::int64_t, std::map<int, std::pair<std::string, double>>> step_values_;
+  // Steps not judged yet: step -> rank -> its values.
+  std::map<std::int64_t, std::map<int, StepValue>> step_values_;
+  bool baseline_said_ = false;  // this generation's kBaseline finding
   std::map<std::int64_t, std::vector<double>> step_durations_;  // the same steps' durations
   std::set<std::string> nodes_seen_;
   std::int64_t steps_from_ = INT64_MIN;     // the generation's steps below this are start-up

@@ -9,6 +9,13 @@
 namespace trainguard {
 namespace {
 
+// The findings that name, clear or report a trend (not the baseline's).
+std::vector<StragglerFinding> Named(std::vector<StragglerFinding> f) {
+  f.erase(std::remove_if(f.begin(), f.end(), [](const StragglerFinding& x) { return x.kind == StragglerKind::kBaseline; }),
+          f.end());
+  return f;
+}
+
 // A job of `nodes` x 2 ranks; `slow(node, step)` scales a node's forward and
 // backward, `comm(node, step)` its collectives; every value has +-`noise`
 // uniform noise.
@@ -23,6 +30,11 @@ struct Job {
   // phase); the others wait for the slowest in their all_reduce.
   std::function<double(int, int, std::int64_t)> data = [](int, int, std::int64_t) { return 0.0; };
   double idle_us = 0;  // added to every step outside any phase (a sleep, I/O)
+  // Evaluate() after the steps with step % evaluate_every == evaluate_at (as
+  // heartbeats bring steps in batches), and after the last.
+  int evaluate_every = 1;
+  int evaluate_at = 0;
+  bool keep_baseline = false;  // also return the kBaseline finding
 
   double Noisy(double v) { return v * std::uniform_real_distribution<double>(1 - noise, 1 + noise)(rng); }
 
@@ -53,7 +65,10 @@ struct Job {
           d->Add(s);
         }
       }
-      for (auto& f : d->Evaluate()) all.push_back(f);
+      if (step % evaluate_every != evaluate_at && step + 1 < to) continue;
+      for (auto& f : d->Evaluate()) {
+        if (f.kind != StragglerKind::kBaseline || keep_baseline) all.push_back(f);
+      }
     }
     return all;
   }
@@ -150,6 +165,97 @@ TEST(StragglerDetectorTest, ClearsANodeThatKeepsPaceAgainAndResetsOnANewGenerati
   EXPECT_TRUE(job.Run(&d, 100, 150).empty());
 }
 
+// Heartbeats bring steps in batches: the change-point test names a node at
+// a step whose batch also completes an earlier, normal window. That window
+// was evidence the naming already had: it must not clear it (it once did,
+// with a clear at step 49 for a naming at step 54).
+TEST(StragglerDetectorTest, AClearNeverPrecedesTheNamingItClears) {
+  StragglerPolicy p;
+  for (unsigned seed = 1; seed <= 5; ++seed) {
+    StragglerDetector d(p);
+    Job job;
+    job.rng.seed(seed);
+    job.evaluate_every = 10;
+    job.evaluate_at = 5;
+    job.slow = [](int n, std::int64_t step) { return n == 2 && step >= 50 ? 1.3 : 1.0; };
+    auto f = job.Run(&d, 0, 120);
+    ASSERT_FALSE(f.empty()) << "seed " << seed;
+    EXPECT_EQ(f[0].kind, StragglerKind::kStraggler);
+    EXPECT_EQ(f[0].node, "node2");
+    EXPECT_NE(f[0].message.find("(change point)"), std::string::npos) << f[0].message;
+    for (const StragglerFinding& x : f) {
+      EXPECT_NE(x.kind, StragglerKind::kCleared) << "seed " << seed << ": " << x.message;  // slow throughout
+      EXPECT_EQ(x.first_step, f[0].first_step) << x.message;  // one naming, one first step
+    }
+    EXPECT_EQ(d.Stragglers(), std::set<std::string>{"node2"});
+    // It recovers: cleared by windows after the naming, saying which.
+    job.slow = [](int, std::int64_t) { return 1.0; };
+    auto g = job.Run(&d, 120, 200);
+    ASSERT_FALSE(g.empty()) << "seed " << seed;
+    EXPECT_EQ(g.back().kind, StragglerKind::kCleared);
+    EXPECT_GT(g.back().first_step, f[0].last_step) << g.back().message;
+    EXPECT_NE(g.back().message.find("after it was named at step " + std::to_string(f[0].last_step)),
+              std::string::npos)
+        << g.back().message;
+  }
+}
+
+// A restarted controller restores a naming with its step: windows that
+// ended before it do not clear it either.
+TEST(StragglerDetectorTest, ARestoredNamingIsNotClearedByWindowsBeforeIt) {
+  StragglerPolicy p;
+  StragglerDetector d(p);
+  d.Reset(8);
+  d.RestoreReported("node1", StragglerSignal::kCompute, 40, 75, false);
+  Job job;
+  // Normal from the start: windows 1-6 (steps 10-69) end before step 75,
+  // and clear nothing; 7-9 (steps 70-99) end after it and clear it.
+  auto f = job.Run(&d, 0, 95);
+  EXPECT_TRUE(f.empty()) << f.front().message;
+  f = job.Run(&d, 95, 110);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].kind, StragglerKind::kCleared);
+  EXPECT_EQ(f[0].first_step, 70);
+  EXPECT_EQ(f[0].last_step, 99);
+}
+
+// The change-point test names the phase that grew, as the windows do.
+TEST(StragglerDetectorTest, AChangePointNamingSaysWhichPhaseGrew) {
+  StragglerPolicy p;
+  StragglerDetector d(p);
+  Job job;
+  job.slow = [](int n, std::int64_t step) { return n == 2 && step >= 80 ? 1.15 : 1.0; };
+  auto f = job.Run(&d, 0, 100);
+  ASSERT_FALSE(f.empty());
+  EXPECT_NE(f[0].message.find("(change point)"), std::string::npos) << f[0].message;
+  EXPECT_EQ(f[0].phase, "backward") << f[0].message;  // 15 % of the longer phase is the larger gap
+  EXPECT_NE(f[0].message.find("most in backward"), std::string::npos) << f[0].message;
+}
+
+// Each generation learns its own baseline and says so once, with its steps:
+// a restart is never judged against the steps before it.
+TEST(StragglerDetectorTest, EachGenerationLearnsItsBaselineAndSaysSoOnce) {
+  StragglerPolicy p;
+  StragglerDetector d(p);
+  Job job;
+  job.keep_baseline = true;
+  auto f = job.Run(&d, 0, 100);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].kind, StragglerKind::kBaseline);
+  EXPECT_EQ(f[0].first_step, p.window_steps);  // after the start-up window
+  EXPECT_EQ(f[0].last_step, p.window_steps + p.change_baseline_steps - 1);
+  EXPECT_NE(f[0].message.find("steps 10-39"), std::string::npos) << f[0].message;
+  EXPECT_EQ(StragglerEventKind(f[0].kind), EventKind::kStragglerBaseline);
+  d.Reset(8);
+  // A restart from step 60: the node that is slower now is not compared
+  // with the old generation's steps; the new baseline starts at 70.
+  f = job.Run(&d, 60, 110);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].kind, StragglerKind::kBaseline);
+  EXPECT_EQ(f[0].first_step, 70);
+  EXPECT_EQ(f[0].last_step, 99);
+}
+
 TEST(StragglerDetectorTest, AWindowWaitsForItsSlowestReporterButNotForever) {
   StragglerDetector d(StragglerPolicy{});
   for (std::int64_t step = 0; step < 10; ++step) {
@@ -201,7 +307,7 @@ TEST(StragglerDetectorTest, AWindowWaitsForRanksNotHeardFromYet) {
     }
   }
   for (const auto& s : late) d.Add(s);
-  auto f = d.Evaluate();
+  auto f = Named(d.Evaluate());
   ASSERT_FALSE(f.empty());
   EXPECT_EQ(f[0].node, "node3");
 }
@@ -222,7 +328,7 @@ TEST(StragglerDetectorTest, ReportsASlowTrendOnceNamingThePhaseThatGrew) {
       FillSignals(&s);
       d.Add(s);
     }
-    for (auto& f : d.Evaluate()) all.push_back(f);
+    for (auto& f : Named(d.Evaluate())) all.push_back(f);
   }
   ASSERT_EQ(all.size(), 1u);
   EXPECT_EQ(all[0].kind, StragglerKind::kSlowTrend);

@@ -51,7 +51,7 @@ void TelemetryIngest::Resume(std::int64_t generation, int world, const std::vect
   world_ = world;
   stragglers_.Reset(world);
   for (const ReportedStraggler& r : reported) {
-    stragglers_.RestoreReported(r.unit, r.signal, r.first_step, r.evict_said);
+    stragglers_.RestoreReported(r.unit, r.signal, r.first_step, r.named_step, r.evict_said);
   }
   layout_generation_ = layout_generation;
   found_ = TelemetryFindings{};

@@ -68,6 +68,7 @@ struct ReportedStraggler {
   std::string unit;
   StragglerSignal signal = StragglerSignal::kCompute;
   std::int64_t first_step = 0;
+  std::int64_t named_step = 0;  // the step of its naming (the event's last step)
   bool evict_said = false;
 };
 

@@ -473,7 +473,8 @@ StatusOr<std::string> Heatmap(EventStore* store, const std::string& job_id, cons
   html += svg;
   html += "<h3>Stragglers</h3><ul>";
   for (const Event& e : *events) {
-    if (e.kind == "straggler" || e.kind == "straggler_cleared" || e.kind == "slow_trend") {
+    if (e.kind == "straggler" || e.kind == "straggler_cleared" || e.kind == "straggler_baseline" ||
+        e.kind == "slow_trend") {
       html += "<li>" + Escape(e.kind) + ": " + Escape(e.message) + "</li>";
     }
   }
