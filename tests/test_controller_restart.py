@@ -10,6 +10,8 @@ import signal
 import sqlite3
 import subprocess
 
+import pytest
+
 from conftest import PYTHON, ROOT, TRAINGUARD, alive, events, free_port, status_page_step, wait_for
 
 PLAIN_DDP = os.path.join(ROOT, "tests", "plain_ddp.py")
@@ -53,6 +55,18 @@ class Cluster:
         assert self.controllers[-1].wait(timeout=240) == 0, self.log("controller1.log")[-3000:]
         for a in self.agents:
             assert a.wait(timeout=60) == 0
+
+    def wait_controller(self, timeout):
+        """The newest controller's exit code; past `timeout`, a failure that
+        shows what the job did by then (its events, the controller's log)."""
+        try:
+            return self.controllers[-1].wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            said = "\n".join("%s gen %s %s: %s" % (e["kind"], e["generation"], e["node"], e["message"][:300])
+                             for e in events(self.store, self.job_id))
+            pytest.fail("the controller did not end within %d s; events:\n%s\ncontroller%d.log:\n%s"
+                        % (timeout, said, len(self.controllers) - 1,
+                           self.log("controller%d.log" % (len(self.controllers) - 1))[-4000:]))
 
     def log(self, name):
         with open(os.path.join(self.tmp, name)) as f:
@@ -173,7 +187,7 @@ def test_a_deterministic_bug_stops_at_its_first_repeat_across_a_kill_9_of_the_co
         c.controllers[0].send_signal(signal.SIGKILL)
         c.controllers[0].wait()
         c.start_controller()
-        assert c.controllers[-1].wait(timeout=240) == 1, c.log("controller1.log")[-3000:]
+        assert c.wait_controller(240) == 1, c.log("controller1.log")[-3000:]
         for a in c.agents:
             a.wait(timeout=60)
     finally:

@@ -128,8 +128,10 @@ def run_with_fault(tmp_path, job_id, fault):
     marks = tmp_path / "marks"
     marks.mkdir()
     # Hangs in a warm standby (which runs trainguard._standby) once the flag
-    # "hang" exists; with "slow", computes for 2 s there first. Either way the
-    # standby leaves a mark as it gets there: torch is imported by then.
+    # "hang" exists; with "slow", computes there until the file "go" exists
+    # (60 s at most), which the test makes once the restart has begun: the
+    # restart always finds them importing, however slow the machine. Either
+    # way the standby leaves a mark as it gets there: torch is imported by then.
     (site / "tg_slow_import.py").write_text(
         "import os, sys, time\n"
         "if 'trainguard._standby' in sys.modules and os.path.exists(%r):\n"
@@ -137,9 +139,9 @@ def run_with_fault(tmp_path, job_id, fault):
         "    time.sleep(3600)\n"
         "if 'trainguard._standby' in sys.modules and os.path.exists(%r):\n"
         "    open(os.path.join(%r, str(os.getpid())), 'w').close()\n"
-        "    end = time.monotonic() + 2\n"
-        "    while time.monotonic() < end:\n"
-        "        pass\n" % (str(tmp_path / "hang"), str(marks), str(tmp_path / "slow"), str(marks)))
+        "    end = time.monotonic() + 60\n"
+        "    while time.monotonic() < end and not os.path.exists(%r):\n"
+        "        pass\n" % (str(tmp_path / "hang"), str(marks), str(tmp_path / "slow"), str(marks), str(tmp_path / "go")))
     with open(EXAMPLE) as f:
         source = f.read()
     script = tmp_path / "train.py"
@@ -160,6 +162,11 @@ def run_with_fault(tmp_path, job_id, fault):
         wait_ready(job, 4)
     fault(tmp_path, script)
     os.kill(job.rank_pids()[1], signal.SIGKILL)
+    if fault is slow_imports:
+        # The restart has begun (and waits for the standbys): let them finish.
+        wait_for(lambda: [e for e in job.events("generation_started") if e["generation"] == 1]
+                 or job.proc.poll() is not None, 120, "the restart to begin")
+        (tmp_path / "go").touch()
     rc = job.wait(300)
     assert rc == 0, job.output()[-3000:]
     return job, (tmp_path / "sum").read_text().strip()
@@ -176,7 +183,8 @@ def hang_imports(tmp_path, script):
 
 
 def slow_imports(tmp_path, script):
-    """The flag was set before the start: the standbys import for 2 s more."""
+    """The flag was set before the start: the standbys compute in an import
+    until the test lets them go, once the restart has begun."""
 
 
 def edit_script(tmp_path, script):
@@ -201,8 +209,8 @@ def test_a_standby_that_cannot_serve_falls_back_cold(tmp_path, no_leftovers, pla
 
 
 def test_a_standby_still_importing_is_awaited_not_replaced_by_a_cold_start(tmp_path, no_leftovers, plain_checksum):
-    """Rank 1 dies while the standbys are still importing (each computes for
-    2 s in an import): the restart waits for them — they are ahead of a cold
+    """Rank 1 dies while the standbys are still importing (each computes in
+    an import until the restart has begun): the restart waits for them — they are ahead of a cold
     process — and every rank starts warm; the wait is in the start's event and
     in the restart's terms, and the job ends with a plain run's parameters."""
     job, checksum = run_with_fault(tmp_path, "slow-imports", slow_imports)

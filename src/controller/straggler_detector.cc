@@ -209,9 +209,11 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepVal
     for (const std::string& phase : phase_names) {
       std::vector<double> xs;
       for (const auto& [key, x] : unit_value) {
-        auto u = phases_of_unit.find(key);
-        auto it = u == phases_of_unit.end() ? decltype(u->second.end()){} : u->second.find(phase);
-        xs.push_back(u == phases_of_unit.end() || it == u->second.end() ? 0 : Median(it->second));
+        double value = 0;
+        if (auto u = phases_of_unit.find(key); u != phases_of_unit.end()) {
+          if (auto it = u->second.find(phase); it != u->second.end()) value = Median(it->second);
+        }
+        xs.push_back(value);
       }
       const std::vector<double> others = MediansOfOthers(xs);
       std::size_t i = 0;
@@ -634,9 +636,14 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
                   std::to_string(last) + ", after it was named at step " + std::to_string(s.named_step) + ")";
       out->push_back(std::move(f));
       s = Streak();
+      // The change-point test starts its sums afresh (its baseline stays);
+      // the newest steps' values go with them, so that a later naming's
+      // figures are read from the same steps as its sums.
       Cusum& c = cusum_[u.key];
       c.recent.clear();
       c.excess.clear();
+      c.values.clear();
+      c.phase_gaps.clear();
     }
   }
 }

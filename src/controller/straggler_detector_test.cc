@@ -200,6 +200,26 @@ TEST(StragglerDetectorTest, AClearNeverPrecedesTheNamingItClears) {
   }
 }
 
+// Named, cleared, and slow again at once: the second naming's figures come
+// from the steps after the clear (the change-point test once kept older
+// steps' values beside fresh sums, and read a 30 % slowdown as half that).
+TEST(StragglerDetectorTest, ANodeSlowAgainRightAfterItsClearIsNamedWithItsOwnFigures) {
+  StragglerPolicy p;
+  StragglerDetector d(p);
+  Job job;
+  job.slow = [](int n, std::int64_t step) { return n == 2 && ((step >= 50 && step < 80) || step >= 110) ? 1.3 : 1.0; };
+  auto f = job.Run(&d, 0, 120);
+  std::vector<StragglerFinding> named;
+  for (const StragglerFinding& x : f) {
+    if (x.kind == StragglerKind::kStraggler && !x.evict) named.push_back(x);
+  }
+  ASSERT_EQ(named.size(), 2u);
+  ASSERT_TRUE(std::any_of(f.begin(), f.end(), [](const StragglerFinding& x) { return x.kind == StragglerKind::kCleared; }));
+  EXPECT_GE(named[1].first_step, 110) << named[1].message;
+  EXPECT_LE(named[1].last_step, 114) << named[1].message;
+  EXPECT_NEAR(named[1].slowdown, 0.3, 0.06) << named[1].message;
+}
+
 // A restarted controller restores a naming with its step: windows that
 // ended before it do not clear it either.
 TEST(StragglerDetectorTest, ARestoredNamingIsNotClearedByWindowsBeforeIt) {
