@@ -5,23 +5,15 @@
 #include <cstdio>
 
 #include "common/stats.h"
+#include "controller/straggler_text.h"
 
 namespace trainguard {
 namespace {
 
 std::int64_t FloorDiv(std::int64_t a, std::int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
-std::string Percent(double f) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f %%", f * 100);
-  return buf;
-}
-
-std::string Ms(double us) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f ms", us / 1000);
-  return buf;
-}
+using straggler_text::Ms;
+using straggler_text::Percent;
 
 // One judged unit (a node, or a rank when the job has fewer than 3 nodes).
 struct Unit {
@@ -177,175 +169,6 @@ std::vector<StragglerFinding> StragglerDetector::Evaluate() {
     windows_.erase(it);
   }
   return out;
-}
-
-void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepValue>& values, double step_centre,
-                                  std::vector<StragglerFinding>* out) {
-  // Units as the windows have them: nodes from 3 up, else ranks.
-  const bool by_node = nodes_seen_.size() >= 3;
-  std::map<std::string, std::vector<double>> of_unit;
-  std::map<std::string, std::map<std::string, std::vector<double>>> phases_of_unit;
-  std::map<std::string, std::pair<int, double>> slowest;  // unit -> (rank, compute)
-  std::map<std::string, std::string> node_of;
-  for (const auto& [rank, v] : values) {
-    std::string key = by_node ? v.node : v.node + "/rank " + std::to_string(rank);
-    of_unit[key].push_back(v.compute);
-    for (const auto& [phase, us] : v.phases) phases_of_unit[key][phase].push_back(us);
-    node_of[key] = v.node;
-    auto& s = slowest[key];
-    if (s.first < 0 || v.compute > s.second || of_unit[key].size() == 1) s = {rank, v.compute};
-  }
-  if (of_unit.size() < 3) return;
-  std::map<std::string, double> unit_value;
-  for (auto& [key, v] : of_unit) unit_value[key] = Median(v);
-  // Each compute phase of each unit against the other units' median at this
-  // step (a unit without the phase counts 0): what a naming says grew.
-  std::map<std::string, std::map<std::string, double>> phase_gap;  // unit -> phase -> excess µs
-  {
-    std::set<std::string> phase_names;
-    for (const auto& [key, ph] : phases_of_unit) {
-      for (const auto& [phase, v] : ph) phase_names.insert(phase);
-    }
-    for (const std::string& phase : phase_names) {
-      std::vector<double> xs;
-      for (const auto& [key, x] : unit_value) {
-        double value = 0;
-        if (auto u = phases_of_unit.find(key); u != phases_of_unit.end()) {
-          if (auto it = u->second.find(phase); it != u->second.end()) value = Median(it->second);
-        }
-        xs.push_back(value);
-      }
-      const std::vector<double> others = MediansOfOthers(xs);
-      std::size_t i = 0;
-      for (const auto& [key, x] : unit_value) {
-        phase_gap[key][phase] = xs[i] - others[i];
-        ++i;
-      }
-    }
-  }
-  const double min_log = std::log(1 + policy_.min_slowdown);
-  std::vector<double> xs_all;
-  xs_all.reserve(unit_value.size());
-  for (const auto& [key, x] : unit_value) xs_all.push_back(x);
-  const std::vector<double> centres = MediansOfOthers(xs_all);
-  std::size_t idx = 0;
-  for (const auto& [key, x] : unit_value) {
-    const double centre = centres[idx++];
-    if (x <= 0 || centre <= 0) continue;
-    const double lr = std::log(x / centre);
-    Cusum& c = cusum_[key];
-    if (static_cast<int>(c.baseline.size()) < policy_.change_baseline_steps) {
-      c.baseline.push_back(lr);
-      if (static_cast<int>(c.baseline.size()) == policy_.change_baseline_steps) {
-        double mu = Median(c.baseline);
-        std::vector<double> dev;
-        for (double b : c.baseline) dev.push_back(std::fabs(b - mu));
-        c.mu = std::min(mu, min_log / 2);  // an offset this large is a slowness, not the unit's own
-        c.sigma = std::max(1.4826 * Median(dev), policy_.change_min_spread);
-        if (!baseline_said_) {
-          baseline_said_ = true;
-          StragglerFinding f;
-          f.kind = StragglerKind::kBaseline;
-          f.first_step = step - policy_.change_baseline_steps + 1;
-          f.last_step = step;
-          f.steps = policy_.change_baseline_steps;
-          f.message = "straggler detection armed for this generation: each " + std::string(by_node ? "node" : "rank") +
-                      "'s compute against its peers' learned over steps " + std::to_string(f.first_step) + "-" +
-                      std::to_string(step) + " (its own steps only: the steps before a restart, a spare's " +
-                      "promotion or a warm start are not compared); steps from " + std::to_string(step + 1) +
-                      " are judged step by step, windows of " + std::to_string(policy_.window_steps) +
-                      " steps from the generation's second";
-          out->push_back(std::move(f));
-        }
-      }
-      continue;
-    }
-    // Two horizons: the newest change_steps steps, and twice as many with a
-    // threshold sqrt(2) times as high (the same rarity under noise alone),
-    // which a node slower by fewer standard deviations reaches.
-    const std::size_t n = static_cast<std::size_t>(std::max(policy_.change_steps, 1));
-    c.recent.push_back({step, std::clamp((lr - c.mu) / c.sigma, -3.0, 3.0)});
-    c.excess.push_back(lr);
-    c.values.push_back({x, centre});
-    c.phase_gaps.push_back(phase_gap[key]);
-    while (c.recent.size() > 2 * n) c.recent.pop_front();
-    while (c.excess.size() > 2 * n) c.excess.pop_front();
-    while (c.values.size() > 2 * n) c.values.pop_front();
-    while (c.phase_gaps.size() > 2 * n) c.phase_gaps.pop_front();
-    auto shifted = [&](std::size_t h, double threshold) {
-      if (c.recent.size() < h) return false;
-      double sum = 0;
-      for (std::size_t i = c.recent.size() - h; i < c.recent.size(); ++i) sum += c.recent[i].second;
-      return sum >= threshold && Median({c.excess.end() - static_cast<std::ptrdiff_t>(h), c.excess.end()}) >= min_log;
-    };
-    Streak& streak = streaks_[key];
-    if (streak.reported ||
-        !(shifted(n, policy_.change_threshold) || shifted(2 * n, policy_.change_threshold * std::sqrt(2.0)))) {
-      continue;
-    }
-    // The change point: the start of the newest steps whose excess over half
-    // the smallest slowdown adds up to the most (CUSUM's estimate).
-    const double half = 0.5 * min_log / c.sigma;
-    std::int64_t since = step;
-    std::size_t from = c.recent.size() - 1;
-    double acc = 0, best = -1e300;
-    for (std::size_t i = c.recent.size(); i-- > 0;) {
-      acc += c.recent[i].second - half;
-      if (acc > best) {
-        best = acc;
-        since = c.recent[i].first;
-        from = i;
-      }
-    }
-    std::vector<double> xs, cs, ratios;
-    std::map<std::string, std::vector<double>> gaps;
-    for (std::size_t i = from; i < c.values.size(); ++i) {
-      xs.push_back(c.values[i].first);
-      cs.push_back(c.values[i].second);
-      ratios.push_back(c.values[i].first / c.values[i].second);
-      for (const auto& [phase, gap] : c.phase_gaps[i]) gaps[phase].push_back(gap);
-    }
-    // The phase whose excess over the others' is the largest since the
-    // change point ("" when the rank timed none: compute from the step).
-    std::string phase;
-    double phase_excess = 0;
-    for (auto& [name, g] : gaps) {
-      const double m = Median(g);
-      if (m > phase_excess) {
-        phase_excess = m;
-        phase = name;
-      }
-    }
-    if (Median(xs) - Median(cs) < policy_.min_step_share * step_centre) continue;  // slower, but it costs nothing
-    StragglerFinding f;
-    f.kind = StragglerKind::kStraggler;
-    f.unit = key;
-    f.node = node_of[key];
-    f.rank = slowest[key].first;
-    f.signal = StragglerSignal::kCompute;
-    f.value_us = Median(xs);
-    f.centre_us = Median(cs);
-    f.slowdown = Median(ratios) - 1;
-    f.phase = phase;
-    f.first_step = since;
-    f.last_step = step;
-    f.steps = step - f.first_step + 1;
-    f.message = (by_node ? "node " : "") + key + " is a compute straggler: compute " + Ms(f.value_us) +
-                " per step against the others' median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
-                " slower" + (phase.empty() ? "" : ", most in " + phase + " (+" + Ms(phase_excess) + ")") +
-                ") since step " + std::to_string(f.first_step) + ", named after " + std::to_string(f.steps) +
-                " steps (change point)";
-    streak.reported = true;
-    streak.signal = StragglerSignal::kCompute;
-    streak.first_step = f.first_step;
-    streak.named_step = step;
-    streak.normal = 0;
-    c.recent.clear();
-    c.excess.clear();
-    c.values.clear();
-    c.phase_gaps.clear();
-    out->push_back(std::move(f));
-  }
 }
 
 void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out) {
