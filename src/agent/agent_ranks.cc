@@ -368,6 +368,13 @@ void Agent::ReapExited() {
       exit_wall = std::min(exit_wall, rank->output->eof_wall());
     }
     e->set_exit_unix_ms(exit_wall / kMillisecond);
+    // Its last words, if they came shortly before the end: a peer's error
+    // about this rank's death comes during this rank's teardown, after them.
+    constexpr Nanos kLastWordsBeforeExit = 10 * kSecond;
+    const Nanos last_words = rank->output ? rank->output->last_line_wall() : 0;
+    if (last_words > 0 && last_words <= exit_wall && exit_wall - last_words <= kLastWordsBeforeExit) {
+      e->set_last_words_unix_ms(last_words / kMillisecond);
+    }
     if (exit->exit_code != 0 || exit->signal != 0) {
       HurryStandbys();  // a restart is coming
       if (auto error = ReadErrorFile(rank->error_file)) *e->mutable_error() = *error;

@@ -184,11 +184,22 @@ TEST_F(AgentTest, AnErrorFileLeftByAnEarlierGenerationIsNotReadAsThisOnes) {
   EXPECT_FALSE(exited->rank_exited().has_error());
 }
 
+TEST_F(AgentTest, AFailedRanksLastWordsAreDatedApartFromItsExit) {
+  // It says why, then tears down for a second (as torch does, slower under load).
+  StartRanks({"/bin/sh", "-c", "echo 'RuntimeError: out of luck'; sleep 1; exit 1"}, 1);
+  auto exited = WaitKind(v1::AgentMessage::kRankExited);
+  ASSERT_TRUE(exited);
+  const v1::RankExited& e = exited->rank_exited();
+  EXPECT_GT(e.last_words_unix_ms(), 0);
+  EXPECT_LT(e.last_words_unix_ms(), e.exit_unix_ms());
+}
+
 TEST_F(AgentTest, SignalDeathIsReported) {
   StartRanks({"/bin/sh", "-c", "kill -9 $$"}, 1);
   auto exited = WaitKind(v1::AgentMessage::kRankExited);
   ASSERT_TRUE(exited);
   EXPECT_EQ(exited->rank_exited().rank().term_signal(), SIGKILL);
+  EXPECT_EQ(exited->rank_exited().last_words_unix_ms(), 0);  // it said nothing
 }
 
 TEST_F(AgentTest, StopKillsRanksThatIgnoreSigtermAndTheirChildren) {

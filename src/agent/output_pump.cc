@@ -97,6 +97,7 @@ void OutputPump::Drain(Stream& s, const char* data, size_t n) {
 }
 
 void OutputPump::Line(Stream& s, const std::string& line) {
+  last_line_wall_ = WallNowNanos();
   if (sink_) sink_(line);
   tail_.push_back(line);
   while (tail_.size() > tail_max_) tail_.pop_front();

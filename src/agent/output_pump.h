@@ -35,6 +35,9 @@ class OutputPump {
   // When the process closed its output (at its exit, as a rule); 0 if not yet.
   Nanos eof_wall() const;
 
+  // When the last whole line came (0: none yet).
+  Nanos last_line_wall() const { return last_line_wall_.load(); }
+
   // The last lines of both streams, oldest first.
   std::vector<std::string> Tail();
 
@@ -60,6 +63,7 @@ class OutputPump {
   std::atomic<bool> stop_{false};
   std::atomic<bool> eof_{false};
   std::atomic<Nanos> eof_wall_{0};
+  std::atomic<Nanos> last_line_wall_{0};
   std::thread thread_;
 };
 

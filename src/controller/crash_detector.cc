@@ -7,6 +7,11 @@
 
 namespace trainguard {
 
+Nanos FailedAt(const v1::RankExited& exited) {
+  return (exited.last_words_unix_ms() > 0 ? exited.last_words_unix_ms() : exited.exit_unix_ms()) *
+         kMillisecond;
+}
+
 std::optional<Finding> DetectCrash(const std::string& node_id, const v1::RankExited& exited,
                                    Nanos now_wall) {
   const v1::RankStatus& r = exited.rank();

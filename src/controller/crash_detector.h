@@ -16,4 +16,11 @@ namespace trainguard {
 std::optional<Finding> DetectCrash(const std::string& node_id, const v1::RankExited& exited,
                                    Nanos now_wall);
 
+// When the rank failed, for telling which of several ranks failed first: its
+// last words when the agent saw some shortly before the exit, else its exit
+// (0 when neither is known). The exit itself is no order: a rank that dies
+// of its own error tears down for a while, and its peers learn of the death
+// and exit during that teardown, often before it ends.
+Nanos FailedAt(const v1::RankExited& exited);
+
 }  // namespace trainguard

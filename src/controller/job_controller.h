@@ -194,6 +194,8 @@ class JobController {
   void ObserveGpus(Node* node, std::vector<v1::GpuHealth> now);
   void HandleStarted(Node* node, const v1::RanksStarted& started, v1::RanksStarted* owned);
   void HandleRankExited(Node* node, const v1::RankExited& exited);
+  // Keeps when a failed rank of this generation failed, for the incident's order of deaths.
+  void NoteFailedAt(const v1::RankExited& exited);
   void HandleStopped(Node* node, const v1::Stopped& stopped);
   void HandleLogAlert(Node* node, const v1::LogAlert& alert);
   // What the ranks imported: idle spares make warm standbys of it (docs/restart.md).

@@ -70,6 +70,25 @@ TEST_F(JobControllerTest, TheRankThatDiedFirstOutweighsPeersThatLostTheirConnect
   EXPECT_NE(a["first_in_time"].get<std::string>().find("rank 1 failed first"), std::string::npos);
 }
 
+TEST_F(JobControllerTest, RanksThatDiedTogetherAreOrderedByTheirLastWordsNotTheirExits) {
+  Make(1, 2, 3, true);
+  Register(0);
+  Nanos t = clock_.WallNanos();
+  // Rank 1 said its last words at t and tore down for 300 ms; rank 0 lost
+  // its connection during that teardown (at t + 100 ms), said so, and
+  // exited first.
+  Exit(0, 0, 0, 1, 0, 24, "RuntimeError: [gloo] Read error: Connection reset by peer", t + 150 * kMillisecond,
+       "", t + 100 * kMillisecond);
+  Exit(0, 0, 1, 1, 0, 24, "rank 1: something went wrong in my loop", t + 300 * kMillisecond, "", t);
+  Stopped(0, 0);
+  auto a = Detail("attribution");
+  EXPECT_EQ(a["culprit_ranks"], nlohmann::json::array({1}));
+  EXPECT_NE(a["first_in_time"].get<std::string>().find("rank 1 failed first"), std::string::npos);
+  auto exits = EventsOf("rank_exited");
+  ASSERT_EQ(exits.size(), 2u);
+  EXPECT_EQ(nlohmann::json::parse(exits[1].detail_json)["last_words_unix_ms"], t / kMillisecond);
+}
+
 TEST_F(JobControllerTest, ACordonedNodeIsRefusedAndSaysHowToReturnIt) {
   ASSERT_TRUE(store_.SetNodeHealth({"node1", "cordoned", "bad fan", "", 1}).ok());
   Make(2, 1);

@@ -184,15 +184,15 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
     d["kernel_lines"] = std::vector<std::string>(exited.kernel_lines().begin(), exited.kernel_lines().end());
   }
   if (exited.has_error()) d["error_file"] = RankErrorJson(exited.error());
+  if (exited.exit_unix_ms() > 0) d["exit_unix_ms"] = exited.exit_unix_ms();
+  if (exited.last_words_unix_ms() > 0) d["last_words_unix_ms"] = exited.last_words_unix_ms();
   bool current = exited.generation() == generation_ && state_ == JobState::kRunning;
   bool ok = r.exit_code() == 0 && r.term_signal() == 0;
   std::string what = "rank " + std::to_string(r.global_rank()) + " on " + node->node_id + " " +
                      DescribeExit(r) + AtStep(r.step());
   Emit(EventKind::kRankExited, node->node_id, r.global_rank(), r.step(), what, d.dump(-1, ' ', false, kReplaceBadUtf8));
   if (exited.generation() == generation_ && incident_) incident_->rank_steps[r.global_rank()] = r.step();
-  if (!ok && exited.generation() == generation_ && incident_ && exited.exit_unix_ms() > 0) {
-    incident_->exit_times[r.global_rank()] = exited.exit_unix_ms() * kMillisecond;
-  }
+  NoteFailedAt(exited);
   if (!ok && exited.generation() == generation_ && incident_ && state_ == JobState::kStopping) {
     // A rank that died on its own while the job was being stopped: its last
     // words are evidence for the attribution (usually of a symptom).
@@ -229,6 +229,14 @@ void JobController::HandleRankExited(Node* node, const v1::RankExited& exited) {
   }
   std::optional<Finding> crash = DetectCrash(node->node_id, exited, clock_->WallNanos());
   if (crash) Fail(*crash);
+  NoteFailedAt(exited);  // the incident this exit opened
+}
+
+void JobController::NoteFailedAt(const v1::RankExited& exited) {
+  const v1::RankStatus& r = exited.rank();
+  if (r.exit_code() == 0 && r.term_signal() == 0) return;
+  if (exited.generation() != generation_ || !incident_ || FailedAt(exited) <= 0) return;
+  incident_->exit_times[r.global_rank()] = FailedAt(exited);
 }
 
 void JobController::HandleStopped(Node* node, const v1::Stopped& stopped) {

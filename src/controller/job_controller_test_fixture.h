@@ -118,7 +118,7 @@ class JobControllerTest : public testing::Test {
 
   void Exit(int node, std::int64_t gen, int rank, int code, int sig = 0, std::int64_t step = 7,
             const std::string& last_line = "Traceback: boom", Nanos exit_wall = 0,
-            const std::string& kernel_line = "") {
+            const std::string& kernel_line = "", Nanos last_words = 0) {
     v1::AgentMessage m;
     auto* e = m.mutable_rank_exited();
     e->set_generation(gen);
@@ -129,6 +129,7 @@ class JobControllerTest : public testing::Test {
     e->add_log_tail(last_line);
     if (!kernel_line.empty()) e->add_kernel_lines(kernel_line);  // the node's kernel log
     e->set_exit_unix_ms((exit_wall > 0 ? exit_wall : clock_.WallNanos()) / kMillisecond);
+    if (last_words > 0) e->set_last_words_unix_ms(last_words / kMillisecond);
     controller_->OnMessage(conn_base_ + static_cast<std::uint64_t>(node), m);
   }
 
