@@ -264,6 +264,25 @@ TEST(AttributionTest, ANodeThatDiedUnderRayAndAClosedRendezvousAreNodeLoss) {
             "oom");
 }
 
+TEST(AttributionTest, WordsThatOnlyLookLikeACauseAreNotOne) {
+  // Ray lists the OOM killer among the possible causes of every dead worker.
+  Attribution ray = Attribute(Shipped(), Lines({{0, "The actor is dead because its worker process has died. There are "
+                                                    "some potential root causes. (1) The process is killed by SIGKILL "
+                                                    "by OOM killer due to high memory usage. (2) ray stop --force"}}));
+  EXPECT_NE(ray.category, "oom");
+  // A host's prefix and "inodes" are no node that died.
+  for (const char* line : {"node2: Net : Call to recv from NODE2_IP<56843> failed : Connection refused",
+                           "/scratch: 12 inodes left, the write failed"}) {
+    EXPECT_NE(Attribute(Shipped(), Lines({{0, line}})).category, "node_failure") << line;
+  }
+  EXPECT_EQ(Attribute(Shipped(), Lines({{0, "node gpu-12 is unreachable"}})).category, "node_failure");
+  // A check of the user's that raises on a NaN: the NaN is the cause.
+  for (const char* line : {"AssertionError: Rank 3: found NaN in local grad norm in backwards pass.",
+                           "ValueError:Network outputs is NAN! Stop Training"}) {
+    EXPECT_EQ(Attribute(Shipped(), Lines({{0, line}})).category, "numeric") << line;
+  }
+}
+
 TEST(RuleSetTest, ARuleFileWrittenByToJsonReadsBackAsTheSameRules) {
   RuleSet shipped = Shipped();
   auto again = RuleSet::Parse(shipped.ToJson(), "round trip");

@@ -131,6 +131,27 @@ void AddLauncherField(const std::string& text, std::set<std::string>* out) {
   }
 }
 
+// The elastic agent's report of a failed worker ("failed (exitcode: -9)
+// local_rank: 3 (pid: 4711) of binary: /usr/bin/python3"): like a summary
+// field, only an exit code other than 0 and 1 tells failures apart.
+void AddLauncherReport(const std::string& text, std::set<std::string>* out) {
+  static const RE2 kExit(R"(\(exitcode: (-?\d+)\))");
+  std::string code;
+  if (RE2::PartialMatch(text, kExit, &code) && code != "1" && code != "0") out->insert("exit:" + code);
+}
+
+// A frame of a launcher's own code (torchrun, the elastic agent, accelerate's
+// and deepspeed's launch commands), or the exception torchrun ends with: the
+// traceback of every failure a launcher reports has them, whatever it was.
+bool LauncherFrame(const std::string& text) {
+  static const RE2 re(
+      R"re(File "[^"]*(?:torch/distributed/(?:elastic/|run\.py|launch\.py|launcher/)|/bin/(?:torchrun|accelerate|deepspeed)"|)re"
+      R"re(accelerate/commands/|deepspeed/launcher/))re");
+  return RE2::PartialMatch(text, re);
+}
+
+bool LauncherException(const std::string& type) { return ShortType(type) == "ChildFailedError"; }
+
 }  // namespace
 
 std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const LogStructure& structure) {
@@ -144,7 +165,13 @@ std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const Lo
     // 1") are the rules' to read; the logs the model learned from have none.
     if (ls.match_text.rfind("trainguard: ", 0) == 0) continue;
     if (NonTextShare(ls.match_text) > kMaxNonText) continue;
+    // A launcher's traceback: its first frame is the launcher's.
+    if (ls.kind == LineKind::kTracebackStart && i + 1 < lines.size() &&
+        structure.lines[i + 1].kind == LineKind::kPythonFrame && LauncherFrame(lines[i + 1].text)) {
+      continue;
+    }
     if (ls.kind == LineKind::kPythonFrame) {
+      if (LauncherFrame(lines[i].text)) continue;
       std::string file, function;
       if (RE2::PartialMatch(lines[i].text, kFrame, &file, &function)) {
         out.insert("py:" + file);
@@ -154,12 +181,14 @@ std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const Lo
     }
     if (ls.kind == LineKind::kLauncherField) {
       AddLauncherField(ls.match_text, &out);
+    } else if (ls.kind == LineKind::kLauncherReport) {
+      AddLauncherReport(ls.match_text, &out);
     } else if (!RE2::FullMatch(ls.match_text, LauncherBoilerplate()) && ReadsAsFailure(ls)) {
       AddWords(ls.match_text, &out);
     }
   }
   for (const auto& e : structure.exceptions) {
-    if (e.line < from) continue;
+    if (e.line < from || LauncherException(e.type)) continue;
     out.insert("exc:" + ShortType(e.type));
     if (!e.caused_others) out.insert("final:" + ShortType(e.type));
   }

@@ -62,6 +62,21 @@ TEST(LogFeaturesTest, OfALaunchersSummaryOnlyTheExitCodeAndASignalAreRead) {
   auto plain = FeaturesOf(Log({"Failures:", "[1]:", "  exitcode  : 1 (pid: 49149)",
                                "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"}));
   EXPECT_TRUE(plain.empty());  // exit code 1 and the pointer to the docs say nothing
+  // The agent's report and torchrun's own traceback before the summary: the
+  // same in every failure torchrun reports, but for the exit code.
+  auto whole = FeaturesOf(Log({
+      "E0512 17:04:53.622000 124936 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] "
+      "failed (exitcode: -11) local_rank: 6 (pid: 125052) of binary: /usr/local/bin/python3.10",
+      "Traceback (most recent call last):", "  File \"/usr/local/bin/torchrun\", line 8, in <module>",
+      "    sys.exit(main())",
+      "  File \"/usr/local/lib/python3.10/site-packages/torch/distributed/elastic/multiprocessing/errors/"
+      "__init__.py\", line 355, in wrapper",
+      "  File \"/usr/local/lib/python3.10/site-packages/torch/distributed/run.py\", line 919, in main",
+      "  File \"/usr/local/lib/python3.10/site-packages/torch/distributed/launcher/api.py\", line 269, in "
+      "launch_agent",
+      "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", "train.py FAILED",
+      "Failures:", "  <NO_OTHER_FAILURES>"}));
+  EXPECT_EQ(whole, std::vector<std::string>{"exit:-11"});
 }
 
 TEST(LogFeaturesTest, TrainguardsOwnLinesAreLeftToTheRules) {

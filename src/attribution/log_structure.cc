@@ -32,6 +32,7 @@ LogStructure ParseLogStructure(const std::vector<LogLine>& lines) {
   static const RE2 kLauncherRank(R"(^\s*rank\s*:\s*(\d+)\s*\(local_rank)");
   static const RE2 kLauncherBlock(R"(^\s*\[\d+\]:\s*$)");
   static const RE2 kLauncherField(R"(^\s*(time|host|rank|exitcode|error_file|traceback)\s*:)");
+  static const RE2 kLauncherReport(R"(\bfailed \(exitcode: -?\d+\) local_rank: \d+ \(pid: \d+\) of binary: )");
   static const RE2 kXid(R"(\bXid \((?:PCI:)?([0-9A-Fa-f:.]+)\):\s*(\d+)\b(?:,\s*pid=([^,\s]+))?)");
 
   LogStructure out;
@@ -74,6 +75,10 @@ LogStructure ParseLogStructure(const std::vector<LogLine>& lines) {
       continue;
     }
     in_block = false;
+    if (s.find("(exitcode: ") != std::string::npos && RE2::PartialMatch(s, kLauncherReport)) {
+      ls.kind = LineKind::kLauncherReport;
+      continue;
+    }
 
     if (s.find("Traceback (most recent call last)") != std::string::npos) {
       ls.kind = LineKind::kTracebackStart;

@@ -26,6 +26,7 @@ enum class LineKind {
   kChainMarker,     // "The above exception was the direct cause of ..."
   kCxxFrame,        // "frame #3: c10d::ProcessGroupNCCL::... + 0x1f (0x7f.. in libtorch.so)"
   kLauncherField,   // "  rank      : 3 (local_rank: 3)" in torchrun's summary
+  kLauncherReport,  // the elastic agent's "failed (exitcode: -9) local_rank: 3 (pid: 4711) of binary: ..."
 };
 
 struct LineStructure {
