@@ -470,9 +470,22 @@ std::vector<LogLine> TailOf(const std::vector<LogLine>& lines, std::size_t end, 
 // of a line is knowledge the model does not have. It never recommends more
 // than a restart (an eviction needs a rule, a diagnostic or the node's
 // history: the policy's part). `a->model` keeps its reading.
+// Whether the deciding rule read only trainguard's own lines ("trainguard:
+// refusing to resume ..."): what trainguard itself saw, which no public log
+// holds, so the calibration learned from public logs says nothing of it.
+bool ReadOnlyOwnLines(const Attribution& a) {
+  bool any = false;
+  for (const Evidence& e : a.evidence) {
+    if (e.rule_id != a.rule_id) continue;
+    if (e.line.rfind("trainguard: ", 0) != 0) return false;
+    any = true;
+  }
+  return any;
+}
+
 void ConsultModel(const LogModel& model, const std::vector<LogLine>& lines, const LogStructure& structure,
                   const Cascade& cascade, Attribution* a) {
-  a->confidence = model.CalibrateRule(a->raw_confidence, a->rule_id);
+  a->confidence = ReadOnlyOwnLines(*a) ? a->raw_confidence : model.CalibrateRule(a->raw_confidence, a->rule_id);
   if (a->raw_confidence >= kConsultBelow) return;
   const bool any_cause = std::any_of(a->evidence.begin(), a->evidence.end(),
                                      [](const Evidence& e) { return e.role == "cause"; });

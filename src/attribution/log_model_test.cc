@@ -197,6 +197,12 @@ TEST(AttributeWithModelTest, ASymptomYieldsToAConfidentModelButACauseRuleDoesNot
   EXPECT_FALSE(cause.model_consulted);
   EXPECT_DOUBLE_EQ(cause.confidence, 0.97);  // calibrated
   EXPECT_NEAR(cause.raw_confidence, 0.55 + 90 / 250.0, 1e-9);
+  // What trainguard saw itself is no public log's line: not calibrated by them.
+  Attribution own = Attribute(rules, Log({"trainguard: rank 1 ran out of memory"}));
+  EXPECT_EQ(own.category, "oom");
+  EXPECT_DOUBLE_EQ(own.confidence, own.raw_confidence);
+  Attribution both = Attribute(rules, Log({"trainguard: rank 1 ran out of memory", "CUDA out of memory"}));
+  EXPECT_DOUBLE_EQ(both.confidence, 0.97);
 }
 
 // The model's reading of a complaint no rule names, with the timeouts of
