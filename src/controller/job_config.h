@@ -107,7 +107,7 @@ struct JobConfig {
   // the node's history, a diagnostic or a detector's measurement are not held
   // to it. docs/attribution.md ("Acting on confidence, measured") has the
   // precision at each threshold on logs newer than anything fitted.
-  double min_confidence = 0.7;  // docs/attribution.md, "Acting on confidence, measured"
+  double min_confidence = 0.7;
   // Node diagnostics the controller orders (controller/diagnosis_round.h):
   // off, or the suite's mode (quick, full), run on every node before the
   // first start and after every failure with all ranks stopped; nodes that
