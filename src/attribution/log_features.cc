@@ -164,6 +164,10 @@ std::vector<std::string> LogFeatures(const std::vector<LogLine>& lines, const Lo
     // trainguard's own lines ("trainguard: rank 1 on node1 exited with code
     // 1") are the rules' to read; the logs the model learned from have none.
     if (ls.match_text.rfind("trainguard: ", 0) == 0) continue;
+    // NCCL's INFO lines trace its set-up ("Plugin load (libnccl-net.so)
+    // returned 2 : ... No such file or directory" in every healthy run
+    // without the plugin); what goes wrong it prints at WARN.
+    if (ls.match_text.find(" NCCL INFO ") != std::string::npos) continue;
     if (NonTextShare(ls.match_text) > kMaxNonText) continue;
     // A launcher's traceback: its first frame is the launcher's.
     if (ls.kind == LineKind::kTracebackStart && i + 1 < lines.size() &&

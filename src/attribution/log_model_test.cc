@@ -83,6 +83,13 @@ TEST(LogFeaturesTest, TrainguardsOwnLinesAreLeftToTheRules) {
   EXPECT_TRUE(FeaturesOf(Log({"trainguard: rank 1 on node1 exited with code 1 before any step"})).empty());
 }
 
+TEST(LogFeaturesTest, NcclsInfoTraceIsNotRead) {
+  EXPECT_TRUE(FeaturesOf(Log({"host-2:38610:38610 [0] NCCL INFO NET/Plugin : Plugin load (libnccl-net.so) returned 2 : "
+                              "libnccl-net.so: cannot open shared object file: No such file or directory"}))
+                  .empty());
+  EXPECT_FALSE(FeaturesOf(Log({"host-2:38610:38621 [0] NCCL WARN NET/IB : Got completion with error 12"})).empty());
+}
+
 TEST(LogFeaturesTest, BinaryLinesGiveNothing) {
   std::string junk;
   for (int i = 0; i < 200; ++i) junk += static_cast<char>(0x80 + (i * 37) % 100);
