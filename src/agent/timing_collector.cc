@@ -15,7 +15,9 @@ void TimingCollector::Poll(const StatusPage& page) {
     }
     CollectedInterval i;
     i.name = std::move(t.name);
-    i.kind = t.kind == TimingKind::kGpu ? IntervalKind::kDevice : IntervalKind::kPhase;
+    i.kind = t.kind == TimingKind::kGpu   ? IntervalKind::kDevice
+             : t.kind == TimingKind::kCpu ? IntervalKind::kCpu
+                                          : IntervalKind::kPhase;
     i.start_mono_ns = t.start_mono_ns;
     i.duration_ns = t.duration_ns;
     // A device time read back after its step closed joins that step while it
@@ -122,7 +124,7 @@ void AddSteps(int global_rank, const std::vector<CollectedStep>& steps, std::int
       pi->set_kind(static_cast<int>(ci.kind));
       pi->set_start_us((ci.start_mono_ns - cs.start_mono_ns) / 1000);
       pi->set_duration_us(ci.duration_ns / 1000);
-      if (ci.kind != IntervalKind::kPhase && ci.kind != IntervalKind::kDevice) {
+      if (ci.kind != IntervalKind::kPhase && ci.kind != IntervalKind::kDevice && ci.kind != IntervalKind::kCpu) {
         pi->set_group_id(ci.group_id);
         pi->set_seq(ci.seq);
         pi->set_peer(ci.peer);

@@ -22,7 +22,7 @@
 namespace trainguard {
 
 // Interval kinds, as in the protocol's PhaseInterval.kind.
-enum class IntervalKind : int { kPhase = 1, kDevice = 3, kCollective = 10, kSend = 11, kRecv = 12 };
+enum class IntervalKind : int { kPhase = 1, kDevice = 3, kCpu = 4, kCollective = 10, kSend = 11, kRecv = 12 };
 
 struct CollectedInterval {
   std::string name;  // the phase, or the operation ("all_reduce")

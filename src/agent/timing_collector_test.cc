@@ -94,6 +94,20 @@ TEST(TimingCollectorTest, ADeviceTimeReadBackLateJoinsItsStep) {
   EXPECT_TRUE(steps[1].intervals.empty());
 }
 
+TEST(TimingCollectorTest, ACpuTimeStaysWithItsStepAndKind) {
+  Page p;
+  p.Phase("forward", 100, 10, -1);
+  TimingAppend(&p.page->timings, TimingNameIndex(&p.page->timings, "forward"), TimingKind::kCpu, 100, 8, -1, 0);
+  p.Step(0, 90, 50, -1);
+  TimingCollector c;
+  c.Poll(*p.page);
+  std::vector<CollectedStep> steps = c.Take(true);
+  ASSERT_EQ(steps.size(), 1u);
+  ASSERT_EQ(steps[0].intervals.size(), 2u);
+  EXPECT_EQ(steps[0].intervals[1].kind, IntervalKind::kCpu);
+  EXPECT_EQ(steps[0].intervals[1].duration_ns, 8);
+}
+
 TEST(TimingCollectorTest, CountsWhatTheRingLostWhenPolledTooRarely) {
   Page p;
   for (int i = 0; i < kTimingRecords + 10; ++i) p.Phase("x", i, 1, -1);

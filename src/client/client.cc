@@ -1,11 +1,13 @@
 #include "trainguard/client.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <utility>
 
@@ -28,7 +30,22 @@ struct OpenPhase {
   int name = -1;                  // index in the ring's name table (-1: table full)
   std::int64_t start_mono_ns = 0;
   std::int64_t after_step = kNoStep;
+  std::int64_t start_cpu_ns = -1;  // the process's CPU time when it began; -1: a phase not CPU-timed
 };
+
+// Compute phases are also timed in CPU time: what a rank computed, apart
+// from how long the machine took to let it (the straggler detector's
+// steadiest measure on CPU, docs/telemetry.md).
+bool CpuTimed(const char* name) {
+  return std::strcmp(name, "forward") == 0 || std::strcmp(name, "backward") == 0 ||
+         std::strcmp(name, "optimizer") == 0;
+}
+
+std::int64_t ProcessCpuNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 std::mutex g_timing_mu;  // one timing writer at a time; guards g_open and g_first
 OpenPhase g_open;
 
@@ -51,11 +68,16 @@ void Settle(StatusPage* page, std::int64_t first) {
   page->first_step.store(first, std::memory_order_release);
 }
 
-// Ends the open phase at `now` (timing ring). Holds g_timing_mu.
-void CloseOpenPhase(StatusPage* page, std::int64_t now) {
+// Ends the open phase at `now`, and at `cpu_now` of CPU time when it is
+// CPU-timed (timing ring). Holds g_timing_mu.
+void CloseOpenPhase(StatusPage* page, std::int64_t now, std::int64_t cpu_now) {
   if (!g_open.open) return;
   TimingAppend(&page->timings, g_open.name, TimingKind::kPhase, g_open.start_mono_ns,
                now - g_open.start_mono_ns, g_open.after_step, 0);
+  if (g_open.start_cpu_ns >= 0 && cpu_now >= g_open.start_cpu_ns) {
+    TimingAppend(&page->timings, g_open.name, TimingKind::kCpu, g_open.start_mono_ns,
+                 cpu_now - g_open.start_cpu_ns, g_open.after_step, 0);
+  }
   g_open.open = false;
 }
 
@@ -106,12 +128,14 @@ void RecordStep(std::int64_t step, bool automatic) {
   std::int64_t after = page->step.load(std::memory_order_relaxed);
   bool reopen = g_open.open;
   OpenPhase phase = g_open;
-  CloseOpenPhase(page, now);
+  const std::int64_t cpu_now = g_open.open && g_open.start_cpu_ns >= 0 ? ProcessCpuNanos() : -1;
+  CloseOpenPhase(page, now, cpu_now);
   TimingAppend(&page->timings, 0, TimingKind::kStep, previous, now - previous, after, step);
   if (reopen) {  // the phase goes on in the next step
     g_open = phase;
     g_open.start_mono_ns = now;
     g_open.after_step = step;
+    if (g_open.start_cpu_ns >= 0) g_open.start_cpu_ns = cpu_now;
   }
   if (page->first_step_mono_ns.load(std::memory_order_relaxed) == 0) {
     page->first_step_mono_ns.store(now, std::memory_order_relaxed);
@@ -147,12 +171,15 @@ void SetPhase(const char* name) {
   if (name == nullptr) name = "";
   std::int64_t now = MonotonicNowNanos();
   std::lock_guard<std::mutex> lock(g_timing_mu);
-  CloseOpenPhase(page, now);
+  const bool cpu_timed = *name != '\0' && CpuTimed(name);
+  const std::int64_t cpu_now = cpu_timed || (g_open.open && g_open.start_cpu_ns >= 0) ? ProcessCpuNanos() : -1;
+  CloseOpenPhase(page, now, cpu_now);
   if (*name != '\0') {
     g_open.open = true;
     g_open.name = TimingNameIndex(&page->timings, name);
     g_open.start_mono_ns = now;
     g_open.after_step = page->step.load(std::memory_order_relaxed);
+    g_open.start_cpu_ns = cpu_timed ? cpu_now : -1;
   }
   WritePhase(page, name, now);
 }

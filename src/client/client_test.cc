@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/status_page.h"
@@ -56,8 +57,17 @@ TEST(ClientTest, WritesProgressIntoThePageTheAgentReads) {
   unlink(path.c_str());
 }
 
+// The process's CPU time, in nanoseconds.
+std::int64_t CpuNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 // Phases are timed into the ring: each ends at the next SetPhase, a phase
 // open at a step is split there, and each step has a record of its own.
+// Compute phases (forward, backward, optimizer) also get a record of the
+// CPU time the process used in them.
 TEST(ClientTest, TimesPhasesAndStepsIntoTheRing) {
   std::string path = testing::TempDir() + "/client_test_timing_" + std::to_string(getpid());
   auto page = MappedStatusPage::Create(path);
@@ -65,6 +75,9 @@ TEST(ClientTest, TimesPhasesAndStepsIntoTheRing) {
   setenv(client::kStatusPageEnv, path.c_str(), 1);
   ASSERT_TRUE(client::Init());
   client::SetPhase("forward");
+  const std::int64_t spin_until = CpuNanos() + 2000000;  // 2 ms of CPU in forward
+  while (CpuNanos() < spin_until) {
+  }
   client::SetPhase("backward");
   client::SetPhase("optimizer");
   client::Step(10);       // inside optimizer: it is split
@@ -75,23 +88,34 @@ TEST(ClientTest, TimesPhasesAndStepsIntoTheRing) {
   EXPECT_EQ(client::LastStep(), 10);
   TimingCursor cursor;
   std::vector<TimingSample> t = cursor.Drain(page->get()->timings);
-  ASSERT_EQ(t.size(), 7u);
+  ASSERT_EQ(t.size(), 11u);
   EXPECT_EQ(t[0].name, "forward");
+  EXPECT_EQ(t[0].kind, TimingKind::kPhase);
   EXPECT_EQ(t[0].after_step, kNoStep);
-  EXPECT_EQ(t[1].name, "backward");
-  EXPECT_EQ(t[1].start_mono_ns, t[0].start_mono_ns + t[0].duration_ns);
-  EXPECT_EQ(t[2].name, "optimizer");
-  EXPECT_EQ(t[2].after_step, kNoStep);
-  EXPECT_EQ(t[3].kind, TimingKind::kStep);
-  EXPECT_EQ(t[3].step, 10);
-  EXPECT_EQ(t[3].after_step, kNoStep);
-  EXPECT_EQ(t[3].start_mono_ns + t[3].duration_ns, t[2].start_mono_ns + t[2].duration_ns);
+  EXPECT_EQ(t[1].name, "forward");
+  EXPECT_EQ(t[1].kind, TimingKind::kCpu);
+  EXPECT_GE(t[1].duration_ns, 2000000);  // the CPU it spun for
+  EXPECT_EQ(t[1].start_mono_ns, t[0].start_mono_ns);
+  EXPECT_EQ(t[1].after_step, kNoStep);
+  EXPECT_EQ(t[2].name, "backward");
+  EXPECT_EQ(t[2].start_mono_ns, t[0].start_mono_ns + t[0].duration_ns);
+  EXPECT_EQ(t[3].kind, TimingKind::kCpu);
   EXPECT_EQ(t[4].name, "optimizer");
-  EXPECT_EQ(t[4].after_step, 10);
-  EXPECT_EQ(t[4].start_mono_ns, t[2].start_mono_ns + t[2].duration_ns);
-  EXPECT_EQ(t[5].name, "gc");
-  EXPECT_EQ(t[6].kind, TimingKind::kGpu);
-  EXPECT_EQ(t[6].duration_ns, 7);
+  EXPECT_EQ(t[4].after_step, kNoStep);
+  EXPECT_EQ(t[5].kind, TimingKind::kCpu);
+  EXPECT_EQ(t[6].kind, TimingKind::kStep);
+  EXPECT_EQ(t[6].step, 10);
+  EXPECT_EQ(t[6].after_step, kNoStep);
+  EXPECT_EQ(t[6].start_mono_ns + t[6].duration_ns, t[4].start_mono_ns + t[4].duration_ns);
+  EXPECT_EQ(t[7].name, "optimizer");
+  EXPECT_EQ(t[7].after_step, 10);
+  EXPECT_EQ(t[7].start_mono_ns, t[4].start_mono_ns + t[4].duration_ns);
+  EXPECT_EQ(t[8].kind, TimingKind::kCpu);  // the rest of optimizer's CPU time, in the next step
+  EXPECT_EQ(t[8].after_step, 10);
+  EXPECT_EQ(t[9].name, "gc");
+  EXPECT_EQ(t[9].kind, TimingKind::kPhase);  // not a compute phase: no CPU record
+  EXPECT_EQ(t[10].kind, TimingKind::kGpu);
+  EXPECT_EQ(t[10].duration_ns, 7);
   for (const auto& x : t) EXPECT_GE(x.duration_ns, 0);
   client::Shutdown();
   unsetenv(client::kStatusPageEnv);

@@ -22,9 +22,10 @@ constexpr int kTimingNameCapacity = 24;  // including the terminating NUL
 
 // What a record times.
 enum class TimingKind : std::uint8_t {
-  kPhase = 1,  // CPU time in a phase, on the monotonic clock
+  kPhase = 1,  // time in a phase, on the monotonic clock
   kStep = 2,   // one step: from the previous step() (or init()) to this one
   kGpu = 3,    // device time of a phase, from CUDA events (start: when recorded)
+  kCpu = 4,    // CPU time of a compute phase (every thread of the process; start: the phase's, monotonic)
 };
 
 struct TimingRecord {

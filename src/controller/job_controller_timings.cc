@@ -123,6 +123,7 @@ void JobController::ActOnStraggler(const StragglerFinding& original) {
             {"last_to_enter", f.last_to_enter},
             {"action", StragglerActionName(config_.straggler_action)}};
   if (!looked_at.empty()) d["cause_looked_at"] = looked_at;
+  if (!f.measure.empty()) d["measure"] = f.measure;
   Emit(StragglerEventKind(f.kind), f.node, f.rank, f.last_step, f.message, d.dump(-1, ' ', false, kReplaceBadUtf8));
   if (f.kind != StragglerKind::kStraggler || !f.evict || config_.straggler_action != StragglerAction::kEvict) return;
   Node* node = nodes_.ById(f.node);

@@ -19,8 +19,36 @@ namespace trainguard {
 using straggler_text::Ms;
 using straggler_text::Percent;
 
+void StragglerDetector::RestartSums(const std::string& unit) {
+  // The newest steps' values go with the sums, so that a later naming's
+  // figures are read from the same steps as its sums.
+  for (auto* measure : {&cusum_, &cpu_cusum_}) {
+    auto it = measure->find(unit);
+    if (it == measure->end()) continue;
+    Cusum& c = it->second;
+    c.recent.clear();
+    c.excess.clear();
+    c.values.clear();
+    c.phase_gaps.clear();
+  }
+}
+
 void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepValue>& values, double step_centre,
                                   std::vector<StragglerFinding>* out) {
+  JudgeMeasure(Measure::kCpuTime, step, values, step_centre, out);
+  JudgeMeasure(Measure::kTime, step, values, step_centre, out);
+}
+
+void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const std::map<int, StepValue>& values,
+                                     double step_centre, std::vector<StragglerFinding>* out) {
+  const bool cpu_time = measure == Measure::kCpuTime;
+  std::map<std::string, Cusum>& cusums = cpu_time ? cpu_cusum_ : cusum_;
+  Pool& pool = pools_[cpu_time ? 1 : 0];
+  constexpr int kPoolWarmSteps = 10;
+  constexpr double kPoolAlpha = 0.05;  // about the last 20 steps
+  const double pooled = pool.steps >= kPoolWarmSteps ? 1.4826 * pool.mad : 0;
+  std::vector<double> deviations;  // this step's, of the units with a baseline
+  std::vector<double> baseline_mads;  // of the units whose baseline this step completed
   // Units as the windows have them: nodes from 3 up, else ranks.
   const bool by_node = nodes_seen_.size() >= 3;
   std::map<std::string, std::vector<double>> of_unit;
@@ -28,12 +56,14 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepVal
   std::map<std::string, std::pair<int, double>> slowest;  // unit -> (rank, compute)
   std::map<std::string, std::string> node_of;
   for (const auto& [rank, v] : values) {
+    const double value = cpu_time ? v.cpu : v.compute;
+    if (cpu_time && value <= 0) continue;  // a rank that did not measure it
     std::string key = by_node ? v.node : v.node + "/rank " + std::to_string(rank);
-    of_unit[key].push_back(v.compute);
-    for (const auto& [phase, us] : v.phases) phases_of_unit[key][phase].push_back(us);
+    of_unit[key].push_back(value);
+    for (const auto& [phase, us] : cpu_time ? v.cpu_phases : v.phases) phases_of_unit[key][phase].push_back(us);
     node_of[key] = v.node;
     auto& s = slowest[key];
-    if (s.first < 0 || v.compute > s.second || of_unit[key].size() == 1) s = {rank, v.compute};
+    if (s.first < 0 || value > s.second || of_unit[key].size() == 1) s = {rank, value};
   }
   if (of_unit.size() < 3) return;
   std::map<std::string, double> unit_value;
@@ -69,11 +99,26 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepVal
   for (const auto& [key, x] : unit_value) xs_all.push_back(x);
   const std::vector<double> centres = MediansOfOthers(xs_all);
   std::size_t idx = 0;
+  struct FoldPool {  // this step's deviations into the pool, however the loop ends
+    Pool& pool;
+    std::vector<double>& deviations;
+    std::vector<double>& baseline_mads;
+    ~FoldPool() {
+      if (pool.steps == 0 && !baseline_mads.empty()) {  // the baselines' own, to start from
+        pool.mad = Median(baseline_mads);
+        pool.steps = kPoolWarmSteps;
+      }
+      if (deviations.empty()) return;
+      const double m = Median(deviations);
+      pool.mad = pool.steps == 0 ? m : pool.mad + kPoolAlpha * (m - pool.mad);
+      ++pool.steps;
+    }
+  } fold{pool, deviations, baseline_mads};
   for (const auto& [key, x] : unit_value) {
     const double centre = centres[idx++];
     if (x <= 0 || centre <= 0) continue;
     const double lr = std::log(x / centre);
-    Cusum& c = cusum_[key];
+    Cusum& c = cusums[key];
     if (static_cast<int>(c.baseline.size()) < policy_.change_baseline_steps) {
       c.baseline.push_back(lr);
       if (static_cast<int>(c.baseline.size()) == policy_.change_baseline_steps) {
@@ -82,6 +127,7 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepVal
         for (double b : c.baseline) dev.push_back(std::fabs(b - mu));
         c.mu = std::min(mu, min_log / 2);  // an offset this large is a slowness, not the unit's own
         c.sigma = std::max(1.4826 * Median(dev), policy_.change_min_spread);
+        baseline_mads.push_back(Median(dev));
         if (!baseline_said_) {
           baseline_said_ = true;
           StragglerFinding f;
@@ -104,7 +150,9 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepVal
     // threshold sqrt(2) times as high (the same rarity under noise alone),
     // which a node slower by fewer standard deviations reaches.
     const std::size_t n = static_cast<std::size_t>(std::max(policy_.change_steps, 1));
-    c.recent.push_back({step, std::clamp((lr - c.mu) / c.sigma, -3.0, 3.0)});
+    const double sigma = std::max(c.sigma, pooled);
+    deviations.push_back(std::fabs(lr - c.mu));
+    c.recent.push_back({step, std::clamp((lr - c.mu) / sigma, -3.0, 3.0)});
     c.excess.push_back(lr);
     c.values.push_back({x, centre});
     c.phase_gaps.push_back(phase_gap[key]);
@@ -125,7 +173,7 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepVal
     }
     // The change point: the start of the newest steps whose excess over half
     // the smallest slowdown adds up to the most (CUSUM's estimate).
-    const double half = 0.5 * min_log / c.sigma;
+    const double half = 0.5 * min_log / sigma;
     std::int64_t since = step;
     std::size_t from = c.recent.size() - 1;
     double acc = 0, best = -1e300;
@@ -163,6 +211,7 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepVal
     f.node = node_of[key];
     f.rank = slowest[key].first;
     f.signal = StragglerSignal::kCompute;
+    f.measure = cpu_time ? "cpu_time" : "time";
     f.value_us = Median(xs);
     f.centre_us = Median(cs);
     f.slowdown = Median(ratios) - 1;
@@ -171,19 +220,17 @@ void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepVal
     f.last_step = step;
     f.steps = step - f.first_step + 1;
     f.message = (by_node ? "node " : "") + key + " is a compute straggler: compute " + Ms(f.value_us) +
-                " per step against the others' median " + Ms(f.centre_us) + " (" + Percent(f.slowdown) +
-                " slower" + (phase.empty() ? "" : ", most in " + phase + " (+" + Ms(phase_excess) + ")") +
-                ") since step " + std::to_string(f.first_step) + ", named after " + std::to_string(f.steps) +
-                " steps (change point)";
+                (cpu_time ? " of CPU time" : "") + " per step against the others' median " + Ms(f.centre_us) +
+                " (" + Percent(f.slowdown) + " slower" +
+                (phase.empty() ? "" : ", most in " + phase + " (+" + Ms(phase_excess) + ")") + ") since step " +
+                std::to_string(f.first_step) + ", named after " + std::to_string(f.steps) + " steps (change point" +
+                (cpu_time ? ", CPU time: the rank computes more than its peers" : "") + ")";
     streak.reported = true;
     streak.signal = StragglerSignal::kCompute;
     streak.first_step = f.first_step;
     streak.named_step = step;
     streak.normal = 0;
-    c.recent.clear();
-    c.excess.clear();
-    c.values.clear();
-    c.phase_gaps.clear();
+    RestartSums(key);
     out->push_back(std::move(f));
   }
 }

@@ -51,11 +51,15 @@ bool IsComputePhase(const std::string& key) {
   return k == "forward" || k == "backward" || k == "optimizer";
 }
 
+bool IsCpuTimeKey(const std::string& key) { return key.rfind("cpu:", 0) == 0 && IsComputePhase(key.substr(4)); }
+
 void FillSignals(RankStep* s) {
-  double cpu = 0, gpu = 0, comm = 0;
+  double cpu = 0, gpu = 0, comm = 0, cpu_time = 0;
   for (const auto& [key, us] : s->phases) {
     if (key.rfind("comm:", 0) == 0) {
       comm += us;
+    } else if (IsCpuTimeKey(key)) {
+      cpu_time += us;
     } else if (key.rfind("gpu:", 0) == 0) {
       if (IsComputePhase(key)) gpu += us;
     } else if (key == "forward" || key == "optimizer") {
@@ -65,6 +69,7 @@ void FillSignals(RankStep* s) {
     }
   }
   s->comm_us = comm;
+  s->cpu_us = cpu_time;
   s->compute_us = gpu > 0 ? gpu : cpu > 0 ? cpu : std::max(0.0, s->step_us - comm);
 }
 
@@ -77,8 +82,10 @@ void StragglerDetector::Add(const RankStep& step) {
     StepValue& v = step_values_[step.step][step.rank];
     v.node = step.node;
     v.compute = step.compute_us;
+    v.cpu = step.cpu_us;
     for (const auto& [key, us] : step.phases) {
       if (IsComputePhase(key)) v.phases[key] = us;
+      if (IsCpuTimeKey(key)) v.cpu_phases[key.substr(4)] = us;
     }
     step_durations_[step.step].push_back(step.step_us);
   }
@@ -111,6 +118,8 @@ void StragglerDetector::Reset(int world_size) {
   trend_said_ = false;
   skip_window_ = true;
   cusum_.clear();
+  cpu_cusum_.clear();
+  pools_[0] = pools_[1] = Pool();
   baseline_said_ = false;
   step_values_.clear();
   step_durations_.clear();
@@ -459,14 +468,7 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
                   std::to_string(last) + ", after it was named at step " + std::to_string(s.named_step) + ")";
       out->push_back(std::move(f));
       s = Streak();
-      // The change-point test starts its sums afresh (its baseline stays);
-      // the newest steps' values go with them, so that a later naming's
-      // figures are read from the same steps as its sums.
-      Cusum& c = cusum_[u.key];
-      c.recent.clear();
-      c.excess.clear();
-      c.values.clear();
-      c.phase_gaps.clear();
+      RestartSums(u.key);
     }
   }
 }

@@ -11,8 +11,8 @@
 // nodes are judged rank by rank (with two, which is the slow one?); the
 // first window of a generation (start-up) is not judged. Two signals:
 //   compute: device time of forward, backward and optimizer when the rank
-//            measured it (CUDA events on the compute stream); else CPU time
-//            in forward and optimizer (not backward: DDP's backward ends
+//            measured it (CUDA events on the compute stream); else the time
+//            of forward and optimizer (not backward: DDP's backward ends
 //            waiting for the slowest rank's gradients, so there the fast
 //            ranks look slow); else the step minus communication;
 //   communication: time in collectives and send/recv, judged only for nodes
@@ -26,7 +26,15 @@
 // `windows_to_clear` normal ones. A GC pause or a checkpoint lasts a step or
 // two: it moves a window's median little and never lasts several windows.
 //
-// Change point, step by step (compute only): once a unit's compute ratio
+// Change point, step by step (compute only), on two measures, each with its
+// own baselines and sums: the compute time above, and the CPU time the
+// rank's forward, backward and optimizer used ("cpu:" totals; waiting uses
+// none, so backward counts). Time catches a node that takes longer for the
+// same work (throttled, crowded); CPU time a rank that computes more, and
+// where the machine is crowded it is steadier by an order of magnitude (a
+// CPU job's step time moves by tens of percent from step to step, its CPU
+// time by about one). A unit is named by whichever crosses first: two tests
+// at most double the false namings of one. Once a unit's compute ratio
 // (to the median of the others at that step) has a baseline, the median and
 // spread (MAD) of its log over `change_baseline_steps` steps, each step's
 // log ratio is standardised against it (clipped to +-3: one long GC pause
@@ -98,6 +106,7 @@ struct RankStep {
   std::int64_t step = 0;
   double step_us = 0;
   double compute_us = 0;
+  double cpu_us = 0;   // CPU time of its compute phases ("cpu:" keys), 0 when the rank did not measure it
   double comm_us = 0;
   std::map<std::string, double> phases;  // totals by key (step_timing_text.h)
   // Its collectives: (group id, sequence number, when it entered, µs on the
@@ -107,13 +116,15 @@ struct RankStep {
 
 // forward, backward, optimizer (and their "gpu:" device times).
 bool IsComputePhase(const std::string& key);
+// "cpu:forward", "cpu:backward", "cpu:optimizer": CPU time of a compute phase.
+bool IsCpuTimeKey(const std::string& key);
 
 // For each value, the median of all the others, from one sort: O(n log n)
 // per step, not a median per unit over every other unit (O(n^2)), which at
 // 10,000 nodes is the difference between a millisecond and seconds under
 // the controller's lock.
 std::vector<double> MediansOfOthers(const std::vector<double>& v);
-// compute_us and comm_us of a step from its totals.
+// compute_us, cpu_us and comm_us of a step from its totals.
 void FillSignals(RankStep* step);
 
 // What a finding says: a unit named, a named one cleared, the whole job
@@ -139,6 +150,9 @@ struct StragglerFinding {
   int rank = -1;          // the node's slowest rank
   StragglerSignal signal = StragglerSignal::kNone;  // kNone for slow_trend
   std::string phase;      // the phase that is slower (or grew) the most
+  // What a compute straggler was measured by: "time" (device time, else
+  // the phases' wall time) or "cpu_time" (the CPU its compute phases used).
+  std::string measure;
   double slowdown = 0;    // 0.12: 12 % above the median (slow_trend: above the baseline)
   std::int64_t steps = 0;       // how many steps it has lasted
   std::int64_t first_step = 0;
@@ -204,10 +218,24 @@ class StragglerDetector {
   struct StepValue {
     std::string node;
     double compute = 0;
-    std::map<std::string, double> phases;  // its compute phases (IsComputePhase)
+    double cpu = 0;
+    std::map<std::string, double> phases;      // its compute phases (IsComputePhase)
+    std::map<std::string, double> cpu_phases;  // their CPU time, by phase ("forward")
   };
+  // The change-point test runs on two measures of compute, each with its
+  // own state: time (what the job waits for: a throttled or contended node
+  // takes longer for the same work) and CPU time (what the rank computed:
+  // steady within a percent where the time of a CPU job's step moves by
+  // tens, so a rank that computes 20 % more shows in a few steps).
+  enum class Measure { kTime, kCpuTime };
   void JudgeStep(std::int64_t step, const std::map<int, StepValue>& values, double step_centre,
                  std::vector<StragglerFinding>* out);
+  // One measure's test at one step; CPU time first where both cross at
+  // once (its change point is the sharper).
+  void JudgeMeasure(Measure measure, std::int64_t step, const std::map<int, StepValue>& values,
+                    double step_centre, std::vector<StragglerFinding>* out);
+  // Starts the change-point sums of `unit` afresh in both measures (the baselines stay).
+  void RestartSums(const std::string& unit);
   void Judge(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out);
   void JudgeTrend(std::int64_t index, const Window& w, std::vector<StragglerFinding>* out);
 
@@ -224,7 +252,19 @@ class StragglerDetector {
   int trend_slow_ = 0;
   bool skip_window_ = true;  // the generation's first window is start-up
   bool trend_said_ = false;
-  std::map<std::string, Cusum> cusum_;
+  std::map<std::string, Cusum> cusum_;      // the time measure, by unit
+  std::map<std::string, Cusum> cpu_cusum_;  // the CPU-time measure, by unit
+  // The job's noise in a measure as it runs (time, CPU time): each judged
+  // step, the median over the units of how far each one's log ratio is from
+  // its own baseline, averaged over steps (EWMA). A unit's steps are
+  // standardised by the larger of its baseline's spread and 1.4826 times
+  // this: a baseline of 30 steps that happened to be quiet does not make
+  // later ordinary noise look like a shift.
+  struct Pool {
+    double mad = 0;
+    int steps = 0;
+  };
+  Pool pools_[2];
   // Steps not judged yet: step -> rank -> its values.
   std::map<std::int64_t, std::map<int, StepValue>> step_values_;
   bool baseline_said_ = false;  // this generation's kBaseline finding

@@ -30,6 +30,10 @@ struct Job {
   // phase); the others wait for the slowest in their all_reduce.
   std::function<double(int, int, std::int64_t)> data = [](int, int, std::int64_t) { return 0.0; };
   double idle_us = 0;  // added to every step outside any phase (a sleep, I/O)
+  // With cpu_noise >= 0 the ranks also report their compute phases' CPU
+  // time ("cpu:" keys): `work(node, step)` times the phase's, +-cpu_noise.
+  double cpu_noise = -1;
+  std::function<double(int, std::int64_t)> work = [](int, std::int64_t) { return 1.0; };
   // Evaluate() after the steps with step % evaluate_every == evaluate_at (as
   // heartbeats bring steps in batches), and after the last.
   int evaluate_every = 1;
@@ -54,6 +58,12 @@ struct Job {
           s.phases["forward"] = Noisy(30000 * slow(n, step));
           s.phases["backward"] = Noisy(60000 * slow(n, step));
           s.phases["optimizer"] = Noisy(5000);
+          if (cpu_noise >= 0) {
+            std::uniform_real_distribution<double> cpu(1 - cpu_noise, 1 + cpu_noise);
+            s.phases["cpu:forward"] = 30000 * work(n, step) * cpu(rng);
+            s.phases["cpu:backward"] = 60000 * work(n, step) * cpu(rng);
+            s.phases["cpu:optimizer"] = 5000 * cpu(rng);
+          }
           s.phases["comm:all_reduce"] = Noisy(20000 * comm(n, step)) + most_data - data(n, r, step);
           if (most_data > 0) s.phases["data"] = Noisy(1000) + data(n, r, step);
           double gc = extra_gc(n, r, step);
@@ -124,6 +134,67 @@ TEST(StragglerDetectorTest, NoiseAloneNamesNobody) {
     job.noise = 0.10;
     job.rng.seed(seed);
     auto found = job.Run(&d, 0, 300);
+    EXPECT_TRUE(found.empty()) << "seed " << seed << ": " << (found.empty() ? "" : found[0].message);
+  }
+}
+
+// A CPU job on a crowded machine: each step's phases take anywhere from
+// 0.8 to 1.2 times their time, while the CPU they use moves by 0.5 %.
+Job CrowdedCpuJob() {
+  Job job;
+  job.noise = 0.20;
+  job.cpu_noise = 0.005;
+  return job;
+}
+
+TEST(StragglerDetectorTest, ARankThatComputesMoreIsNamedByItsCpuTimeThroughNoisyTimes) {
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    StragglerDetector d(StragglerPolicy{});
+    Job job = CrowdedCpuJob();
+    job.rng.seed(seed);
+    // From step 80 node 2 computes 20 % more: its phases take 1.2 times as long, in time and in CPU.
+    job.work = [](int n, std::int64_t step) { return n == 2 && step >= 80 ? 1.2 : 1.0; };
+    job.slow = job.work;
+    auto f = job.Run(&d, 0, 100);
+    ASSERT_FALSE(f.empty()) << "seed " << seed;
+    EXPECT_EQ(f[0].node, "node2") << f[0].message;
+    EXPECT_EQ(f[0].measure, "cpu_time") << f[0].message;
+    EXPECT_GE(f[0].first_step, 80) << f[0].message;
+    EXPECT_LE(f[0].last_step, 84) << f[0].message;  // within 5 steps
+    EXPECT_EQ(f[0].phase, "backward") << f[0].message;  // CPU-time phases, named without "cpu:"
+    EXPECT_NEAR(f[0].slowdown, 0.2, 0.02) << f[0].message;
+    EXPECT_NE(f[0].message.find("of CPU time per step"), std::string::npos) << f[0].message;
+  }
+  // The same job without CPU times: its times alone are too noisy to name it within 5 steps.
+  StragglerDetector d(StragglerPolicy{});
+  Job job = CrowdedCpuJob();
+  job.cpu_noise = -1;
+  job.slow = [](int n, std::int64_t step) { return n == 2 && step >= 80 ? 1.2 : 1.0; };
+  auto f = job.Run(&d, 0, 85);
+  EXPECT_TRUE(f.empty()) << f[0].message;
+}
+
+TEST(StragglerDetectorTest, ANodeThatTakesLongerForTheSameWorkIsNamedByItsTime) {
+  StragglerDetector d(StragglerPolicy{});
+  Job job;
+  job.cpu_noise = 0.005;
+  // Throttled from step 80: node 2's phases take 1.3 times as long for the same CPU.
+  job.slow = [](int n, std::int64_t step) { return n == 2 && step >= 80 ? 1.3 : 1.0; };
+  auto f = job.Run(&d, 0, 100);
+  ASSERT_FALSE(f.empty());
+  EXPECT_EQ(f[0].node, "node2") << f[0].message;
+  EXPECT_EQ(f[0].measure, "time") << f[0].message;
+  EXPECT_LE(f[0].last_step, 84) << f[0].message;
+  for (std::size_t i = 1; i < f.size(); ++i) EXPECT_NE(f[i].kind, StragglerKind::kStraggler) << f[i].message;
+}
+
+TEST(StragglerDetectorTest, CpuTimesAddNoFalseNamings) {
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    StragglerDetector d(StragglerPolicy{});
+    Job job;
+    job.cpu_noise = 0.01;
+    job.rng.seed(seed);
+    auto found = job.Run(&d, 0, 1000);
     EXPECT_TRUE(found.empty()) << "seed " << seed << ": " << (found.empty() ? "" : found[0].message);
   }
 }

@@ -188,7 +188,8 @@ PYBIND11_MODULE(_core, m) {
           for (const TimingSample& t : cursor.Drain(mapped.value().get()->timings)) {
             py::dict d;
             d["name"] = t.name;
-            d["kind"] = t.kind == TimingKind::kStep ? "step" : t.kind == TimingKind::kGpu ? "gpu" : "phase";
+            d["kind"] = t.kind == TimingKind::kStep ? "step" : t.kind == TimingKind::kGpu ? "gpu"
+                        : t.kind == TimingKind::kCpu ? "cpu" : "phase";
             d["start_mono_ns"] = t.start_mono_ns;
             d["duration_ns"] = t.duration_ns;
             d["after_step"] = t.after_step;

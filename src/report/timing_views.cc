@@ -140,6 +140,7 @@ StatusOr<std::string> TraceJson(EventStore* store, const std::string& job_id, st
     auto intervals = DecodeIntervals(r.intervals);
     if (!intervals.ok()) return intervals.status();
     for (const TimedInterval& i : *intervals) {
+      if (i.kind == kIntervalCpu) continue;  // CPU time spans no wall time: the totals and heatmap have it
       std::int64_t ts = base + i.start_us;
       json e = {{"ph", "X"}, {"name", i.name}, {"pid", r.rank}, {"ts", ts}, {"dur", std::max<std::int64_t>(i.duration_us, 0)}};
       if (IsOperation(i.kind)) {

@@ -39,6 +39,7 @@ bool IsOperation(int kind) {
 std::string TotalsKey(const TimedInterval& i) {
   if (IsOperation(i.kind)) return "comm:" + i.name;
   if (i.kind == kIntervalDevice) return "gpu:" + i.name;
+  if (i.kind == kIntervalCpu) return "cpu:" + i.name;
   return i.name;
 }
 

@@ -1,7 +1,8 @@
 // The text forms of a step's timings in the store (docs/telemetry.md):
 //   intervals: "name,kind,start_us,duration_us[,group,seq,peer,numel];..."
 //   totals:    "key=us;..." with key = the phase ("forward"), "gpu:" + the
-//              phase for device time, "comm:" + the operation for
+//              phase for device time, "cpu:" + the phase for its CPU time,
+//              "comm:" + the operation for
 //              collectives and send/recv.
 // Names lose the separators (',', ';', '=' become '_').
 #pragma once
@@ -18,6 +19,7 @@ namespace trainguard {
 // Interval kinds (the protocol's PhaseInterval.kind).
 constexpr int kIntervalPhase = 1;
 constexpr int kIntervalDevice = 3;
+constexpr int kIntervalCpu = 4;  // CPU time of a compute phase (its start is the phase's)
 constexpr int kIntervalCollective = 10;
 constexpr int kIntervalSend = 11;
 constexpr int kIntervalRecv = 12;

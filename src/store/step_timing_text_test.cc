@@ -13,6 +13,7 @@ TEST(StepTimingTextTest, IntervalsAndTotalsRoundTrip) {
       {"send", kIntervalSend, 400, 30, 3, 2, 5, 64},
       {"forward", kIntervalPhase, 500, 100},
       {"a,b;c=d", kIntervalPhase, 700, 1},
+      {"forward", kIntervalCpu, 10, 250},
   };
   auto out = DecodeIntervals(EncodeIntervals(in));
   ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -27,7 +28,7 @@ TEST(StepTimingTextTest, IntervalsAndTotalsRoundTrip) {
   auto back = DecodeTotals(EncodeTotals(totals));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, (PhaseTotals{{"forward", 400}, {"comm:all_reduce", 120}, {"gpu:forward", 280},
-                                {"comm:send", 30}, {"a_b_c_d", 1}}));
+                                {"comm:send", 30}, {"a_b_c_d", 1}, {"cpu:forward", 250}}));
 }
 
 TEST(StepTimingTextTest, BadTextIsAnErrorThatQuotesIt) {
