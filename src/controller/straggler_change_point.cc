@@ -98,6 +98,16 @@ void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const s
   xs_all.reserve(unit_value.size());
   for (const auto& [key, x] : unit_value) xs_all.push_back(x);
   const std::vector<double> centres = MediansOfOthers(xs_all);
+  // This step's spread across the units (of their log ratios), for the units
+  // still learning their baseline.
+  double step_spread = 0;
+  {
+    std::vector<double> abs_lr;
+    for (std::size_t i = 0; i < xs_all.size(); ++i) {
+      if (xs_all[i] > 0 && centres[i] > 0) abs_lr.push_back(std::fabs(std::log(xs_all[i] / centres[i])));
+    }
+    if (!abs_lr.empty()) step_spread = 1.4826 * Median(abs_lr);
+  }
   std::size_t idx = 0;
   struct FoldPool {  // this step's deviations into the pool, however the loop ends
     Pool& pool;
@@ -119,7 +129,10 @@ void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const s
     if (x <= 0 || centre <= 0) continue;
     const double lr = std::log(x / centre);
     Cusum& c = cusums[key];
-    if (static_cast<int>(c.baseline.size()) < policy_.change_baseline_steps) {
+    const std::size_t n = static_cast<std::size_t>(std::max(policy_.change_steps, 1));
+    const bool learning = static_cast<int>(c.baseline.size()) < policy_.change_baseline_steps;
+    double mu = c.mu, sigma = std::max(c.sigma, pooled);
+    if (learning) {
       c.baseline.push_back(lr);
       if (static_cast<int>(c.baseline.size()) == policy_.change_baseline_steps) {
         double mu = Median(c.baseline);
@@ -143,16 +156,29 @@ void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const s
                       " steps from the generation's second";
           out->push_back(std::move(f));
         }
+        // From here its sums are against its baseline.
+        c.recent.clear();
+        c.excess.clear();
+        c.values.clear();
+        c.phase_gaps.clear();
+        continue;
       }
-      continue;
+      // A unit slow from the start has no baseline of its own to be slower
+      // than: until it has one, it is judged against its peers directly (its
+      // ratio against 1), in the spread of its own steps so far.
+      std::vector<double> dev;
+      const double m = Median(c.baseline);
+      for (double b : c.baseline) dev.push_back(std::fabs(b - m));
+      mu = 0;
+      sigma = std::max({1.4826 * Median(dev), step_spread, policy_.change_min_spread});
+    } else {
+      deviations.push_back(std::fabs(lr - mu));
     }
     // Two horizons: the newest change_steps steps, and twice as many with a
     // threshold sqrt(2) times as high (the same rarity under noise alone),
-    // which a node slower by fewer standard deviations reaches.
-    const std::size_t n = static_cast<std::size_t>(std::max(policy_.change_steps, 1));
-    const double sigma = std::max(c.sigma, pooled);
-    deviations.push_back(std::fabs(lr - c.mu));
-    c.recent.push_back({step, std::clamp((lr - c.mu) / sigma, -3.0, 3.0)});
+    // which a node slower by fewer standard deviations reaches; while
+    // learning, the first only, once it has that many steps.
+    c.recent.push_back({step, std::clamp((lr - mu) / sigma, -3.0, 3.0)});
     c.excess.push_back(lr);
     c.values.push_back({x, centre});
     c.phase_gaps.push_back(phase_gap[key]);
@@ -167,8 +193,9 @@ void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const s
       return sum >= threshold && Median({c.excess.end() - static_cast<std::ptrdiff_t>(h), c.excess.end()}) >= min_log;
     };
     Streak& streak = streaks_[key];
-    if (streak.reported ||
-        !(shifted(n, policy_.change_threshold) || shifted(2 * n, policy_.change_threshold * std::sqrt(2.0)))) {
+    if (streak.reported || (learning && c.baseline.size() < n) ||
+        !(shifted(n, policy_.change_threshold) ||
+          (!learning && shifted(2 * n, policy_.change_threshold * std::sqrt(2.0))))) {
       continue;
     }
     // The change point: the start of the newest steps whose excess over half
@@ -223,8 +250,9 @@ void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const s
                 (cpu_time ? " of CPU time" : "") + " per step against the others' median " + Ms(f.centre_us) +
                 " (" + Percent(f.slowdown) + " slower" +
                 (phase.empty() ? "" : ", most in " + phase + " (+" + Ms(phase_excess) + ")") + ") since step " +
-                std::to_string(f.first_step) + ", named after " + std::to_string(f.steps) + " steps (change point" +
-                (cpu_time ? ", CPU time: the rank computes more than its peers" : "") + ")";
+                std::to_string(f.first_step) + ", named after " + std::to_string(f.steps) + " steps (" +
+                (learning ? "slower than its peers from the generation's start" : "change point") +
+                (cpu_time ? "; CPU time: the rank computes more than its peers" : "") + ")";
     streak.reported = true;
     streak.signal = StragglerSignal::kCompute;
     streak.first_step = f.first_step;
