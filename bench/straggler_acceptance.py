@@ -9,7 +9,9 @@
 For each run it prints who was named, at which step, after how many slow
 steps, with the phase and the cause the event carries, and the job's median
 step time; then the totals. Every naming of a node that was not slowed is
-a false one.
+a false one. The script counts its steps from 1, trainguard (which counts
+the optimizer's steps of a script that does not number them) from 0: the
+script's step S is trainguard's S - 1.
 
     /usr/bin/python3 bench/straggler_acceptance.py [--slow-runs 10] [--healthy-runs 10] [--start-runs 3]
 """
@@ -44,7 +46,7 @@ def run(tmp, job, args, slow, slow_from):
             "SELECT node, step, detail_json FROM events WHERE job_id=? AND kind='straggler' ORDER BY id", (job,)):
         d = json.loads(detail or "{}")
         named.append({"node": node, "step": step, "phase": d.get("phase", ""), "cause": d.get("cause", ""),
-                      "first_step": d.get("first_step"), "how": d.get("how", d.get("method", ""))})
+                      "first_step": d.get("first_step"), "measure": d.get("measure", "")})
     steps = [s for (s,) in db.execute(
         "SELECT duration_us FROM step_timings WHERE job_id=? AND node='node0'", (job,)) if s]
     db.close()
@@ -67,8 +69,9 @@ def main():
     try:
         plan = ([("slow", args.slow, args.slow_from)] * args.slow_runs +
                 [("healthy", 1.0, 0)] * args.healthy_runs + [("start", args.slow, 1)] * args.start_runs)
-        for i, (kind, slow, since) in enumerate(plan):
-            rc, named, step_ms = run(tmp, "%s%d" % (kind, i), args, slow, since)
+        for i, (kind, slow, slow_from) in enumerate(plan):
+            rc, named, step_ms = run(tmp, "%s%d" % (kind, i), args, slow, slow_from)
+            since = slow_from - 1  # trainguard's number of the first slow step
             wrong = [n for n in named if kind == "healthy" or n["node"] != "node2" or
                      (kind == "slow" and n["step"] < since)]
             right = next((n for n in named if n not in wrong), None)
@@ -81,12 +84,14 @@ def main():
             runs.append((kind, after))
             print("%-7s run %2d: rc %d, step %.0f ms, node2 named %s%s; false namings: %s" % (
                 kind, i, rc, step_ms,
-                "at step %d, its %d%s slow step, phase %r, cause %r" % (
-                    right["step"], after, "th", right["phase"], right["cause"]) if right else "never" if kind != "healthy" else "-",
-                "" if not right else " (change point from step %s)" % right["first_step"],
+                "at step %d, its slow step no. %d, by %s, phase %r, cause %r" % (
+                    right["step"], after, right["measure"] or "windows", right["phase"], right["cause"])
+                if right else "never" if kind != "healthy" else "-",
+                "" if not right else " (from step %s)" % right["first_step"],
                 ["%s at %d (%s)" % (n["node"], n["step"], n["phase"]) for n in wrong] or "none"), flush=True)
         afters = [a for k, a in runs if k == "slow" and a is not None]
-        print("\n%.2fx compute from step %d: named within 5 steps in %d of %d runs (steps to naming: %s)" % (
+        print("\n%.2fx compute from the script's step %d: named within 5 steps in %d of %d runs "
+              "(slow steps to naming: %s)" % (
             args.slow, args.slow_from, sum(within), len(within), sorted(afters)))
         print("healthy: %d of %d runs named somebody" % (
             len({i for k, i, _ in false_named if k == "healthy"}), args.healthy_runs))

@@ -183,14 +183,15 @@ const std::vector<EventKindInfo>& EventKinds() {
        "the hang detector decides)",
        ""},
       {EventKind::kStraggler, "straggler",
-       "a node (or rank) was slow for 3 windows of steps, and again when it became evictable "
-       "(docs/telemetry.md)",
+       "a node (or rank) was slow for 3 windows of steps, or at once by the step-by-step test, and again "
+       "when it became evictable (docs/telemetry.md)",
        "`unit` (the node, or `NODE/rank N` in jobs of fewer than 3 nodes), signal (compute, communication "
        "or data), phase, slowdown, steps, first and last step, value and centre (µs per step), "
        "last_to_enter (share of its collectives it entered last, -1 if none journaled), evict, action, "
        "cause (what the node's telemetry shows against the other nodes': a GPU held down by a throttle "
        "reason, CPU throttling or steal, TCP retransmissions; a data straggler's loader or storage; "
-       "\"unknown\" if nothing stands out, with `cause_looked_at`)"},
+       "\"unknown\" if nothing stands out, with `cause_looked_at`), measure (a compute straggler named "
+       "step by step: `time` or `cpu_time`)"},
       {EventKind::kGpuErrors, "gpu_errors",
        "a node's heartbeat shows a GPU's uncorrected ECC errors, pending or failed row remaps grown since "
        "its previous one (docs/telemetry.md, \"GPU health\"); also kept with the node as a `gpu-errors` "

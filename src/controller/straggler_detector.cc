@@ -69,7 +69,9 @@ void FillSignals(RankStep* s) {
     }
   }
   s->comm_us = comm;
-  s->cpu_us = cpu_time;
+  // A rank that timed its compute on a device computes there: its CPU time
+  // in forward is launching kernels, which says nothing of its pace.
+  s->cpu_us = gpu > 0 ? 0 : cpu_time;
   s->compute_us = gpu > 0 ? gpu : cpu > 0 ? cpu : std::max(0.0, s->step_us - comm);
 }
 

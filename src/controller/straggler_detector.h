@@ -105,7 +105,7 @@ struct RankStep {
   std::int64_t step = 0;
   double step_us = 0;
   double compute_us = 0;
-  double cpu_us = 0;   // CPU time of its compute phases ("cpu:" keys), 0 when the rank did not measure it
+  double cpu_us = 0;   // CPU time of forward and optimizer (IsCpuTimeKey); 0 when not measured or on a device
   double comm_us = 0;
   std::map<std::string, double> phases;  // totals by key (step_timing_text.h)
   // Its collectives: (group id, sequence number, when it entered, µs on the

@@ -453,13 +453,17 @@ TEST(StragglerDetectorTest, ReportsASlowTrendOnceNamingThePhaseThatGrew) {
 TEST(StragglerDetectorTest, SignalsComeFromDeviceTimeWhenThereIsSome) {
   RankStep s;
   s.step_us = 1000;
-  s.phases = {{"forward", 100}, {"gpu:forward", 300}, {"gpu:backward", 500}, {"comm:all_reduce", 50}};
+  s.phases = {{"forward", 100}, {"gpu:forward", 300}, {"gpu:backward", 500}, {"comm:all_reduce", 50},
+              {"cpu:forward", 90}};
   FillSignals(&s);
   EXPECT_EQ(s.compute_us, 800);
+  EXPECT_EQ(s.cpu_us, 0);  // on a device, forward's CPU time is launching kernels
   RankStep cpu;
-  cpu.phases = {{"forward", 100}, {"backward", 300}, {"optimizer", 20}, {"data", 7}};
+  cpu.phases = {{"forward", 100}, {"backward", 300}, {"optimizer", 20}, {"data", 7},
+                {"cpu:forward", 95}, {"cpu:backward", 250}, {"cpu:optimizer", 19}};
   FillSignals(&cpu);
   EXPECT_EQ(cpu.compute_us, 120);  // backward holds DDP's wait for the others
+  EXPECT_EQ(cpu.cpu_us, 114);      // and its CPU time, the all-reduce threads' waiting
   EXPECT_EQ(s.comm_us, 50);
   RankStep bare;
   bare.step_us = 1000;
