@@ -130,15 +130,20 @@ TEST(StragglerDetectorTest, ANodeThatSlowsBy10PercentMidRunIsNamedWithinFiveStep
   for (std::size_t i = 1; i < f.size(); ++i) EXPECT_NE(f[i].kind, StragglerKind::kStraggler) << f[i].message;  // named once
 }
 
-TEST(StragglerDetectorTest, NoiseAloneNamesNobody) {
-  for (unsigned seed = 1; seed <= 20; ++seed) {
+// `job` run `steps` steps with each of `seeds` seeds names nobody.
+void ExpectNobodyNamed(Job job, unsigned seeds, std::int64_t steps) {
+  for (unsigned seed = 1; seed <= seeds; ++seed) {
     StragglerDetector d(StragglerPolicy{});
-    Job job;
-    job.noise = 0.10;
     job.rng.seed(seed);
-    auto found = job.Run(&d, 0, 300);
+    auto found = job.Run(&d, 0, steps);
     EXPECT_TRUE(found.empty()) << "seed " << seed << ": " << (found.empty() ? "" : found[0].message);
   }
+}
+
+TEST(StragglerDetectorTest, NoiseAloneNamesNobody) {
+  Job job;
+  job.noise = 0.10;
+  ExpectNobodyNamed(job, 20, 300);
 }
 
 // A CPU job on a crowded machine: each step's phases take anywhere from
@@ -210,14 +215,9 @@ TEST(StragglerDetectorTest, ANodeThatTakesLongerForTheSameWorkIsNamedByItsTime) 
 }
 
 TEST(StragglerDetectorTest, CpuTimesAddNoFalseNamings) {
-  for (unsigned seed = 1; seed <= 10; ++seed) {
-    StragglerDetector d(StragglerPolicy{});
-    Job job;
-    job.cpu_noise = 0.01;
-    job.rng.seed(seed);
-    auto found = job.Run(&d, 0, 1000);
-    EXPECT_TRUE(found.empty()) << "seed " << seed << ": " << (found.empty() ? "" : found[0].message);
-  }
+  Job job;
+  job.cpu_noise = 0.01;
+  ExpectNobodyNamed(job, 10, 1000);
 }
 
 TEST(StragglerDetectorTest, GarbageCollectionPausesAndACheckpointDoNotMakeAStraggler) {
