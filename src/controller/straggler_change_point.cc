@@ -135,10 +135,10 @@ void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const s
     if (learning) {
       c.baseline.push_back(lr);
       if (static_cast<int>(c.baseline.size()) == policy_.change_baseline_steps) {
-        double mu = Median(c.baseline);
+        const double median = Median(c.baseline);
         std::vector<double> dev;
-        for (double b : c.baseline) dev.push_back(std::fabs(b - mu));
-        c.mu = std::min(mu, min_log / 2);  // an offset this large is a slowness, not the unit's own
+        for (double b : c.baseline) dev.push_back(std::fabs(b - median));
+        c.mu = std::min(median, min_log / 2);  // an offset this large is a slowness, not the unit's own
         c.sigma = std::max(1.4826 * Median(dev), policy_.change_min_spread);
         baseline_mads.push_back(Median(dev));
         if (!baseline_said_) {
