@@ -117,10 +117,13 @@ def test_a_power_cut_is_a_failed_node_to_slurm_and_to_trainguard_and_the_job_goe
     attribution = [e for e in evs if e["kind"] == "attribution"][0]
     assert attribution["detail"]["category"] == "node_failure", attribution
     assert attribution["detail"]["culprit_nodes"] == ["sn3"], attribution
-    # At once, before slurmctld's SlurmdTimeout: sn3's slurmd does not answer, and that decides.
+    # Slurm's word decides: before slurmctld's SlurmdTimeout (5 s here) sn3's
+    # slurmd does not answer; once it has passed (the controller's own loss
+    # timeout ran late on a loaded machine), slurmctld reports sn3 down.
     assert attribution["detail"]["rule"] == "slurm-node-down", attribution
-    assert any("Slurm's daemon on node sn3 does not answer" in e["line"] for e in attribution["detail"]["evidence"]), \
-        attribution
+    said = [e["line"] for e in attribution["detail"]["evidence"]]
+    assert any("Slurm's daemon on node sn3 does not answer" in line or "Slurm reports node sn3 " in line
+               for line in said), said
     assert [e["node"] for e in evs if e["kind"] == "spare_promoted"] == ["sn5"]
     assert [e for e in evs if e["kind"] == "job_succeeded"][0]["step"] == STEPS
     assert slurm_says_failed(cluster, "sn3")

@@ -222,10 +222,10 @@ int DiagCommand(const DiagOptions& o) {
   if (!o.show) {
     if (!o.json) std::fprintf(stderr, "trainguard: running the %s diagnostics suite on node %s\n", plan.mode.c_str(), node.c_str());
     nodes.push_back({node, MeasureNode(plan, o, plan.paths.front().second)});
-    // Below the median only: a neighbour's burst may have lowered it; the
-    // better of two runs counts (as in the controller's rounds).
-    if (FailsOnlyAgainstPeers(JudgeNodes(nodes, policy).back())) {
-      if (!o.json) std::fprintf(stderr, "trainguard: node %s is below the nodes' median: measuring again\n", node.c_str());
+    // Only speeds fail (below a floor or the median): a busy host may have
+    // lowered them; the better of two runs counts (as in the controller's rounds).
+    if (WorthMeasuringAgain(JudgeNodes(nodes, policy).back())) {
+      if (!o.json) std::fprintf(stderr, "trainguard: node %s measured a speed below its floor or the nodes' median: measuring again\n", node.c_str());
       nodes.back().figures = BestOf(nodes.back().figures, MeasureNode(plan, o, plan.paths.front().second));
     }
     judged.push_back({node, WallNowNanos(), plan.mode, "", FiguresToJson(nodes.back().figures)});

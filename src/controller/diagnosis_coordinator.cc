@@ -203,7 +203,7 @@ DiagActions DiagnosisCoordinator::Finish(const NodeRegistry& nodes, Nanos now) {
       for (const auto& n : again) names += (names.empty() ? "" : ", ") + n;
       out.push_back(DiagEvent{EventKind::kDiagnosisConfirming, "",
                               "diagnosis round " + std::to_string(round_->id()) +
-                                  ": below the nodes' median: measuring again before deciding (" + names + ")",
+                                  ": a speed below its floor or the nodes' median: measuring again before deciding (" + names + ")",
                               json{{"round", round_->id()}, {"nodes", again}}.dump(-1, ' ', false, kReplaceBadUtf8)});
       DiagActions orders = SendOrders(nodes, now);
       out.insert(out.end(), std::make_move_iterator(orders.begin()), std::make_move_iterator(orders.end()));

@@ -96,7 +96,7 @@ std::vector<std::string> DiagnosisRound::QueueConfirmations(const JudgePolicy& p
   if (passes_ >= 3 || !Done() || stage_ != DiagStage::kSuite) return {};
   std::vector<std::string> suspects;
   for (const auto& v : Judge(policy)) {
-    if (FailsOnlyAgainstPeers(v)) suspects.push_back(v.node);
+    if (WorthMeasuringAgain(v)) suspects.push_back(v.node);
   }
   if (suspects.empty()) return {};
   ++passes_;

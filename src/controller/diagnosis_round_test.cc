@@ -87,14 +87,38 @@ TEST(DiagnosisRoundTest, ANodeSlowOnlyOnceIsNotFailed) {
   for (const auto& v : round.Judge({})) EXPECT_TRUE(v.healthy) << v.node;
 }
 
-TEST(DiagnosisRoundTest, AFloorOrAnErrorIsNotMeasuredAgain) {
+TEST(DiagnosisRoundTest, AnErrorIsNotMeasuredAgain) {
   DiagnosisRound round(5, "preflight", {"n0", "n1", "n2"}, 0, 10 * kSecond);
   round.NextToAsk(0);
   round.Answer("n0", Compute(2));
   round.Answer("n1", {{"compute_gflops", 2, ""}, {"disk_write_mbps:c", 0, "No space left on device"}});
-  round.Answer("n2", Compute(0.01));
+  round.Answer("n2", {{"compute_gflops", 2, ""}, {"disk_free_gib:c", 0.2, ""}});  // below the free-space floor
   EXPECT_TRUE(round.QueueConfirmations({}).empty());
   EXPECT_TRUE(round.Done());
+}
+
+TEST(DiagnosisRoundTest, ANodeDiagnosedAloneBelowASpeedFloorIsMeasuredTwiceMore) {
+  DiagnosisRound round(6, "incident 3", {"n1"}, 1, 10 * kSecond);
+  round.NextToAsk(0);
+  round.Answer("n1", Compute(0.031));  // starved by a busy host, not broken
+  EXPECT_FALSE(round.Judge({})[0].healthy);
+  EXPECT_EQ(round.QueueConfirmations({}), std::vector<std::string>{"n1"});
+  EXPECT_EQ(round.NextToAsk(1), std::vector<std::string>{"n1"});
+  round.Answer("n1", Compute(0.04));
+  EXPECT_EQ(round.QueueConfirmations({}), std::vector<std::string>{"n1"});  // the third run
+  round.NextToAsk(2);
+  round.Answer("n1", Compute(18));
+  EXPECT_TRUE(round.QueueConfirmations({}).empty());
+  EXPECT_TRUE(round.Judge({})[0].healthy);  // the best of its three runs
+  // A node that is broken stays below the floor in every run, and fails.
+  DiagnosisRound broken(7, "incident 4", {"n2"}, 1, 10 * kSecond);
+  for (int run = 0; run < 3; ++run) {
+    broken.NextToAsk(run);
+    broken.Answer("n2", Compute(0.02));
+    broken.QueueConfirmations({});
+  }
+  EXPECT_TRUE(broken.Done());
+  EXPECT_FALSE(broken.Judge({})[0].healthy);
 }
 
 TEST(DiagnosisRoundTest, ANodeThatDoesNotAnswerInTimeOrGoesAwayFails) {

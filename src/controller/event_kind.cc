@@ -160,7 +160,7 @@ const std::vector<EventKindInfo>& EventKinds() {
        "one node's answer in a diagnosis round, per stage",
        "`round`, `wall_ms`, `stage` (suite, all-to-all, rack all-reduce), `figures`"},
       {EventKind::kDiagnosisConfirming, "diagnosis_confirming",
-       "a node judged failing is diagnosed a second time before it is evicted",
+       "a node whose failures are all measured speeds is diagnosed again before it is evicted",
        "`round`, `nodes`"},
       {EventKind::kDiagnosis, "diagnosis",
        "a diagnosis round ended: each node passed or failed; failing ones are evicted and cordoned",

@@ -116,13 +116,13 @@ std::vector<NodeVerdict> JudgeNodes(const std::vector<NodeFigures>& nodes, const
                      " of the median " + Format(others) + " of this node's " + std::to_string(same.size() - 1) +
                      " other " + f.device + " GPUs (min " +
                      std::to_string(static_cast<int>(policy.fraction_of_node_gpus.at(kind) * 100 + 0.5)) + " %)";
-        fv.relative = true;
       } else if (fv.median > 0 && f.value < fr->second * fv.median) {
         fv.failure = f.name + " " + Format(f.value) + " is " + Percent(100.0 * f.value / fv.median) + " of the median " + Format(fv.median) +
                      " of " + std::to_string(fv.peers) + " nodes (min " +
                      std::to_string(static_cast<int>(fr->second * 100 + 0.5)) + " %)";
-        fv.relative = true;
       }
+      fv.repeatable = !fv.failure.empty() && f.error.empty() && policy.speeds.count(kind) &&
+                      !policy.ceilings.count(kind);
       if (!fv.failure.empty()) v.failures.push_back(fv.failure);
       v.figures.push_back(std::move(fv));
     }
@@ -132,10 +132,10 @@ std::vector<NodeVerdict> JudgeNodes(const std::vector<NodeFigures>& nodes, const
   return out;
 }
 
-bool FailsOnlyAgainstPeers(const NodeVerdict& verdict) {
+bool WorthMeasuringAgain(const NodeVerdict& verdict) {
   if (verdict.healthy || verdict.figures.empty()) return false;
   for (const auto& f : verdict.figures) {
-    if (!f.failure.empty() && !f.relative) return false;
+    if (!f.failure.empty() && !f.repeatable) return false;
   }
   return true;
 }

@@ -46,6 +46,14 @@ struct JudgePolicy {
   // figure does not say which node is at fault, the ring probe does); a
   // collective probe that could not run (no torch for it is no node fault).
   std::set<std::string> shown_only = {"net_rtt_us", "rack_allreduce_gbps", "collective_probe"};
+  // Kinds that are a speed measured over a time: a busy host (another
+  // process, a neighbour's burst, the node's own teardown) lowers them, so a
+  // failure of one, below a floor as much as below the peers, is measured
+  // again before it condemns a node. Counts, free space, errors and known
+  // answers are not: they fail at once.
+  std::set<std::string> speeds = {"compute_gflops", "memory_gbps",     "disk_write_mbps", "disk_read_mbps",
+                                  "net_tx_mbps",    "net_rx_mbps",     "alltoall_gbps",   "gpu_gemm_tflops",
+                                  "gpu_h2d_gbps",   "gpu_d2h_gbps"};
   std::size_t min_nodes_for_median = 3;  // fewer nodes: floors only
   // Floors of per-GPU figures by model, the model a word of the device's
   // name ("H100" in "NVIDIA H100 80GB HBM3", "A100" in "NVIDIA
@@ -82,7 +90,7 @@ struct FigureVerdict {
   double median = 0;       // of the nodes that measured it; 0 when not compared
   std::size_t peers = 0;   // how many nodes the median is over
   std::string failure;     // "" if the figure passes
-  bool relative = false;   // it fails only against its peers (not a floor, not an error)
+  bool repeatable = false; // a speed that fails (below a floor or the peers): worth measuring again
 };
 
 struct NodeVerdict {
@@ -98,10 +106,11 @@ std::string FigureKind(const std::string& name);
 // One verdict per node, in the order given.
 std::vector<NodeVerdict> JudgeNodes(const std::vector<NodeFigures>& nodes, const JudgePolicy& policy = {});
 
-// Whether every failure of the verdict is against the peers' median: a
-// measurement a noisy neighbour could have lowered, worth repeating before
-// a node is evicted (a floor or an error is not).
-bool FailsOnlyAgainstPeers(const NodeVerdict& verdict);
+// Whether every failure of the verdict is a measured speed (below a floor or
+// the peers' median): a busy host could have lowered each, so the node is
+// measured again before it is evicted. An error, a fault count, a known
+// answer or free space is not worth repeating.
+bool WorthMeasuringAgain(const NodeVerdict& verdict);
 
 // Two runs of the suite on one node, figure by figure: the better value of
 // those measured (a slow run does not hide a good one), an error only when
