@@ -187,6 +187,20 @@ std::vector<Knob> MakeKnobs() {
     k.put = [](JobConfig* c, const std::string& v) { c->straggler.min_slowdown = std::stod(v); };
     t.push_back(std::move(k));
   }
+  {
+    Knob k;
+    k.name = "straggler_change_threshold";
+    k.flags = "--straggler-change-threshold";
+    k.kind = KnobKind::kRatio;
+    k.help = "the sum of a node's newest 5 steps, each in standard deviations of its own noise and at most 3, "
+             "that names it at once; noise alone crosses T with probability at most 2 x Q(T / sqrt(5)) a step "
+             "for each measure judged (11: 8.7e-7; docs/telemetry.md gives it per node-hour)";
+    k.min_exclusive = true;
+    k.max = 1000;
+    k.get = [](const JobConfig& c) { return Number(c.straggler.change_threshold); };
+    k.put = [](JobConfig* c, const std::string& v) { c->straggler.change_threshold = std::stod(v); };
+    t.push_back(std::move(k));
+  }
   t.push_back(CountAt("straggler_window", "--straggler-window", "steps per judged window",
                       [](JobConfig* c) { return &c->straggler.window_steps; }, 1));
   t.push_back(CountAt("straggler_evict_windows", "--straggler-evict-windows",

@@ -35,7 +35,7 @@ void StragglerDetector::RestartSums(const std::string& unit) {
 
 void StragglerDetector::JudgeStep(std::int64_t step, const std::map<int, StepValue>& values, double step_centre,
                                   std::vector<StragglerFinding>* out) {
-  JudgeMeasure(Measure::kCpuTime, step, values, step_centre, out);
+  if (policy_.cpu_time_measure) JudgeMeasure(Measure::kCpuTime, step, values, step_centre, out);
   JudgeMeasure(Measure::kTime, step, values, step_centre, out);
 }
 
@@ -46,7 +46,7 @@ void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const s
   Pool& pool = pools_[cpu_time ? 1 : 0];
   constexpr int kPoolWarmSteps = 10;
   constexpr double kPoolAlpha = 0.05;  // about the last 20 steps
-  const double pooled = pool.steps >= kPoolWarmSteps ? 1.4826 * pool.mad : 0;
+  const double pooled = policy_.pooled_noise && pool.steps >= kPoolWarmSteps ? 1.4826 * pool.mad : 0;
   std::vector<double> deviations;  // this step's, of the units with a baseline
   std::vector<double> baseline_mads;  // of the units whose baseline this step completed
   // Units as the windows have them: nodes from 3 up, else ranks.
@@ -163,6 +163,7 @@ void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const s
         c.phase_gaps.clear();
         continue;
       }
+      if (!policy_.judge_while_learning) continue;
       // A unit slow from the start has no baseline of its own to be slower
       // than: until it has one, it is judged against its peers directly (its
       // ratio against 1), in the spread of its own steps so far.
@@ -183,7 +184,21 @@ void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const s
     c.values.push_back({x, centre});
     c.phase_gaps.push_back(phase_gap[key]);
     while (c.recent.size() > 2 * n) c.recent.pop_front();
-    while (c.excess.size() > 2 * n) c.excess.pop_front();
+    Streak& streak = streaks_[key];
+    while (c.excess.size() > 2 * n) {
+      // A step that left both horizons refines the unit's mean (never one
+      // still summed: a shift under test does not lower its own sum), by
+      // at most 3 deviations (a GC pause moves it little), while the unit
+      // is not named (a named unit's slowness is not its new normal), and
+      // never above half the threshold (as the baseline's).
+      if (policy_.refine_mean && !learning && !streak.reported) {
+        constexpr int kMuSteps = 300;
+        c.mu_steps = std::min(std::max(c.mu_steps, policy_.change_baseline_steps) + 1, kMuSteps);
+        c.mu += std::clamp(c.excess.front() - c.mu, -3 * sigma, 3 * sigma) / c.mu_steps;
+        c.mu = std::min(c.mu, min_log / 2);
+      }
+      c.excess.pop_front();
+    }
     while (c.values.size() > 2 * n) c.values.pop_front();
     while (c.phase_gaps.size() > 2 * n) c.phase_gaps.pop_front();
     auto shifted = [&](std::size_t h, double threshold) {
@@ -192,7 +207,6 @@ void StragglerDetector::JudgeMeasure(Measure measure, std::int64_t step, const s
       for (std::size_t i = c.recent.size() - h; i < c.recent.size(); ++i) sum += c.recent[i].second;
       return sum >= threshold && Median({c.excess.end() - static_cast<std::ptrdiff_t>(h), c.excess.end()}) >= min_log;
     };
-    Streak& streak = streaks_[key];
     if (streak.reported || (learning && c.baseline.size() < n) ||
         !(shifted(n, policy_.change_threshold) ||
           (!learning && shifted(2 * n, policy_.change_threshold * std::sqrt(2.0))))) {

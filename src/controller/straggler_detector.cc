@@ -12,6 +12,30 @@ namespace {
 
 std::int64_t FloorDiv(std::int64_t a, std::int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
+// The spread (sigma, from the MAD) of one step's log ratio in a window,
+// pooled over the units: each step's distance from its own unit's median.
+// A slow unit is far from the others, not from its own median, so it does
+// not widen it.
+double WindowStepSpread(const std::map<std::string, std::vector<double>>& ratios) {
+  std::vector<double> dev, counts;
+  for (const auto& [key, r] : ratios) {
+    std::vector<double> logs;
+    for (double x : r) {
+      if (x > 0) logs.push_back(std::log(x));
+    }
+    if (logs.size() < 2) continue;
+    const double m = Median(logs);
+    for (double l : logs) dev.push_back(std::fabs(l - m));
+    counts.push_back(static_cast<double>(logs.size()));
+  }
+  if (dev.empty()) return 0;
+  // Distances from a median of n of the same samples are short by about
+  // 1.3 / n of the spread (simulated: 0.87 at n = 10, 0.73 at 5): an
+  // understated spread let noise cross the gate 2.7 times as often.
+  const double n = Median(counts);
+  return 1.4826 * Median(dev) * n / std::max(n - 1.3, 0.7);
+}
+
 using straggler_text::Ms;
 using straggler_text::Percent;
 
@@ -91,6 +115,9 @@ void StragglerDetector::Add(const RankStep& step) {
     }
     step_durations_[step.step].push_back(step.step_us);
   }
+  Delivery& d = delivered_[step.rank];
+  if (d.round != round_) d = {round_, 0};
+  round_batch_ = std::max(round_batch_, ++d.steps);
   std::int64_t index = FloorDiv(step.step, policy_.window_steps);
   if (index < judged_below_) return;  // a window already judged
   windows_[index].by_rank[step.rank].push_back(step);
@@ -128,6 +155,9 @@ void StragglerDetector::Reset(int world_size) {
   nodes_seen_.clear();
   steps_from_ = INT64_MIN;
   stepped_below_ = INT64_MIN;
+  delivered_.clear();
+  round_batch_ = 0;
+  batch_ = 0;
 }
 
 void StragglerDetector::RestoreReported(const std::string& unit, StragglerSignal signal, std::int64_t first_step,
@@ -148,16 +178,30 @@ std::set<std::string> StragglerDetector::Stragglers() const {
   return out;
 }
 
+std::int64_t StragglerDetector::Margin() const {
+  return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(2 * batch_)), policy_.window_steps,
+                                  3 * static_cast<std::int64_t>(policy_.window_steps));
+}
+
 std::vector<StragglerFinding> StragglerDetector::Evaluate() {
   std::vector<StragglerFinding> out;
+  if (round_batch_ > 0) {
+    // A moving mean over rounds: a backlog brought once (a reconnected
+    // agent, a restarted controller) widens the margin for a few rounds,
+    // not for the rest of the generation.
+    batch_ = batch_ <= 0 ? round_batch_ : batch_ + 0.25 * (round_batch_ - batch_);
+  }
+  round_batch_ = 0;
+  ++round_;
+  const std::int64_t margin = Margin();
   {
     std::int64_t min_last = last_counts_.empty() ? INT64_MAX : last_counts_.begin()->first;
     std::int64_t max_last = last_counts_.empty() ? INT64_MIN : last_counts_.rbegin()->first;
     while (!step_values_.empty()) {
       auto it = step_values_.begin();
-      // Complete as a window is: every rank past it, or some rank a window further.
+      // Complete as a window is: every rank past it, or some rank `margin` steps further.
       bool everyone = static_cast<int>(rank_last_.size()) >= world_size_ && min_last >= it->first;
-      if (!everyone && max_last < it->first + policy_.window_steps) break;
+      if (!everyone && max_last < it->first + margin) break;
       JudgeStep(it->first, it->second, Median(step_durations_[it->first]), &out);
       stepped_below_ = it->first + 1;
       step_durations_.erase(it->first);
@@ -171,9 +215,9 @@ std::vector<StragglerFinding> StragglerDetector::Evaluate() {
     // pass over 100,000 ranks at every Timings message.
     std::int64_t min_last = last_counts_.empty() ? INT64_MAX : last_counts_.begin()->first;
     std::int64_t max_last = last_counts_.empty() ? INT64_MIN : last_counts_.rbegin()->first;
-    // Complete when every rank is past it, or some rank a whole window further.
+    // Complete when every rank is past it, or some rank `margin` steps further.
     bool everyone = static_cast<int>(rank_last_.size()) >= world_size_ && min_last >= last_step;
-    if (!everyone && max_last < last_step + policy_.window_steps) break;
+    if (!everyone && max_last < last_step + margin) break;
     Judge(it->first, it->second, &out);
     JudgeTrend(it->first, it->second, &out);
     judged_below_ = it->first + 1;
@@ -263,6 +307,9 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       slot.second.push_back(st.comm_us);
     }
   }
+  // Units at or above the threshold whose window is within what noise
+  // moves a window's median: neither slow nor keeping pace.
+  std::set<std::string> undecided;
   auto slow_set = [&](bool comm, double* centre_out, std::map<std::string, double>* ratio_out) {
     std::map<std::int64_t, std::map<std::string, double>> at;  // step -> unit -> value
     for (const auto& [key, steps] : per_step) {
@@ -292,12 +339,18 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       value_of[u.key] = comm ? u.comm : u.compute;
     }
     const double step_centre = Median(steps);
+    // The median of k noisy steps is itself noisy (1.2533 sigma / sqrt(k)):
+    // where a step's compute moves by 10 %, a window's median moves by 4 %,
+    // and 7 % would be crossed by noise alone in one window of 25.
+    const double spread = policy_.window_noise_gate ? WindowStepSpread(ratios) : 0;
     for (auto& [key, r] : ratios) {
       if (static_cast<int>(r.size()) * 2 < policy_.window_steps) continue;  // too few steps to say
       double ratio = Median(r);
       (*ratio_out)[key] = ratio;
       const bool costs = value_of[key] - *centre_out >= policy_.min_step_share * step_centre;
-      if (ratio >= 1 + policy_.min_slowdown && costs) slow.insert(key);
+      const bool beyond_noise =
+          std::log(ratio) >= policy_.window_z * 1.2533 * spread / std::sqrt(static_cast<double>(r.size()));
+      if (ratio >= 1 + policy_.min_slowdown && costs) (beyond_noise ? slow : undecided).insert(key);
     }
     return slow;
   };
@@ -391,6 +444,8 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
       ++s.slow;
       s.normal = 0;
       s.signal = compute ? StragglerSignal::kCompute : comm ? StragglerSignal::kCommunication : StragglerSignal::kData;
+    } else if (undecided.count(u.key)) {
+      s.normal = 0;  // not evidence of slowness, nor of keeping pace
     } else {
       s.slow = std::max(0, s.slow - 1);
       // A window that ended before the unit's naming is evidence the naming

@@ -96,6 +96,23 @@ struct StragglerPolicy {
   // this share of its median time: a toy model's compute 16 % slower is a
   // tenth of a millisecond of a 60 ms step, and slows nobody.
   double min_step_share = 0.02;
+  // The parts of the change-point test added for issue 43, each one that can
+  // be switched off to measure what it brings (bench/straggler_sweep_bench):
+  // the CPU-time measure beside time; the job's pooled noise as a floor of
+  // each unit's spread; judging a unit against its peers while it learns its
+  // baseline. All off is the test as it was before them.
+  bool cpu_time_measure = true;
+  bool pooled_noise = true;
+  bool judge_while_learning = true;
+  // Each unit's mean refined as the steps pass (not fixed by the baseline's 30).
+  bool refine_mean = true;
+  // A window's compute is slow only when its median ratio is also
+  // `window_z` standard errors of a window's median above 1 (the errors
+  // from the window's own step-to-step spread, pooled over the units); one
+  // above the threshold but within the noise is undecided: it neither
+  // counts toward naming nor toward clearing.
+  bool window_noise_gate = true;
+  double window_z = 3;
 };
 
 // One rank's step, as the detector needs it.
@@ -178,7 +195,8 @@ class StragglerDetector {
   // A new generation of `world_size` ranks: ranks and nodes may have
   // changed; the baseline and every streak start over. A window is judged
   // once every rank of the world reported its last step (or, for ranks that
-  // fall silent, once some rank is a whole window further).
+  // fall silent, once some rank is further by twice the most steps a rank
+  // brings at a time: at least a window, at most three).
   void Reset(int world_size);
   // A restarted controller's: `unit` was named (a "straggler" event of the
   // running generation, not cleared since) at `named_step` (the event's
@@ -209,6 +227,12 @@ class StragglerDetector {
   struct Cusum {
     std::vector<double> baseline;  // log ratios of its first steps
     double mu = 0, sigma = 0;
+    // Steps the unit's mu is the mean of: the baseline's, then each step
+    // that leaves the summed horizons while the unit is not named (up to
+    // kMuSteps, then a moving mean of about that many). 30 steps fix mu
+    // within a quarter of a standard deviation, which moves a 5-step sum by
+    // more than one and multiplied false namings by ten in simulation.
+    int mu_steps = 0;
     std::deque<std::pair<std::int64_t, double>> recent;  // the newest (step, standardised log ratio)
     std::deque<double> excess;     // their log ratios
     std::deque<std::pair<double, double>> values;  // (its compute, the others' median), newest steps
@@ -274,6 +298,23 @@ class StragglerDetector {
   std::set<std::string> nodes_seen_;
   std::int64_t steps_from_ = INT64_MIN;     // the generation's steps below this are start-up
   std::int64_t stepped_below_ = INT64_MIN;  // steps below this are judged
+  // How many steps ranks bring at a time (agents send a heartbeat's worth:
+  // at 85 ms steps and one heartbeat a second, 12). A step or window is
+  // judged without a rank that has not sent it only once some rank is
+  // further than twice that (a moving mean over the Evaluate rounds; at
+  // least a window, at most three): a margin
+  // of one window judged the steps of a rank whose heartbeat came later
+  // without it, and its steps were lost to the test (live, the slow rank's
+  // most often: it is the one behind).
+  struct Delivery {
+    std::int64_t round = -1;  // the Evaluate round of its latest steps
+    int steps = 0;            // how many it brought in that round
+  };
+  std::map<int, Delivery> delivered_;
+  std::int64_t round_ = 0;
+  int round_batch_ = 0;  // the most steps one rank brought this round
+  double batch_ = 0;     // a moving mean of round_batch_ over the rounds that brought steps
+  std::int64_t Margin() const;
 };
 
 // The failure a "straggler" finding with `evict` set becomes under

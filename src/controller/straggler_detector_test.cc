@@ -39,6 +39,12 @@ struct Job {
   // heartbeats bring steps in batches), and after the last.
   int evaluate_every = 1;
   int evaluate_at = 0;
+  // > 0: each node brings its ranks' steps `batch` at a time (a heartbeat's
+  // worth), node n the first time after step batch + 4n (its agent came up
+  // later: that first heartbeat brings every step so far), with an
+  // Evaluate() after each node's batch (as the controller's on each
+  // Timings message); evaluate_every is then unused.
+  int batch = 0;
   bool keep_baseline = false;  // also return the kBaseline finding
 
   double Noisy(double v) { return v * std::uniform_real_distribution<double>(1 - noise, 1 + noise)(rng); }
@@ -74,15 +80,35 @@ struct Job {
           // The gradient all_reduce is entered when forward and backward are done.
           s.collectives.emplace_back(0, step + 1, step * 1e6 + s.phases["forward"] + s.phases["backward"]);
           FillSignals(&s);
-          d->Add(s);
+          if (batch > 0) {
+            pending[static_cast<std::size_t>(n)].push_back(s);
+          } else {
+            d->Add(s);
+          }
         }
       }
-      if (step % evaluate_every != evaluate_at && step + 1 < to) continue;
-      for (auto& f : d->Evaluate()) {
-        if (f.kind != StragglerKind::kBaseline || keep_baseline) all.push_back(f);
+      if (batch > 0) {
+        for (int n = 0; n < nodes; ++n) {
+          const std::int64_t first = batch + 4 * n;
+          if ((step < first || (step - first) % batch != 0) && step + 1 < to) continue;
+          for (const RankStep& s : pending[static_cast<std::size_t>(n)]) d->Add(s);
+          pending[static_cast<std::size_t>(n)].clear();
+          Collect(d, &all);
+        }
+        continue;
       }
+      if (step % evaluate_every != evaluate_at && step + 1 < to) continue;
+      Collect(d, &all);
     }
     return all;
+  }
+
+  std::vector<std::vector<RankStep>> pending = std::vector<std::vector<RankStep>>(64);
+
+  void Collect(StragglerDetector* d, std::vector<StragglerFinding>* all) const {
+    for (auto& f : d->Evaluate()) {
+      if (f.kind != StragglerKind::kBaseline || keep_baseline) all->push_back(f);
+    }
   }
 };
 
@@ -368,6 +394,35 @@ TEST(StragglerDetectorTest, EachGenerationLearnsItsBaselineAndSaysSoOnce) {
   EXPECT_EQ(f[0].last_step, 99);
 }
 
+TEST(StragglerDetectorTest, RanksThatBringAHeartbeatsStepsOutOfPhaseAreAllJudged) {
+  // 85 ms steps, a heartbeat a second: each node brings 12 steps at a time,
+  // node3's agent the last to send (its first heartbeat brings 25 steps).
+  // node3 computes 1.2x from the start; it is named at the same step as when
+  // every step comes at once: no step of it was judged without it.
+  for (unsigned seed = 1; seed <= 5; ++seed) {
+    std::int64_t named[2] = {-1, -1};
+    for (int batch : {0, 12}) {
+      Job job = CrowdedCpuJob();
+      job.work = [](int n, std::int64_t) { return n == 3 ? 1.2 : 1.0; };
+      job.slow = job.work;
+      job.batch = batch;
+      job.keep_baseline = true;
+      job.rng.seed(seed);
+      StragglerDetector d(StragglerPolicy{});
+      d.Reset(2 * job.nodes);  // the generation's world, as the controller says it
+      auto f = job.Run(&d, 0, 80);
+      for (const auto& x : f) {
+        if (x.kind == StragglerKind::kBaseline) EXPECT_EQ(x.first_step, 10) << x.message;  // steps 10-39, all of them
+      }
+      auto first = std::find_if(f.begin(), f.end(), [](const StragglerFinding& x) { return x.kind == StragglerKind::kStraggler; });
+      ASSERT_NE(first, f.end()) << "seed " << seed << " batch " << batch;
+      EXPECT_EQ(first->node, "node3") << first->message;
+      named[batch > 0] = first->last_step;
+    }
+    EXPECT_EQ(named[1], named[0]) << "seed " << seed;
+  }
+}
+
 TEST(StragglerDetectorTest, AWindowWaitsForItsSlowestReporterButNotForever) {
   StragglerDetector d(StragglerPolicy{});
   for (std::int64_t step = 0; step < 10; ++step) {
@@ -377,12 +432,12 @@ TEST(StragglerDetectorTest, AWindowWaitsForItsSlowestReporterButNotForever) {
       d.Add(s);
     }
   }
+  d.Evaluate();  // ranks brought 10 steps at a time: a silent rank is waited for 20 steps
+  for (std::int64_t step = 10; step < 29; ++step) d.Add(RankStep{"node0", 0, step, 100, 100, 0, {}});
   d.Evaluate();
-  for (std::int64_t step = 10; step < 19; ++step) d.Add(RankStep{"node0", 0, step, 100, 100, 0, {}});
-  d.Evaluate();
-  // Window 0 was judged only once rank 0 was a whole window further; the
-  // late reports of rank 2 for it are then dropped.
-  d.Add(RankStep{"node0", 0, 19, 100, 100, 0, {}});
+  // Window 0 was judged only once rank 0 was 20 steps further; the late
+  // reports of rank 2 for it are then dropped.
+  d.Add(RankStep{"node0", 0, 29, 100, 100, 0, {}});
   EXPECT_TRUE(d.Evaluate().empty());
   d.Add(RankStep{"node2", 2, 6, 1e9, 1e9, 0, {}});
   EXPECT_TRUE(d.Evaluate().empty());
@@ -552,6 +607,77 @@ TEST(StragglerDetectorTest, ASlowerComputeThatCostsTheStepNothingIsNotAStraggler
   auto f = busy.Run(&e, 0, 100);
   ASSERT_FALSE(f.empty());
   EXPECT_EQ(f[0].node, "node2");
+}
+
+// Feeds `d` one step of four 1-rank nodes whose compute is 50 ms times
+// `ratio(node)`, and returns what it names.
+std::vector<StragglerFinding> ExactStep(StragglerDetector* d, std::int64_t step, const std::function<double(int)>& ratio) {
+  for (int n = 0; n < 4; ++n) {
+    RankStep s;
+    s.node = "node" + std::to_string(n);
+    s.rank = n;
+    s.step = step;
+    s.phases["forward"] = 50000 * ratio(n);
+    s.phases["comm:all_reduce"] = 10000;
+    s.step_us = 65000;
+    FillSignals(&s);
+    d->Add(s);
+  }
+  return Named(d->Evaluate());
+}
+
+TEST(StragglerDetectorTest, AUnitIsJudgedFromItsMeanAsTheStepsRefineItNotFromItsFirstThirtySteps) {
+  // node3 learns its baseline at the others' pace, then settles 3.3 %
+  // slower (its own, below half the threshold), then spends five steps
+  // 7.2 % slower: two of its deviations above where it now runs, not the
+  // four its 30-step baseline would make of them.
+  auto run = [](StragglerPolicy p) {
+    StragglerDetector d(p);
+    std::vector<StragglerFinding> named;
+    for (std::int64_t step = 0; step < 420; ++step) {
+      const double r3 = step < 40 ? 1.0 : step >= 400 && step < 405 ? 1.072 : 1.033;
+      for (auto& f : ExactStep(&d, step, [&](int n) { return n == 3 ? r3 : 1.0; })) named.push_back(f);
+    }
+    return named;
+  };
+  for (const auto& f : run(StragglerPolicy{})) ADD_FAILURE() << f.message;
+  StragglerPolicy fixed;
+  fixed.refine_mean = false;
+  auto named = run(fixed);
+  ASSERT_EQ(named.size(), 1u);  // the baseline's mean alone reads the burst as a shift of four deviations
+  EXPECT_EQ(named[0].node, "node3");
+  EXPECT_GE(named[0].last_step, 400);
+}
+
+TEST(StragglerDetectorTest, AWindowIsSlowOnlyBeyondWhatItsNoiseMovesAWindowsMedian) {
+  // The windows alone, on a job whose phases move +-50 % a step: a window's
+  // median ratio moves by about 8 %, so 7 % is noise; the gate (3 standard
+  // errors of a window's median) keeps it quiet and still finds 1.6x.
+  StragglerPolicy windows;
+  windows.change_threshold = 1e9;
+  StragglerPolicy ungated = windows;
+  ungated.window_noise_gate = false;
+  Job job;
+  job.noise = 0.5;
+  std::size_t gated_named = 0, ungated_named = 0;
+  for (unsigned seed = 1; seed <= 10; ++seed) {
+    StragglerDetector d(windows), u(ungated);
+    job.rng.seed(seed);
+    gated_named += job.Run(&d, 0, 300).size();
+    job.rng.seed(seed);
+    ungated_named += job.Run(&u, 0, 300).size();
+  }
+  EXPECT_EQ(gated_named, 0u);
+  EXPECT_GT(ungated_named, 0u);  // what the gate prevents
+  Job slow = job;
+  slow.slow = [](int n, std::int64_t) { return n == 2 ? 1.6 : 1.0; };
+  for (unsigned seed = 1; seed <= 5; ++seed) {
+    StragglerDetector d(windows);
+    slow.rng.seed(seed);
+    auto f = slow.Run(&d, 0, 100);
+    ASSERT_FALSE(f.empty()) << "seed " << seed;
+    EXPECT_EQ(f[0].node, "node2") << f[0].message;
+  }
 }
 
 }  // namespace
