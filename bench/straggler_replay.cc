@@ -27,28 +27,24 @@ struct Variant {
 };
 
 std::vector<Variant> Variants() {
-  std::vector<Variant> v;
-  v.push_back({"shipped", {}});
-  StragglerPolicy p;
-  p.refine_mean = false;
-  v.push_back({"without refine_mean", p});
-  p = {};
-  p.window_noise_gate = false;
-  v.push_back({"without window_noise_gate", p});
-  p = {};
-  p.pooled_noise = false;
-  v.push_back({"without pooled_noise", p});
-  p = {};
-  p.judge_while_learning = false;
-  v.push_back({"without judge_while_learning", p});
-  p = {};
-  p.cpu_time_measure = false;
-  v.push_back({"without cpu_time_measure", p});
-  p.pooled_noise = false;
-  p.judge_while_learning = false;
-  p.refine_mean = false;
-  p.window_noise_gate = false;
-  v.push_back({"previous (all five off)", p});
+  struct Switch {
+    const char* name;
+    bool StragglerPolicy::*member;
+  };
+  const Switch switches[] = {{"refine_mean", &StragglerPolicy::refine_mean},
+                             {"window_noise_gate", &StragglerPolicy::window_noise_gate},
+                             {"pooled_noise", &StragglerPolicy::pooled_noise},
+                             {"judge_while_learning", &StragglerPolicy::judge_while_learning},
+                             {"cpu_time_measure", &StragglerPolicy::cpu_time_measure}};
+  std::vector<Variant> v = {{"shipped", {}}};
+  StragglerPolicy previous;
+  for (const Switch& s : switches) {
+    StragglerPolicy p;
+    p.*s.member = false;
+    previous.*s.member = false;
+    v.push_back({std::string("without ") + s.name, p});
+  }
+  v.push_back({"previous (all five off)", previous});
   return v;
 }
 
