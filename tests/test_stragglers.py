@@ -181,10 +181,6 @@ def step_times(store, job_id, generation, first_step=0):
     return [statistics.median(v) for _, v in sorted(per.items())]
 
 
-# serial: it compares step times of two jobs run one after the other; with
-# another test's job on the shared cores during one of them, the throttled
-# job's steps were once faster than the reference's (159.5 against 167.8 ms).
-@pytest.mark.serial
 def test_with_evict_a_spare_replaces_the_straggler_and_the_pace_comes_back(tmp_path, slow_cpu, no_leftovers):
     import statistics
 

@@ -135,7 +135,29 @@ function diagnosticsText(d) {
   return figures.length + " figures (" + d.mode + ")" + (failed.length ? ", " + failed.length + " failed" : "");
 }
 
-function showNodes(nodes) {
+// Each node's standing naming from /api/v1/stragglers: its newest
+// "straggler" event not followed by a "straggler_cleared" (the same event
+// the event list, the API and the heatmap show).
+function standingNamings(findings) {
+  const named = {};
+  for (const e of findings || []) {
+    if (e.kind === "straggler") named[e.node] = e;
+    else if (e.kind === "straggler_cleared") delete named[e.node];
+  }
+  return named;
+}
+
+function stragglerText(n, e) {
+  if (!n.straggler && !e) return "no";
+  if (!e) return "yes";
+  const d = e.detail || {};
+  const pct = typeof d.slowdown === "number" ? (100 * d.slowdown).toFixed(1) + " % slower" : "";
+  return [(d.signal || "") + " straggler since step " + d.first_step + " (named at step " + e.step + ")",
+          d.phase ? "in " + d.phase : "", pct, d.measure ? "by " + d.measure.replace("_", " ") : "",
+          d.evict ? "evictable" : "", "cause: " + (d.cause || "unknown")].filter((x) => x).join(", ");
+}
+
+function showNodes(nodes, named) {
   const body = $("nodes").querySelector("tbody");
   body.replaceChildren();
   if (nodes.length === 0) {
@@ -148,13 +170,17 @@ function showNodes(nodes) {
     const button = el("button", { type: "button", "data-node": n.node_id, class: cordoned ? "uncordon" : "cordon" },
                       cordoned ? "Uncordon" : "Cordon");
     button.addEventListener("click", () => nodeAction(n.node_id, cordoned ? "uncordon" : "cordon"));
+    const naming = named[n.node_id];
+    const straggler = el("td", naming ? { class: "straggler", "data-step": naming.step, "data-phase": naming.detail.phase || "",
+                                          "data-cause": naming.detail.cause || "" } : {},
+                         stragglerText(n, naming));
     body.append(el("tr", { "data-node": n.node_id },
       el("td", {}, n.node_id), el("td", {}, n.role + (n.connected ? "" : " (disconnected)")),
       el("td", {}, n.group_rank >= 0 ? n.group_rank : "–"), el("td", {}, (n.ranks || []).join(", ") || "–"),
       el("td", {}, n.rack || "–"),
       el("td", {}, n.heartbeat_age_s == null ? "none yet" : n.heartbeat_age_s.toFixed(1) + " s ago"),
       el("td", { class: "health-" + health.status }, health.status + (health.reason ? ": " + health.reason : "")),
-      el("td", {}, n.straggler ? "yes" : "no"), el("td", {}, diagnosticsText(n.diagnostics)), el("td", {}, button)));
+      straggler, el("td", {}, diagnosticsText(n.diagnostics)), el("td", {}, button)));
   }
 }
 
@@ -207,10 +233,11 @@ async function refresh() {
   if (refreshing) { again = true; return; }
   refreshing = true;
   try {
-    const [job, nodes, incidents, downtime] = await Promise.all([
-      getJson("/api/v1/job"), getJson("/api/v1/nodes"), getJson("/api/v1/incidents"), getJson("/api/v1/downtime")]);
+    const [job, nodes, incidents, downtime, stragglers] = await Promise.all([
+      getJson("/api/v1/job"), getJson("/api/v1/nodes"), getJson("/api/v1/incidents"), getJson("/api/v1/downtime"),
+      getJson("/api/v1/stragglers")]);
     showJob(job);
-    showNodes(nodes.nodes);
+    showNodes(nodes.nodes, standingNamings(stragglers.findings));
     showIncidents(incidents.incidents);
     showDowntime(downtime);
     const hang = await getJson("/api/v1/hang").catch(() => null);
