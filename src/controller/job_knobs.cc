@@ -67,6 +67,15 @@ Knob Real(std::string name, std::string flags, std::string help, double JobConfi
   return k;
 }
 
+// A real number at `field` of a JobConfig (a member nested in one), kept as given.
+Knob RealAt(std::string name, std::string flags, std::string help, std::function<double*(JobConfig*)> field,
+            double min, bool min_exclusive, double max) {
+  Knob k = Base(std::move(name), std::move(flags), KnobKind::kRatio, std::move(help), min, min_exclusive, max);
+  k.get = [field](const JobConfig& c) { return Number(*field(const_cast<JobConfig*>(&c))); };
+  k.put = [field](JobConfig* c, const std::string& v) { *field(c) = std::stod(v); };
+  return k;
+}
+
 // A real-number knob in [0, max] at a member of JobConfig.
 Knob Ratio(std::string name, std::string flags, std::string help, double JobConfig::*member, double max) {
   return Real(std::move(name), std::move(flags), std::move(help), member, 0, false, max);
@@ -175,32 +184,14 @@ std::vector<Knob> MakeKnobs() {
                      "spare takes its place) once it has been slow for --straggler-evict-windows windows",
                      &JobConfig::straggler_action, {StragglerAction::kReport, StragglerAction::kEvict},
                      StragglerActionName));
-  {
-    Knob k;
-    k.name = "straggler_threshold";
-    k.flags = "--straggler-threshold";
-    k.kind = KnobKind::kRatio;
-    k.help = "a node this much slower than the job's median (0.07 = 7 %) in a window of steps is slow";
-    k.min_exclusive = true;
-    k.max = 100;
-    k.get = [](const JobConfig& c) { return Number(c.straggler.min_slowdown); };
-    k.put = [](JobConfig* c, const std::string& v) { c->straggler.min_slowdown = std::stod(v); };
-    t.push_back(std::move(k));
-  }
-  {
-    Knob k;
-    k.name = "straggler_change_threshold";
-    k.flags = "--straggler-change-threshold";
-    k.kind = KnobKind::kRatio;
-    k.help = "the sum of a node's newest 5 steps, each in standard deviations of its own noise and at most 3, "
-             "that names it at once; noise alone crosses T with probability at most 2 x Q(T / sqrt(5)) a step "
-             "for each measure judged (11: 8.7e-7; docs/telemetry.md gives it per node-hour)";
-    k.min_exclusive = true;
-    k.max = 1000;
-    k.get = [](const JobConfig& c) { return Number(c.straggler.change_threshold); };
-    k.put = [](JobConfig* c, const std::string& v) { c->straggler.change_threshold = std::stod(v); };
-    t.push_back(std::move(k));
-  }
+  t.push_back(RealAt("straggler_threshold", "--straggler-threshold",
+                     "a node this much slower than the job's median (0.07 = 7 %) in a window of steps is slow",
+                     [](JobConfig* c) { return &c->straggler.min_slowdown; }, 0, true, 100));
+  t.push_back(RealAt("straggler_change_threshold", "--straggler-change-threshold",
+                     "the sum of a node's newest 5 steps, each in standard deviations of its own noise and at most "
+                     "3, that names it at once; noise alone crosses T with probability at most 2 x Q(T / sqrt(5)) a "
+                     "step for each measure judged (11: 8.7e-7; docs/telemetry.md gives it per node-hour)",
+                     [](JobConfig* c) { return &c->straggler.change_threshold; }, 0, true, 1000));
   t.push_back(CountAt("straggler_window", "--straggler-window", "steps per judged window",
                       [](JobConfig* c) { return &c->straggler.window_steps; }, 1));
   t.push_back(CountAt("straggler_evict_windows", "--straggler-evict-windows",

@@ -308,7 +308,8 @@ void StragglerDetector::Judge(std::int64_t index, const Window& w, std::vector<S
     }
   }
   // Units at or above the threshold whose window is within what noise
-  // moves a window's median: neither slow nor keeping pace.
+  // moves a window's median: neither slow nor keeping pace (in compute or
+  // in communication: either keeps a unit from counting a normal window).
   std::set<std::string> undecided;
   auto slow_set = [&](bool comm, double* centre_out, std::map<std::string, double>* ratio_out) {
     std::map<std::int64_t, std::map<std::string, double>> at;  // step -> unit -> value

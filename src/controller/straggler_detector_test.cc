@@ -51,6 +51,7 @@ struct Job {
 
   std::vector<StragglerFinding> Run(StragglerDetector* d, std::int64_t from, std::int64_t to) {
     std::vector<StragglerFinding> all;
+    std::vector<std::vector<RankStep>> pending(static_cast<std::size_t>(nodes));  // with batch > 0: each node's unsent steps
     for (std::int64_t step = from; step < to; ++step) {
       double most_data = 0;
       for (int n = 0; n < nodes; ++n) {
@@ -102,8 +103,6 @@ struct Job {
     }
     return all;
   }
-
-  std::vector<std::vector<RankStep>> pending = std::vector<std::vector<RankStep>>(64);
 
   void Collect(StragglerDetector* d, std::vector<StragglerFinding>* all) const {
     for (auto& f : d->Evaluate()) {

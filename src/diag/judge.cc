@@ -121,8 +121,7 @@ std::vector<NodeVerdict> JudgeNodes(const std::vector<NodeFigures>& nodes, const
                      " of " + std::to_string(fv.peers) + " nodes (min " +
                      std::to_string(static_cast<int>(fr->second * 100 + 0.5)) + " %)";
       }
-      fv.repeatable = !fv.failure.empty() && f.error.empty() && policy.speeds.count(kind) &&
-                      !policy.ceilings.count(kind);
+      fv.repeatable = !fv.failure.empty() && f.error.empty() && policy.speeds.count(kind);
       if (!fv.failure.empty()) v.failures.push_back(fv.failure);
       v.figures.push_back(std::move(fv));
     }
